@@ -1,0 +1,143 @@
+"""`servectl`: the command line. A thin layer: it parses arguments, calls the library and renders.
+
+Examples:
+    servectl inventory check -i inventory.example.yml
+    servectl plan -i inventory.example.yml --json
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cluster import __version__
+from cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    handle_errors,
+    load,
+)
+
+app = typer.Typer(
+    name="servectl",
+    help="Bring up, watch and measure a multi-node vLLM server from one Ansible inventory.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+inventory_app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
+app.add_typer(inventory_app, name="inventory")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"servectl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """servectl: one inventory, a tensor-parallel vLLM server on N nodes, kept alive and measured."""
+
+
+@inventory_app.command("check")
+@handle_errors
+def inventory_check(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    as_json: JsonOption = False,
+) -> None:
+    """Validate an inventory; exit 2 with file:line, key and a fix if it is wrong.
+
+    Example: servectl inventory check -i inventory.example.yml
+    """
+    spec = load(inventory)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": True,
+                    "cluster": spec.name,
+                    "nodes": [n.name for n in spec.nodes],
+                    "config_hash": spec.config_hash(),
+                }
+            )
+        )
+        return
+    console.print(
+        f"[green]ok[/] {inventory}: cluster [bold]{spec.name}[/], head {spec.head.name}, "
+        f"workers {', '.join(n.name for n in spec.workers) or '-'}, config {spec.config_hash()}"
+    )
+
+
+@app.command("plan")
+@handle_errors
+def plan(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    as_json: JsonOption = False,
+) -> None:
+    """Show what would run on every node: container, image, full vLLM argv, env (secrets redacted).
+
+    Example: servectl plan -i inventory.example.yml --json
+    """
+    from cluster.launch import plan_cluster
+
+    spec = load(inventory)
+    cluster_plan = plan_cluster(spec)
+    if as_json:
+        print(json.dumps(cluster_plan.to_json(), indent=2))
+        return
+    table = Table(
+        title=f"cluster {cluster_plan.cluster} · config {cluster_plan.config_hash} · "
+        f"backend {cluster_plan.backend}",
+        show_lines=True,
+    )
+    for column in ("node", "role/rank", "container", "command"):
+        table.add_column(column, overflow="fold")
+    for c in cluster_plan.containers:
+        cmd = " ".join(c.command)
+        if c.exec_after_start:
+            cmd += "\nthen exec: " + " ".join(c.exec_after_start)
+        table.add_row(c.node, f"{c.role}/{c.rank}", f"{c.name}\n{c.image}", cmd)
+    console.print(table)
+    first = cluster_plan.containers[0].to_json()
+    console.print(
+        "env (head): " + ", ".join(f"{k}={v}" for k, v in first["env"].items()), highlight=False
+    )
+    for warning in cluster_plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _mount_optional() -> None:
+    """Sub-command groups live in their own modules."""
+    import importlib
+
+    for module, name in (
+        ("cluster.cli.lab", "lab"),
+        ("cluster.cli.watchdog", "watchdog"),
+        ("cluster.cli.thermal", "thermal"),
+    ):
+        try:
+            sub = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        app.add_typer(sub.app, name=name)
+    try:
+        control = importlib.import_module("cluster.cli.control")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cluster.cli.control":
+            raise
+    else:
+        control.register(app)
+
+
+_mount_optional()

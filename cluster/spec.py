@@ -1,0 +1,387 @@
+"""The typed cluster spec: what the inventory says, validated once.
+
+`cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`.
+The `servectl` settings (under `all.vars.servectl`) are pydantic models with `extra="forbid"`
+and strict types, so a typo or a wrong type is an error at load time, never a surprise on a node.
+Per-host facts (address, SSH user, `vllm_host_ip`) become `NodeSpec`s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+# --- value parsers -------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt]i?b?|B|b)?\s*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
+
+
+def parse_size(value: Any) -> int:
+    """Parse a byte size: 17179869184, "16GiB", "16Gi", "16G" (binary, as vLLM reads "16G"),
+    "16g" (decimal, as vLLM reads it), "16GB" (decimal, SI)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 16GiB, got a boolean")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("size must be positive")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size such as 16GiB, got {type(value).__name__}")
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a size (examples: 16GiB, 16G, 17179869184)")
+    number, unit = match.group(1), (match.group(2) or "")
+    if "i" in unit.lower():
+        binary = True  # KiB, GiB, Gi
+    elif len(unit) > 1 and unit[-1] in "Bb":
+        binary = False  # kB, GB: SI
+    else:
+        binary = unit[:1].isupper()  # vLLM's human_readable_int: K/M/G/T binary, k/m/g/t decimal
+    prefix = unit[:1].lower() if unit[:1].lower() in "kmgt" else ""
+    key = prefix + ("i" if binary and prefix else "")
+    size = float(number) * _SIZE_UNITS[key]
+    if size <= 0 or size != int(size):
+        raise ValueError(f"{value!r} is not a whole positive number of bytes")
+    return int(size)
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+_SECRET_PATTERNS = [
+    re.compile(r"\bhf_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+]
+_SECRETISH_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY)", re.IGNORECASE)
+
+
+def looks_like_secret(value: str) -> bool:
+    return any(p.search(value) for p in _SECRET_PATTERNS)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# --- serving settings --------------------------------------------------------------------------
+
+
+class ModelSpec(_Model):
+    path: str = Field(
+        min_length=1, description="Model directory on every node (and in the container)."
+    )
+    served_name: str = Field(min_length=1, description="Name clients use in the `model` field.")
+    quantization: str | None = Field(
+        None, description="vLLM --quantization, e.g. compressed-tensors."
+    )
+    tokenizer: str | None = Field(None, description="Tokenizer path if not the model directory.")
+
+
+SPEC_METHODS = (
+    "dflash",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "deepseek_mtp",
+    "draft_model",
+    "ngram",
+    "suffix",
+)
+
+
+class DrafterSpec(_Model):
+    method: Literal[
+        "dflash", "eagle", "eagle3", "mtp", "deepseek_mtp", "draft_model", "ngram", "suffix"
+    ] = Field(description="vLLM speculative method.")
+    path: str | None = Field(
+        None, description="Drafter model directory (not needed for ngram/suffix/mtp)."
+    )
+    num_speculative_tokens: int = Field(ge=1, le=16, description="Draft length k.")
+
+
+class ParallelSpec(_Model):
+    tensor: int = Field(ge=1, le=1024, description="Tensor-parallel size: nodes x gpus_per_node.")
+    gpus_per_node: int = Field(1, ge=1, le=16, description="GPUs on each node.")
+    backend: Literal["native", "ray"] = Field(
+        "native", description="native: vLLM --nnodes/--headless; ray: ray start + ray backend."
+    )
+    master_port: int = Field(
+        29501, ge=1, le=65535, description="torch.distributed / Ray port on the head."
+    )
+
+
+class KvCacheSpec(_Model):
+    dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"] = Field(
+        "auto", description="vLLM --kv-cache-dtype."
+    )
+    memory: ByteSize | None = Field(
+        None, description="KV cache per GPU (--kv-cache-memory-bytes), e.g. 16GiB."
+    )
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return self.memory
+
+
+class SecretRef(_Model):
+    """Where a secret lives: an env var on the control machine or a root-only file on each node.
+    Never the value itself."""
+
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = Field(None, pattern=r"^/")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env: NAME or file: /absolute/path")
+        return self
+
+
+class SecretsSpec(_Model):
+    hf_token: SecretRef | None = Field(
+        None, description="Hugging Face token (container env HF_TOKEN)."
+    )
+    api_key: SecretRef | None = Field(
+        None, description="API key clients must send (container env VLLM_API_KEY)."
+    )
+
+
+class SshSpec(_Model):
+    known_hosts: str | None = Field(
+        None, description="known_hosts file (default ~/.ssh/known_hosts)."
+    )
+    connect_timeout_s: float = Field(5.0, gt=0, le=120, description="SSH connect timeout.")
+    allow_unknown_hosts: bool = Field(
+        False, description="Accept unknown host keys (not recommended)."
+    )
+
+
+class WatchdogSpec(_Model):
+    interval_s: float = Field(120, gt=0, description="Seconds between probes.")
+    timeout_s: float = Field(120, gt=0, description="Probe timeout.")
+    failures: int = Field(
+        3, ge=1, le=100, description="Consecutive counted failures before a restart."
+    )
+    boot_deadline_s: float = Field(
+        2400, gt=0, description="Boot grace after a restart (extended by progress)."
+    )
+    max_restarts: int = Field(2, ge=0, le=100, description="Automatic restarts allowed per window.")
+    restart_window_s: float = Field(21600, gt=0, description="Window for max_restarts.")
+    alert_command: list[str] | None = Field(
+        None, description="argv run once per incident (JSON on stdin)."
+    )
+    alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
+    metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
+    metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
+    state_dir: str = Field("/var/lib/servectl/watchdog", description="State, lock and event log.")
+
+
+class ThermalSpec(_Model):
+    interval_s: float = Field(10, gt=0, description="Sampling interval.")
+    dir: str = Field(
+        "/var/log/servectl/thermal", description="Where each node's agent writes samples."
+    )
+    disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
+    metrics_host: str = Field("127.0.0.1", description="Listen address of the agent's /metrics.")
+    metrics_port: int = Field(9411, ge=1, le=65535, description="Port of the agent's /metrics.")
+    alert_margin_c: float = Field(
+        10, ge=0, description="Alert when a zone is this close to its critical trip."
+    )
+
+
+class ServectlSettings(_Model):
+    """Everything under `all.vars.servectl` in the inventory."""
+
+    cluster_name: str = Field(
+        "servectl", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="Label and name prefix."
+    )
+    image: str = Field(min_length=1, description="Serving container image (the custom vLLM build).")
+    vllm_version: str = Field(
+        pattern=r"^\d+\.\d+\.\d+$", description="vLLM version inside the image."
+    )
+    model: ModelSpec
+    drafter: DrafterSpec | None = Field(None, description="Speculative drafter; null for none.")
+    parallel: ParallelSpec
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    max_model_len: int | None = Field(None, ge=1, description="--max-model-len.")
+    enforce_eager: bool = Field(
+        False, description="--enforce-eager (no CUDA graphs, no torch.compile)."
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="--default-chat-template-kwargs, e.g. {enable_thinking: false}.",
+    )
+    gpu_clock_cap_mhz: int | None = Field(
+        None, ge=200, le=5000, description="GPU clock cap applied via NVML."
+    )
+    host: str = Field("127.0.0.1", description="Address the head's API server listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="API port on the head.")
+    shm_size: str = Field(
+        "10g", pattern=r"^\d+[bkmg]?$", description="Container /dev/shm size (docker syntax)."
+    )
+    gpus: Literal["all", "none"] = Field("all", description="GPU request of the serving container.")
+    env: dict[str, str | int] = Field(
+        default_factory=dict, description="Extra container environment."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` flags.")
+    secrets: SecretsSpec = SecretsSpec()
+    ssh: SshSpec = SshSpec()
+    watchdog: WatchdogSpec = WatchdogSpec()
+    thermal: ThermalSpec = ThermalSpec()
+
+    @field_validator("host")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)") from exc
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if _SECRETISH_NAME.search(name):
+                raise ValueError(
+                    f"{name} looks like a secret: reference it under servectl.secrets instead"
+                )
+        return value
+
+
+# --- the cluster ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    role: Literal["head", "worker"]
+    rank: int
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    ssh_key_file: str | None
+    vllm_host_ip: str
+    become: bool = False
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """The settings that decide what runs in the containers (hashed into config_hash)."""
+
+    image: str
+    vllm_version: str
+    model: ModelSpec
+    drafter: DrafterSpec | None
+    parallel: ParallelSpec
+    kv_cache: KvCacheSpec
+    max_model_len: int | None
+    enforce_eager: bool
+    chat_template_kwargs: dict[str, Any]
+    gpu_clock_cap_mhz: int | None
+    host: str
+    port: int
+    shm_size: str
+    gpus: str
+    env: dict[str, str]
+    extra_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    serving: ServingSpec
+    secrets: SecretsSpec
+    ssh: SshSpec
+    watchdog: WatchdogSpec
+    thermal: ThermalSpec
+    source_file: str
+    settings: ServectlSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def head(self) -> NodeSpec:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> tuple[NodeSpec, ...]:
+        return tuple(n for n in self.nodes if n.role == "worker")
+
+    def node(self, name: str) -> NodeSpec:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def api_base(self) -> str:
+        """URL a client on the control machine uses to reach the head's API."""
+        host = self.serving.host
+        if host in ("0.0.0.0", "::"):
+            host = self.head.ssh_host
+        return f"http://{host}:{self.serving.port}"
+
+    def config_hash(self) -> str:
+        """Hash of everything that changes what runs on the nodes (serving settings + topology).
+        Secrets' locations are included, their values never."""
+        doc = {
+            "serving": _jsonable(self.serving),
+            "secrets": self.secrets.model_dump(),
+            "nodes": [(n.name, n.role, n.rank, n.vllm_host_ip) for n in self.nodes],
+        }
+        blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def serving_from_settings(s: ServectlSettings) -> ServingSpec:
+    return ServingSpec(
+        image=s.image,
+        vllm_version=s.vllm_version,
+        model=s.model,
+        drafter=s.drafter,
+        parallel=s.parallel,
+        kv_cache=s.kv_cache,
+        max_model_len=s.max_model_len,
+        enforce_eager=s.enforce_eager,
+        chat_template_kwargs=dict(s.chat_template_kwargs),
+        gpu_clock_cap_mhz=s.gpu_clock_cap_mhz,
+        host=s.host,
+        port=s.port,
+        shm_size=s.shm_size,
+        gpus=s.gpus,
+        env={k: str(v) for k, v in s.env.items()},
+        extra_args=tuple(s.extra_args),
+    )

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install everything servectl and its lab need on a Debian 12 machine, as root. Idempotent.
+#   - Debian packages: Docker engine, mmdebstrap, systemd-nspawn, sshd, node_exporter, gcc
+#   - dockerd started if it is not running (PID 1 may not be systemd, e.g. in CI containers)
+#   - .venv with servectl and pinned dependencies (requirements/constraints.txt)
+#   - vLLM 0.33.0 CPU venv for the real-parser tests and the benchmark client (tools/vllm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh must run as root (the lab uses systemd-nspawn, mounts and the Docker engine)" >&2
+  exit 2
+fi
+
+PKGS=(docker.io mmdebstrap systemd-container openssh-server openssh-client iproute2 gcc
+      python3-venv prometheus-node-exporter e2fsprogs util-linux)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd"
+  if [ -d /run/systemd/system ]; then
+    systemctl start docker
+  else
+    mkdir -p /var/log
+    setsid nohup dockerd >/var/log/servectl-dockerd.log 2>&1 < /dev/null &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/servectl-dockerd.log" >&2; exit 1; }
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+if ! cmp -s requirements/constraints.txt .venv/.constraints 2>/dev/null || ! .venv/bin/python -c "import cluster" 2>/dev/null; then
+  log "installing servectl and pinned dependencies into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -c requirements/constraints.txt -e '.[test]'
+  cp requirements/constraints.txt .venv/.constraints
+fi
+
+if [ "${SERVECTL_SKIP_VLLM:-0}" != 1 ]; then
+  bash tools/vllm/install-cpu.sh
+fi
+log "setup complete"

@@ -1,0 +1,1 @@
+"""servectl's watching half: the probe watchdog and the thermal agent."""
