@@ -1,0 +1,98 @@
+"""Render the configuration reference (docs/configuration.md) from the typed spec itself, so the
+documentation cannot drift from what the loader accepts. `python -m cluster.config_reference`."""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from cluster.spec import ServectlSettings, parse_size
+
+HEADER = """# Configuration reference
+
+Generated from `cluster/spec.py` by `python -m cluster.config_reference > docs/configuration.md`;
+a unit test fails when this file and the spec diverge.
+
+All keys live under `all.vars.servectl` of the Ansible inventory. Unknown keys are errors.
+Per-host keys (on each host of groups `head` and `workers`): `ansible_host`, `ansible_port`,
+`ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, and `vllm_host_ip` (the address
+vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`).
+
+| key | type | default | meaning |
+|---|---|---|---|
+"""
+
+
+def _type_name(annotation: Any) -> str:
+    if any(getattr(m, "func", None) is parse_size for m in _metadata(annotation)):
+        return "size (16GiB, 16G, 17179869184)" + (
+            " \\| None" if type(None) in typing.get_args(annotation) else ""
+        )
+    text = str(annotation).replace("typing.", "")
+    for prefix in ("<class '", "'>"):
+        text = text.replace(prefix, "")
+    return text.replace("cluster.spec.", "").replace("|", "\\|")
+
+
+def _metadata(annotation: Any) -> list[Any]:
+    found = list(getattr(annotation, "__metadata__", ()))
+    for arg in typing.get_args(annotation):
+        found.extend(_metadata(arg))
+    return found
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found:
+            return found
+    return None
+
+
+def rows(model: type[BaseModel] = ServectlSettings, prefix: str = "servectl") -> list[str]:
+    out = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}.{name}"
+        nested = _nested_model(info.annotation)
+        if info.default is PydanticUndefined and info.default_factory is None:
+            default = "**required**"
+        elif info.default_factory is not None:
+            default = f"`{info.default_factory()!r}`"
+        else:
+            default = (
+                f"`{info.default!r}`" if not isinstance(info.default, BaseModel) else "(section)"
+            )
+        description = info.description or ("see below" if nested else "")
+        out.append(f"| `{key}` | {_type_name(info.annotation)} | {default} | {description} |")
+        if nested:
+            out.extend(rows(nested, key))
+    return out
+
+
+def render() -> str:
+    return HEADER + "\n".join(rows()) + "\n"
+
+
+def all_keys(model: type[BaseModel] = ServectlSettings, prefix: str = "servectl") -> list[str]:
+    keys = []
+    for name, info in model.model_fields.items():
+        keys.append(f"{prefix}.{name}")
+        nested = _nested_model(info.annotation)
+        if nested:
+            keys.extend(all_keys(nested, f"{prefix}.{name}"))
+    return keys
+
+
+if __name__ == "__main__":
+    target = sys.argv[1] if len(sys.argv) > 1 else None
+    if target:
+        Path(target).write_text(render())
+    else:
+        sys.stdout.write(render())
