@@ -1,0 +1,149 @@
+"""The node-side collector: run on a node by `python3`, print one JSON document.
+
+It is shipped as a zipapp holding `cluster/errors.py`, `cluster/gpu.py` (the same NVML gateway
+the toolkit tests) and this module, copied to the node by SFTP and run from a private temp dir
+(`NodeSession.run_script`). Only the standard library and pynvml are needed on the node.
+
+    python3 collector.pyz show
+    python3 collector.pyz cap 2000        (root: lock SM clocks to 0..2000 MHz, read back)
+    python3 collector.pyz reset           (root: reset locked clocks, read back)
+    python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
+    python3 collector.pyz paths /models/a /models/b
+
+Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons),
+`ports` / `paths` when asked. Exit 0 even when a GPU reading is missing; 1 if the action failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import io
+import json
+import os
+import socket
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+COLLECTOR_VERSION = 1
+
+
+def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
+    try:
+        from cluster import gpu  # imported lazily: pynvml may be absent on the node
+    except ImportError as e:
+        return {
+            "nvml": {
+                "state": "library_not_found",
+                "available": False,
+                "reason": f"cannot import the NVML bindings: {e}",
+            },
+            "gpus": [],
+        }, None
+    nvml = gpu.Nvml(gpu.library_from(lib)) if lib else gpu.Nvml()
+    return gpu.collect_json(nvml), nvml
+
+
+def check_ports(ports: list[int], host: str = "0.0.0.0") -> dict[str, Any]:
+    """Port -> {"free": bool, "reason"}; binds (without listening) and releases at once."""
+    out: dict[str, Any] = {}
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As servers do: TIME-WAIT leftovers of a stopped server must not read as "in use".
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+                out[str(port)] = {"free": True, "reason": None}
+            except OSError as e:
+                reason = "in use" if e.errno == errno.EADDRINUSE else str(e)
+                out[str(port)] = {"free": False, "reason": reason}
+    return out
+
+
+def check_paths(paths: list[str]) -> dict[str, Any]:
+    return {p: {"exists": os.path.exists(p), "is_dir": os.path.isdir(p)} for p in paths}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="servectl-collector")
+    ap.add_argument("--nvml-lib", default=os.environ.get("SERVECTL_NVML_LIB"))
+    sub = ap.add_subparsers(dest="action", required=True)
+    sub.add_parser("show")
+    cap = sub.add_parser("cap")
+    cap.add_argument("mhz", type=int)
+    sub.add_parser("reset")
+    ports = sub.add_parser("ports")
+    ports.add_argument("--host", default="0.0.0.0", help="address the server will bind")
+    ports.add_argument("ports", type=int, nargs="+")
+    paths = sub.add_parser("paths")
+    paths.add_argument("paths", nargs="+")
+    args = ap.parse_args(argv)
+    doc: dict[str, Any] = {
+        "collector": COLLECTOR_VERSION,
+        "host": socket.gethostname(),
+        "euid": os.geteuid(),
+        "action": args.action,
+        "ok": True,
+        "error": None,
+        "time_unix_s": time.time(),
+    }
+    if args.action == "ports":
+        doc["ports"] = check_ports(args.ports, args.host)
+    elif args.action == "paths":
+        doc["paths"] = check_paths(args.paths)
+    else:
+        nvml = None
+        try:
+            if args.action in ("cap", "reset"):
+                facts, nvml = _gpu_facts(args.nvml_lib)
+                if nvml is None:
+                    raise RuntimeError(facts["nvml"]["reason"])
+                if args.action == "cap":
+                    nvml.lock_clocks(args.mhz)
+                else:
+                    nvml.reset_clocks()
+                from cluster import gpu
+
+                doc.update(gpu.collect_json(nvml))
+            else:
+                facts, nvml = _gpu_facts(args.nvml_lib)
+                doc.update(facts)
+        except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
+            doc["ok"] = False
+            doc["error"] = f"{type(e).__name__}: {e}"
+            doc.setdefault("gpus", [])
+        finally:
+            if nvml is not None:
+                nvml.close()
+    json.dump(doc, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0 if doc["ok"] else 1
+
+
+_MAIN = "import sys\nfrom cluster.collector import main\nsys.exit(main())\n"
+_INIT = '"""servectl node-side collector package (zipapp)."""\n'
+
+
+def build_zipapp(dest: str | Path) -> Path:
+    """Write the collector zipapp (errors + gpu + this module) to `dest` and return its path."""
+    here = Path(__file__).resolve().parent
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in (("__main__.py", _MAIN), ("cluster/__init__.py", _INIT)):
+            z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), text)
+        for module in ("errors.py", "gpu.py", "collector.py"):
+            z.writestr(
+                zipfile.ZipInfo(f"cluster/{module}", (2020, 1, 1, 0, 0, 0)),
+                (here / module).read_text(),
+            )
+    dest = Path(dest)
+    dest.write_bytes(b"#!/usr/bin/env python3\n" + buf.getvalue())
+    dest.chmod(0o600)
+    return dest
+
+
+if __name__ == "__main__":
+    sys.exit(main())

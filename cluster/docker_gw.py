@@ -1,0 +1,378 @@
+"""The Docker gateway: one docker SDK client per node, over ssh:// or the local socket.
+
+Host-key checking over ssh://: docker-py's own paramiko adapter (`SSHHTTPAdapter`) calls
+`load_system_host_keys()` (only ~/.ssh/known_hosts) with `RejectPolicy`, reads identity files
+only from ~/.ssh/config, and connects without a timeout, in its constructor. None of that can be
+pointed at the inventory's known_hosts file. So we hand docker-py the paramiko client our SSH
+gateway already connected and verified (`cluster.ssh.NodeSession`): a small adapter subclass
+overrides the two hooks that create and connect the client. Checks are never disabled, the
+docker API rides on the same verified SSH transport as every other command (one connection per
+node), and a dropped connection reconnects through the gateway, which verifies the key again.
+As with `docker -H ssh://`, the node needs the docker CLI (`docker system dial-stdio`).
+
+Results are our own frozen dataclasses; docker/requests/paramiko errors become `DockerError` or
+`NodeUnreachable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import docker
+import docker.errors
+import paramiko
+import requests
+from docker.transport.sshconn import SSHHTTPAdapter
+from docker.types import DeviceRequest, Mount
+
+from cluster.errors import DockerError, NodeUnreachable
+
+if TYPE_CHECKING:
+    from cluster.launch import ContainerPlan
+    from cluster.ssh import NodeSession
+
+log = logging.getLogger(__name__)
+
+LABEL_CLUSTER = "io.servectl.cluster"
+LABEL_COMPONENT = "io.servectl.component"
+LABEL_NODE = "io.servectl.node"
+LABEL_ROLE = "io.servectl.role"
+LABEL_RANK = "io.servectl.rank"
+LABEL_HASH = "io.servectl.config-hash"
+_BOOTSTRAP_API_VERSION = "1.41"
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """One container as the engine reports it (our own type, no docker-py objects leak)."""
+
+    node: str
+    id: str
+    name: str
+    image: str
+    state: str  # created | running | paused | restarting | exited | dead
+    labels: Mapping[str, str] = field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    restart_count: int = 0
+    oom_killed: bool = False
+    error: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "paused"
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(LABEL_HASH)
+
+    @property
+    def role(self) -> str | None:
+        return self.labels.get(LABEL_ROLE)
+
+    def uptime_s(self, now: datetime) -> float | None:
+        if self.state not in ("running", "paused") or self.started_at is None:
+            return None
+        return max(0.0, (now - self.started_at).total_seconds())
+
+
+def _parse_ts(value: str | None) -> datetime | None:
+    """Docker's RFC 3339 nano timestamps; the zero time means 'never'."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    frac = (frac.split("+")[0].split("-")[0] + "000000")[:6]
+    try:
+        return datetime.fromisoformat(f"{head}.{frac}").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> ContainerInfo:
+    """Pure: `docker inspect` JSON -> ContainerInfo."""
+    st = attrs.get("State") or {}
+    cfg = attrs.get("Config") or {}
+    state = st.get("Status") or (
+        "paused" if st.get("Paused") else "running" if st.get("Running") else "exited"
+    )
+    return ContainerInfo(
+        node=node,
+        id=attrs.get("Id", ""),
+        name=(attrs.get("Name") or "").lstrip("/"),
+        image=cfg.get("Image", ""),
+        state=state,
+        labels=dict(cfg.get("Labels") or {}),
+        started_at=_parse_ts(st.get("StartedAt")),
+        finished_at=_parse_ts(st.get("FinishedAt")),
+        exit_code=st.get("ExitCode") if state in ("exited", "dead") else None,
+        restart_count=int(attrs.get("RestartCount") or 0),
+        oom_killed=bool(st.get("OOMKilled")),
+        error=st.get("Error") or "",
+    )
+
+
+def restart_policy(spec: str) -> dict[str, Any]:
+    """`unless-stopped`, `always`, `no`, `on-failure[:N]` -> the engine's RestartPolicy."""
+    name, _, count = (spec or "no").partition(":")
+    policy: dict[str, Any] = {"Name": "" if name == "no" else name}
+    if name == "on-failure" and count:
+        policy["MaximumRetryCount"] = int(count)
+    return policy
+
+
+def create_kwargs(
+    plan: ContainerPlan, env: Mapping[str, str], api: docker.APIClient
+) -> dict[str, Any]:
+    """Pure apart from `create_host_config` (which only builds a dict): the create request for
+    a plan, with `env` = the plan's env plus resolved secret values."""
+    host_config = api.create_host_config(
+        network_mode=plan.network_mode,
+        ipc_mode=plan.ipc_mode,
+        shm_size=plan.shm_size,
+        mounts=[
+            Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            for m in plan.mounts
+        ],
+        device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if plan.gpus == "all"
+        else None,
+        restart_policy=restart_policy(plan.restart_policy),
+    )
+    return dict(
+        image=plan.image,
+        name=plan.name,
+        command=list(plan.command),
+        entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
+        environment=[f"{k}={v}" for k, v in env.items()],
+        labels=dict(plan.labels),
+        host_config=host_config,
+        detach=True,
+    )
+
+
+class _VerifiedSSHAdapter(SSHHTTPAdapter):
+    """docker-py's SSH adapter, riding on a paramiko client our SSH gateway verified."""
+
+    def __init__(self, session: NodeSession, timeout: float) -> None:
+        self._session = session
+        # Each pooled HTTP connection is one SSH session; sshd allows 10 per connection
+        # (MaxSessions), shared with the collector and log followers: stay well below.
+        super().__init__(
+            f"ssh://{session.target.host}", timeout=timeout, shell_out=False, max_pool_size=4
+        )
+
+    def _create_paramiko_client(self, base_url: str) -> None:  # noqa: ARG002 - docker-py hook
+        self.ssh_client = self._session.client()
+        self.ssh_params = {}
+
+    def _connect(self) -> None:
+        # called by docker-py when the transport is gone: reconnect (and re-verify) via the
+        # gateway instead of its own unverified path
+        self.ssh_client = self._session.client()
+
+    def get_connection(self, url: str, proxies: Any = None) -> Any:
+        # docker-py keys its SSH pools by the full request URL, so every distinct URL
+        # (/containers/X/start, /containers/X/wait, ...) opened a new SSH session that stayed
+        # open in its own pool; after ten, sshd (MaxSessions 10) refused new ones. One pool per
+        # node keeps the sessions at max_pool_size.
+        transport = self.ssh_client.get_transport() if self.ssh_client else None
+        if transport is None or not transport.is_active():
+            # The node was cut off and came back: reconnect (re-verified) and drop the pool
+            # that still holds channels of the dead transport.
+            self._connect()
+            self.pools.clear()
+        return super().get_connection("http+docker://ssh", proxies)
+
+
+class LogStream:
+    """Lines of a followed container log; iterate it, `close()` it from any thread."""
+
+    def __init__(self, node: str, raw: Any) -> None:
+        self._node = node
+        self._raw = raw
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[str]:
+        buf = b""
+        try:
+            for chunk in self._raw:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+        except (requests.RequestException, paramiko.SSHException, OSError) as e:
+            if not self._closed.is_set():
+                raise NodeUnreachable(self._node, f"log stream broke: {e}") from None
+        if buf:
+            yield buf.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(Exception):
+            self._raw.close()
+
+
+class DockerGateway:
+    """The docker engine of one node. Construct with `over_ssh` or `local`."""
+
+    def __init__(self, node: str, api: docker.APIClient) -> None:
+        self.node = node
+        self.api = api
+
+    @classmethod
+    def over_ssh(cls, session: NodeSession, timeout: float = 60.0) -> DockerGateway:
+        node = session.node
+        with _translate(node, "connect"):
+            adapter = _VerifiedSSHAdapter(session, timeout)
+            # Bootstrap with a fixed version so the constructor makes no request, then route
+            # every request through the verified adapter and ask the engine for its version.
+            api = docker.APIClient(
+                base_url="tcp://127.0.0.1:9", version=_BOOTSTRAP_API_VERSION, timeout=int(timeout)
+            )
+            api.mount("http+docker://ssh", adapter)
+            api.base_url = "http+docker://ssh"
+            api._version = api.version(api_version=False)["ApiVersion"]  # noqa: SLF001
+        return cls(node, api)
+
+    @classmethod
+    def local(
+        cls, node: str, base_url: str = "unix:///var/run/docker.sock", timeout: float = 60.0
+    ) -> DockerGateway:
+        with _translate(node, "connect"):
+            api = docker.APIClient(
+                base_url=base_url, version="auto", timeout=int(timeout), max_pool_size=2
+            )
+        return cls(node, api)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.api.close()
+
+    # -- queries ----------------------------------------------------------------------------
+    def list_servectl(
+        self,
+        cluster: str | None = None,
+        component: str = "vllm",
+    ) -> list[ContainerInfo]:
+        """Every servectl container of this node (any state), found by labels. The node label
+        matters where several nodes share one engine (the lab) and is harmless elsewhere."""
+        labels = [f"{LABEL_COMPONENT}={component}", f"{LABEL_NODE}={self.node}"]
+        if cluster:
+            labels.append(f"{LABEL_CLUSTER}={cluster}")
+        with _translate(self.node, "list containers"):
+            rows = self.api.containers(all=True, filters={"label": labels})
+            out = []
+            for row in rows:
+                try:
+                    out.append(
+                        container_info_from_inspect(
+                            self.node, self.api.inspect_container(row["Id"])
+                        )
+                    )
+                except docker.errors.NotFound:
+                    continue  # removed between list and inspect
+        return out
+
+    def inspect(self, container: str) -> ContainerInfo | None:
+        with _translate(self.node, f"inspect {container}"):
+            try:
+                return container_info_from_inspect(self.node, self.api.inspect_container(container))
+            except docker.errors.NotFound:
+                return None
+
+    def image_present(self, image: str) -> bool:
+        with _translate(self.node, f"inspect image {image}"):
+            try:
+                self.api.inspect_image(image)
+                return True
+            except docker.errors.ImageNotFound:
+                return False
+            except docker.errors.NotFound:
+                return False
+
+    # -- actions ----------------------------------------------------------------------------
+    def run(
+        self,
+        plan: ContainerPlan,
+        secret_values: Mapping[str, str] | None = None,
+    ) -> ContainerInfo:
+        """Create and start the container a plan describes. `secret_values` (env name ->
+        value) are resolved by the caller at apply time; they go to the engine only."""
+        env = {**plan.env, **(secret_values or {})}
+        with _translate(self.node, f"run {plan.name}"):
+            created = self.api.create_container(**create_kwargs(plan, env, self.api))
+            self.api.start(created["Id"])
+            info = self.inspect(created["Id"])
+        if info is None:
+            raise DockerError(f"{self.node}: container {plan.name} vanished after start")
+        return info
+
+    def remove(self, container: str, stop_timeout: int = 10) -> bool:
+        """Stop (SIGTERM, then SIGKILL after `stop_timeout`) and remove. False if absent."""
+        with _translate(self.node, f"remove {container}"):
+            try:
+                info = self.api.inspect_container(container)
+            except docker.errors.NotFound:
+                return False
+            if (info.get("State") or {}).get("Paused"):
+                with contextlib.suppress(docker.errors.APIError):
+                    self.api.unpause(container)
+            with contextlib.suppress(docker.errors.NotFound):
+                self.api.stop(container, timeout=stop_timeout)
+            try:
+                self.api.remove_container(container, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if "already in progress" not in str(e):
+                    raise
+        return True
+
+    def pause(self, container: str) -> None:
+        with _translate(self.node, f"pause {container}"):
+            self.api.pause(container)
+
+    def logs(self, container: str, tail: int | str = 100) -> str:
+        with _translate(self.node, f"logs {container}"):
+            raw = self.api.logs(container, stdout=True, stderr=True, tail=tail)
+        return raw.decode("utf-8", "replace")
+
+    def follow_logs(self, container: str, tail: int | str = 100) -> LogStream:
+        with _translate(self.node, f"logs {container}"):
+            raw = self.api.logs(
+                container, stdout=True, stderr=True, stream=True, follow=True, tail=tail
+            )
+        return LogStream(self.node, raw)
+
+
+@contextlib.contextmanager
+def _translate(node: str, what: str) -> Iterator[None]:
+    """docker-py / requests / paramiko errors -> DockerError / NodeUnreachable."""
+    try:
+        yield
+    except NodeUnreachable:
+        raise
+    except docker.errors.APIError as e:
+        raise DockerError(f"{node}: {what}: {e.explanation or e}") from None
+    except docker.errors.DockerException as e:
+        raise DockerError(f"{node}: {what}: {e}") from None
+    except (
+        requests.ConnectionError,
+        requests.Timeout,
+        paramiko.SSHException,
+        EOFError,
+        ConnectionError,
+        TimeoutError,
+    ) as e:
+        raise NodeUnreachable(node, f"docker engine: {what}: {e or type(e).__name__}") from None

@@ -1,0 +1,199 @@
+"""The lab's gateway to the host: commands, mounts, detached process groups, polling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cluster.errors import LabError
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 600,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a host command (argument list, no shell); return stdout or raise LabError."""
+    try:
+        proc = subprocess.run(
+            list(argv), input=input, capture_output=True, timeout=timeout, env=env, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LabError(f"{argv[0]}: {exc}") from exc
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise LabError(f"{' '.join(argv[:3])} ... exited {proc.returncode}: " + " | ".join(tail))
+    return proc.stdout.decode(errors="replace")
+
+
+def mountpoints() -> set[str]:
+    """Mount points in this mount namespace (from /proc/self/mountinfo)."""
+    out: set[str] = set()
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        field = line.split(" ")[4]
+        out.add(field.encode().decode("unicode_escape"))
+    return out
+
+
+def is_mounted(path: Path) -> bool:
+    return str(path) in mountpoints()
+
+
+def mount(fstype: str, source: str, target: Path, options: str) -> None:
+    if is_mounted(target):
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    run(["mount", "-t", fstype, "-o", options, source, str(target)])
+
+
+def umount(target: Path) -> None:
+    """Unmount ``target`` (every stacked mount on it); absent or unmounted is fine."""
+    for _ in range(8):
+        if not is_mounted(target):
+            return
+        try:
+            run(["umount", str(target)], timeout=60)
+        except LabError:
+            run(["umount", "-l", str(target)], timeout=60)
+    raise LabError(f"{target} is still mounted")
+
+
+def start_detached(
+    argv: Sequence[str],
+    log: Path,
+    pidfile: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Start ``argv`` in its own session/process group, output to ``log``; write its pid."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                cwd=cwd,
+            )
+        except OSError as exc:
+            raise LabError(f"cannot start {argv[0]}: {exc}") from exc
+    pidfile.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The pid in ``pidfile`` if that process is alive and leads its own session, else None."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        if os.getsid(pid) != pid:
+            return None  # pid reused by something that is not ours
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def _reap(pid: int) -> None:
+    try:  # our own child (same Python process started it): collect its exit status
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    _reap(pgid)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie leader with no other members still "exists"; check /proc for live members
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def stop_group(pidfile: Path, grace_s: float, first_signal: int = signal.SIGTERM) -> None:
+    """Signal the group led by the pid in ``pidfile``, wait ``grace_s``, then SIGKILL it."""
+    pid = read_pid(pidfile)
+    if pid is not None:
+        try:
+            os.kill(pid, first_signal)
+        except ProcessLookupError:
+            pass
+        if not wait_for(lambda: not group_alive(pid), grace_s, 0.2):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if not wait_for(lambda: not group_alive(pid), 10, 0.2):
+                raise LabError(f"process group {pid} survived SIGKILL")
+    pidfile.unlink(missing_ok=True)
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    interval_s: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout_s`` passes (False)."""
+    deadline = clock() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if clock() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """True if something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write a file atomically: temp file, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    raw = data.encode() if isinstance(data, str) else data
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, raw)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

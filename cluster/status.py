@@ -1,0 +1,172 @@
+"""`servectl status`: observations per node and for the server, and a pure verdict.
+
+`derive_verdict` is a pure function of the observations (design principle 5). The gathering
+lives in `cluster.control.Controller.status`, which fills these types in parallel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Verdict(StrEnum):
+    """Overall state; only HEALTHY exits 0."""
+
+    HEALTHY = "healthy"  # every node reachable and running this config; probe answered
+    DRIFT = "drift"  # answering, but containers run another config hash than inventory
+    BOOTING = "booting"  # all containers running, API not answering yet
+    HUNG = "hung"  # /health 200 but the 1-token probe fails: engine stuck
+    DEGRADED = "degraded"  # answering, but a node is unreachable or a GPU reading is alarming
+    BROKEN = "broken"  # something is missing, exited or paused and the probe fails
+    DOWN = "down"  # no serving container anywhere
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node: str
+    role: str
+    reachable: bool
+    reason: str | None = None
+    container: str | None = None
+    state: str | None = None  # running / paused / exited / ... ; None = no container
+    uptime_s: float | None = None
+    exit_code: int | None = None
+    config_hash: str | None = None
+    drift: bool = False
+    gpus: tuple[Mapping[str, Any], ...] = ()
+    gpu_reason: str | None = None
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gpus"] = [dict(g) for g in self.gpus]
+        return d
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    url: str
+    health_status: int | None = None  # HTTP status of /health; None = no answer
+    health_error: str | None = None
+    model: str | None = None
+    max_model_len: int | None = None
+    probe_ok: bool = False
+    probe_latency_ms: float | None = None
+    probe_error: str | None = None
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage_pct: float | None = None
+    drafter_k: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    cluster: str
+    config_hash: str
+    verdict: Verdict
+    nodes: tuple[NodeStatus, ...]
+    server: ServerStatus
+    elapsed_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.HEALTHY
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "config_hash": self.config_hash,
+            "verdict": self.verdict.value,
+            "ok": self.ok,
+            "elapsed_s": self.elapsed_s,
+            "notes": list(self.notes),
+            "nodes": [n.to_json() for n in self.nodes],
+            "server": self.server.to_json(),
+        }
+
+
+def gpu_alarms(node: NodeStatus) -> list[str]:
+    """Readings that deserve attention: thermal/power-brake clock events."""
+    out = []
+    for g in node.gpus:
+        reasons = g.get("clock_event_reasons") or []
+        bad = [r for r in reasons if "thermal" in r or "power_brake" in r or r == "hw_slowdown"]
+        if bad:
+            out.append(f"{node.node} GPU{g.get('index')}: {', '.join(bad)}")
+    return out
+
+
+def derive_verdict(
+    nodes: Sequence[NodeStatus], server: ServerStatus
+) -> tuple[Verdict, tuple[str, ...]]:
+    """Pure: observations -> (verdict, notes explaining it)."""
+    notes: list[str] = []
+    unreachable = [n.node for n in nodes if not n.reachable]
+    reachable = [n for n in nodes if n.reachable]
+    missing = [n.node for n in reachable if n.state is None]
+    not_running = [f"{n.node}={n.state}" for n in reachable if n.state not in (None, "running")]
+    drift = [n.node for n in reachable if n.drift]
+    for n in unreachable:
+        notes.append(f"{n} unreachable")
+    if missing:
+        notes.append(f"no container on {', '.join(missing)}")
+    if not_running:
+        notes.append(f"not running: {', '.join(not_running)}")
+    if drift:
+        notes.append(f"config drift on {', '.join(drift)}")
+    for n in reachable:
+        notes.extend(gpu_alarms(n))
+    if server.probe_error and server.health_status is not None:
+        notes.append(f"probe: {server.probe_error}")
+    if reachable and len(missing) == len(reachable) and not server.probe_ok:
+        return Verdict.DOWN, tuple(notes)
+    if server.probe_ok:
+        if unreachable or missing or not_running:
+            return Verdict.DEGRADED, tuple(notes)
+        if drift:
+            return Verdict.DRIFT, tuple(notes)
+        if any(gpu_alarms(n) for n in reachable):
+            return Verdict.DEGRADED, tuple(notes)
+        return Verdict.HEALTHY, tuple(notes)
+    if server.health_status == 200:
+        return Verdict.HUNG, tuple(notes + ["/health is 200 but a 1-token completion fails"])
+    if not unreachable and not missing and not not_running:
+        return Verdict.BOOTING, tuple(notes)
+    return Verdict.BROKEN, tuple(notes)
+
+
+_METRIC = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {metric name: sum over label sets} (enough for gauges we show)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _METRIC.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        out[m.group("name")] = out.get(m.group("name"), 0.0) + value
+    return out
+
+
+def server_gauges(metrics: Mapping[str, float]) -> dict[str, float | None]:
+    kv = metrics.get("vllm:kv_cache_usage_perc")
+    return {
+        "requests_running": metrics.get("vllm:num_requests_running"),
+        "requests_waiting": metrics.get("vllm:num_requests_waiting"),
+        "kv_cache_usage_pct": None if kv is None else round(kv * 100, 2),
+    }

@@ -1,0 +1,110 @@
+"""Docker gateway over ssh:// (through the verified SSH gateway) to the test sshd, whose node
+is this machine, so the engine is the local one."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from cluster.docker_gw import DockerGateway
+from cluster.errors import HostKeyError
+from cluster.launch import ContainerPlan, Mount
+from cluster.spec import SecretRef
+from cluster.ssh import SshOptions, SshPool, SshTarget
+
+
+def _plan(image: str, cluster: str, name: str) -> ContainerPlan:
+    return ContainerPlan(
+        node="node1",
+        role="head",
+        rank=0,
+        name=name,
+        image=image,
+        command=(
+            "/bin/sh",
+            "-c",
+            'echo "started $MODE"; echo "has-token ${#HF_TOKEN}"; '
+            "cat /mnt/ro/marker; exec sleep 300",
+        ),
+        entrypoint=None,
+        env={"MODE": "test mode"},
+        secret_env={"HF_TOKEN": SecretRef(env="SERVECTL_TEST_TOKEN")},
+        mounts=(Mount("/tmp/servectl-gw-mount", "/mnt/ro", True),),
+        shm_size="64m",
+        gpus=None,
+        restart_policy="no",
+        labels={
+            "io.servectl.cluster": cluster,
+            "io.servectl.component": "vllm",
+            "io.servectl.node": "node1",
+            "io.servectl.role": "head",
+            "io.servectl.rank": "0",
+            "io.servectl.config-hash": "abc123",
+        },
+    )
+
+
+def _wait(cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def gateway(sshd):
+    with SshPool(SshOptions(known_hosts=sshd.known_hosts)) as pool:
+        session = pool.session(SshTarget("node1", sshd.host, sshd.port, sshd.user, sshd.client_key))
+        gw = DockerGateway.over_ssh(session, timeout=30)
+        yield gw
+        gw.close()
+
+
+def test_docker_over_ssh_refuses_unknown_host_key(sshd, tmp_path):
+    kh = tmp_path / "kh"
+    kh.write_text("")
+    with SshPool(SshOptions(known_hosts=str(kh))) as pool:
+        s = pool.session(SshTarget("node1", sshd.host, sshd.port, sshd.user, sshd.client_key))
+        with pytest.raises(HostKeyError):
+            DockerGateway.over_ssh(s)
+
+
+def test_run_list_logs_pause_remove(gateway, tiny_image, tmp_path):
+    import os
+
+    os.makedirs("/tmp/servectl-gw-mount", exist_ok=True)
+    with open("/tmp/servectl-gw-mount/marker", "w") as f:
+        f.write("mounted-ok\n")
+    cluster = f"gwtest-{uuid.uuid4().hex[:6]}"
+    name = f"{cluster}-vllm-node1"
+    assert gateway.image_present(tiny_image)
+    assert not gateway.image_present("servectl-test/absent:0")
+    try:
+        info = gateway.run(_plan(tiny_image, cluster, name), {"HF_TOKEN": "s3cret-value"})
+        assert info.running and info.name == name and info.config_hash == "abc123"
+        listed = gateway.list_servectl(cluster)
+        assert [c.name for c in listed] == [name]
+        assert listed[0].started_at is not None
+        logs = _wait(lambda: (lambda t: t if "mounted-ok" in t else None)(gateway.logs(name)))
+        assert "started test mode" in logs and "has-token 12" in logs
+        attrs = gateway.api.inspect_container(name)
+        hc = attrs["HostConfig"]
+        assert hc["NetworkMode"] == "host" and hc["IpcMode"] == "host"
+        assert hc["ShmSize"] == 64 * 1024 * 1024
+        assert "s3cret-value" not in " ".join(attrs["Config"]["Cmd"])
+        gateway.pause(name)
+        assert gateway.inspect(name).paused
+        stream = gateway.follow_logs(name, tail=2)
+        it = iter(stream)
+        assert next(it)
+        stream.close()
+        assert gateway.remove(name, stop_timeout=1) is True
+        assert gateway.list_servectl(cluster) == []
+        assert gateway.remove(name) is False  # idempotent
+    finally:
+        gateway.remove(name, stop_timeout=0)

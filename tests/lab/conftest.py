@@ -1,0 +1,105 @@
+"""The lab fixture: ``lab up`` once per pytest run, ``lab down`` at the end.
+
+Other lab tests reuse it::
+
+    def test_something(lab):
+        lab.inventory          # path of the lab's Ansible inventory
+        lab.ssh("node2", ["hostname"])   # real SSH, host key verified
+
+Set SERVECTL_LAB_KEEP=1 to leave the lab up after the run (faster reruns while developing).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cluster.lab import lab as lablib
+from cluster.lab import sshc
+from cluster.lab.paths import LabPaths, node_ip
+
+LAB_PATTERN = re.compile(
+    r"127\.0\.0\.1[1-4]:22\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
+    r"|io\.servectl\.cluster"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "lab: needs the simulated lab (root, docker, nspawn)")
+
+
+def host_snapshot() -> dict[str, set[str]]:
+    """The host facts lab down must restore: listeners, containers, mounts, processes."""
+
+    def lines(argv: list[str]) -> set[str]:
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return {line for line in out.splitlines() if LAB_PATTERN.search(line)}
+
+    return {
+        "listeners": lines(["ss", "-ltn"]),
+        "containers": lines(["docker", "ps", "-a", "--format", "{{.ID}} {{.Names}} {{.Labels}}"]),
+        "mounts": lines(["mount"]),
+        "processes": {
+            p.split(None, 1)[1]
+            for p in lines(["ps", "-eo", "stat,args"])
+            if not p.startswith("Z") and "ps -eo" not in p
+        },  # zombies: being reaped
+    }
+
+
+@dataclass
+class Lab:
+    paths: LabPaths
+    before_up: dict[str, set[str]]
+    first_up_s: float
+
+    @property
+    def inventory(self) -> Path:
+        return self.paths.inventory
+
+    @property
+    def key(self) -> Path:
+        return self.paths.key
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.paths.known_hosts
+
+    @property
+    def ssh_home(self) -> Path:
+        """A HOME for docker-py's ssh:// transport (lab key + lab known_hosts)."""
+        return self.paths.ssh_home
+
+    @staticmethod
+    def snapshot() -> dict[str, set[str]]:
+        return host_snapshot()
+
+    def ssh(self, node: str, argv: list[str], timeout_s: float = 30) -> sshc.Completed:
+        return sshc.run_once(node_ip(node), self.key, self.known_hosts, argv, timeout_s)
+
+    def up(self) -> float:
+        start = time.monotonic()
+        lablib.up(self.paths)
+        return time.monotonic() - start
+
+    def down(self) -> None:
+        lablib.down(self.paths)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (mounts, systemd-nspawn)")
+    paths = LabPaths.from_env()
+    before = host_snapshot() if not lablib.status(paths).up else {}
+    handle = Lab(paths, before, 0.0)
+    handle.first_up_s = handle.up()
+    yield handle
+    if not os.environ.get("SERVECTL_LAB_KEEP"):
+        handle.down()

@@ -1,0 +1,76 @@
+"""Cluster control on the lab: up to a 1-token answer, idempotent up, drift, down, status with a
+node cut off, clocks. Uses the session-scoped `lab` fixture (tests/lab/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from cluster.control import Controller
+from cluster.control_plan import Action, Drift
+from cluster.inventory import load_inventory
+from cluster.lab import faults
+from cluster.status import Verdict
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def ctl(lab, tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVECTL_API_KEY", os.environ.get("SERVECTL_API_KEY", "lab-key"))
+    spec = load_inventory(lab.inventory)
+    with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as c:
+        yield c
+        c.down()
+
+
+def test_up_answers_then_second_up_is_a_noop_then_down_is_clean(ctl, tmp_path):
+    result = ctl.up(timeout_s=300)
+    assert result.ok, (result.outcomes, result.boot and result.boot.reason)
+    assert result.boot.ready and ctl.probe()[0]
+    assert (tmp_path / "boots.jsonl").exists()  # the ETA's history grew
+    again = ctl.plan_up()
+    assert not again.changes and {s.action for s in again.steps} == {Action.KEEP}
+    st = ctl.status()
+    assert st.verdict is Verdict.HEALTHY, st.notes
+    ctl.down()
+    assert all(not v for v in ctl.observe().values())
+
+
+def test_drift_refused_without_replace(ctl, lab):
+    ctl.up(timeout_s=300)
+    from dataclasses import replace as dc_replace
+
+    s = ctl.spec
+    drafter = s.serving.drafter.model_copy(update={"num_speculative_tokens": 7})
+    changed = dc_replace(s, serving=dc_replace(s.serving, drafter=drafter))
+    with Controller(changed, state_dir=ctl.history.path.parent) as other:
+        st = other.status()
+        assert all(n.drift for n in st.nodes if n.reachable)
+        with pytest.raises(Drift):
+            other.up(wait_ready=False)
+
+
+def test_status_with_a_node_cut_off(ctl, lab):
+    ctl.up(timeout_s=300)
+    faults.cut(lab.paths, "node3")
+    try:
+        t0 = time.monotonic()
+        st = ctl.status(timeout_s=5)
+        assert time.monotonic() - t0 < 8
+        n3 = next(n for n in st.nodes if n.node == "node3")
+        assert not n3.reachable and n3.reason
+        assert all(n.reachable for n in st.nodes if n.node != "node3")
+        assert not st.ok
+    finally:
+        faults.restore(lab.paths, "node3")
+
+
+def test_clock_cap_reads_back(ctl):
+    results = ctl.clocks("cap", 2000)
+    assert all(r.ok for r in results), results
+    shown = ctl.clocks("show")
+    assert all(g.get("locked_clock_max_mhz") == 2000 for r in shown for g in r.gpus)
+    assert all(r.ok for r in ctl.clocks("reset"))

@@ -1,0 +1,29 @@
+"""``lab down`` leaves the host as it was; ``lab up`` again is fast (cached)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.lab import lab as lablib
+
+pytestmark = pytest.mark.lab
+
+
+def test_up_twice_is_harmless(lab):
+    seconds = lab.up()
+    assert lablib.status(lab.paths).up
+    print(f"cached lab up (already running): {seconds:.1f} s")
+
+
+def test_down_restores_the_host_and_up_again_is_cached(lab):
+    up_snapshot = lab.snapshot()
+    assert up_snapshot["listeners"] and up_snapshot["mounts"] and up_snapshot["processes"]
+    lab.down()
+    after = lab.snapshot()
+    for kind, lines in after.items():
+        assert lines <= lab.before_up.get(kind, set()), (kind, lines)
+    st = lablib.status(lab.paths)
+    assert not any(n.running or n.ssh_open for n in st.nodes) and not st.sensord_running
+    seconds = lab.up()  # restore the session's lab for any later test
+    print(f"first lab up: {lab.first_up_s:.1f} s; cached lab up from down: {seconds:.1f} s")
+    assert lablib.status(lab.paths).up

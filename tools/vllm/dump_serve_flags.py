@@ -1,0 +1,125 @@
+"""Dump the flag table of vLLM's real `vllm serve` argument parser to JSON.
+
+Run with the interpreter of the venv made by tools/vllm/install-cpu.sh:
+
+    VLLM_TARGET_DEVICE=cpu /opt/servectl-vllm-0.33.0/bin/python tools/vllm/dump_serve_flags.py
+
+The parser is built the way `vllm/entrypoints/cli/main.py` builds it: a top-level
+`FlexibleArgumentParser` with a `serve` subparser made by
+`ServeSubcommand.subparser_init` (which calls `make_arg_parser`). The table lists every option
+string the subparser accepts, including hidden aliases such as `--no-enable-x` that
+`EnableDisableAction` keeps out of `--help`.
+
+`build_serve_parser()` is also used by check_argv.py beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+VLLM_VERSION = "0.33.0"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUTPUT = REPO_ROOT / "cluster" / "data" / f"vllm_serve_flags_{VLLM_VERSION}.json"
+
+
+def _prepare_env() -> None:
+    """Select vLLM's CPU platform and send its logs to stderr, before vLLM is imported.
+
+    HF_HUB_OFFLINE is deliberately left alone: with it set, EngineArgs resolves a model path
+    that does not exist on this machine through the hub cache and fails.
+    """
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+
+def build_serve_parser() -> tuple[Any, Any, Any]:
+    """Return (top-level parser, serve subparser, ServeSubcommand) exactly as `vllm` builds them."""
+    _prepare_env()
+    import vllm
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    if vllm.__version__ != VLLM_VERSION:
+        raise SystemExit(f"expected vllm {VLLM_VERSION}, found {vllm.__version__}")
+    top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    subparsers = top.add_subparsers(required=False, dest="subparser")
+    cmd = ServeSubcommand()
+    serve = cmd.subparser_init(subparsers)
+    serve.set_defaults(dispatch_function=cmd.cmd)
+    return top, serve, cmd
+
+
+def _sorted_flags(flags: set[str]) -> list[str]:
+    """Long options first (alphabetical), then short ones."""
+    return sorted(flags, key=lambda f: (not f.startswith("--"), f))
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def describe_options(serve: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    """One entry per argparse action, with every option string that reaches it."""
+    by_action: dict[int, tuple[argparse.Action, set[str]]] = {}
+    for flag, action in serve._option_string_actions.items():
+        by_action.setdefault(id(action), (action, set()))[1].add(flag)
+    options = []
+    for action, flags in by_action.values():
+        choices = action.choices
+        options.append(
+            {
+                "flags": _sorted_flags(flags),
+                "dest": action.dest,
+                "takes_value": action.nargs != 0,
+                "nargs": action.nargs,
+                "choices": None if choices is None else [_jsonable(c) for c in choices],
+                "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
+            }
+        )
+    return sorted(options, key=lambda o: (o["flags"][0], o["dest"]))
+
+
+def positionals(serve: argparse.ArgumentParser) -> list[str]:
+    return [a.dest for a in serve._actions if not a.option_strings]
+
+
+def build_table(generated_by: str) -> dict[str, Any]:
+    _, serve, _ = build_serve_parser()
+    return {
+        "vllm_version": VLLM_VERSION,
+        "generated_by": generated_by,
+        "positional": positionals(serve),
+        "options": describe_options(serve),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--output", "-o", type=Path, default=DEFAULT_OUTPUT)
+    opts = ap.parse_args(argv)
+    script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
+    extra = [] if opts.output == DEFAULT_OUTPUT else ["--output", str(opts.output)]
+    generated_by = " ".join(
+        [f"VLLM_TARGET_DEVICE={os.environ.get('VLLM_TARGET_DEVICE', 'cpu')}", sys.executable]
+        + [script, *extra]
+    )
+    table = build_table(generated_by)
+    opts.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = opts.output.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(opts.output)
+    print(f"wrote {len(table['options'])} options to {opts.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

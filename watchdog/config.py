@@ -1,0 +1,138 @@
+"""Typed watchdog settings, validated once at the edge.
+
+`WatchdogConfig` carries every field of the inventory's `WatchdogSpec` (same names) plus what the
+caller resolves from the cluster spec: the probe's base URL, the served model name, the API key and
+the cluster-wide restart lock path. `from_spec()` reads the spec by attribute name, so it works with
+the lead's frozen dataclass or any object that has those attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.errors import ConfigError
+
+# Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
+DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
+MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    """Everything the probe, the policy and the daemon need. Times are seconds."""
+
+    probe_url: str
+    state_dir: str
+    interval_s: float = 30.0
+    timeout_s: float = 120.0
+    failures: int = 3
+    boot_deadline_s: float = 1800.0
+    max_restarts: int = 2
+    restart_window_s: float = 21600.0
+    alert_command: tuple[str, ...] | None = None
+    alert_webhook: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9410
+    model: str | None = None
+    api_key: str | None = None
+    restart_lock_path: str | None = None
+    # Policy refinements (defaults derived from the fields above when left as None).
+    stall_after_s: float | None = None  # flat counters for this long make a timeout a stall
+    boot_extend_s: float = DEFAULT_BOOT_EXTEND_S
+    boot_max_s: float | None = None  # hard cap on an extended boot; default 2 x boot_deadline_s
+    busy_alert_s: float = 1800.0  # continuous "busy" timeouts this long -> alert (never restart)
+    metrics_timeout_s: float = 10.0
+    alert_on_restart: bool = False  # also notify (once per incident) when a restart is made
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.probe_url.startswith(("http://", "https://")):
+            problems.append(("probe_url", "must start with http:// or https://"))
+        for name in ("interval_s", "timeout_s", "boot_deadline_s", "restart_window_s"):
+            if not getattr(self, name) > 0:
+                problems.append((name, "must be > 0"))
+        if self.failures < 1:
+            problems.append(("failures", "must be >= 1"))
+        if self.max_restarts < 0:
+            problems.append(("max_restarts", "must be >= 0"))
+        if self.alert_command is not None and (
+            isinstance(self.alert_command, str) or not all(self.alert_command)
+        ):
+            problems.append(("alert_command", "must be an argv list, never a shell string"))
+        if not self.state_dir:
+            problems.append(("state_dir", "must be set"))
+        if problems:
+            key, msg = problems[0]
+            raise ConfigError(msg, key=f"watchdog.{key}", hint="fix the watchdog settings")
+
+    @property
+    def stall_window_s(self) -> float:
+        return self.stall_after_s if self.stall_after_s is not None else self.timeout_s
+
+    @property
+    def boot_cap_s(self) -> float:
+        return self.boot_max_s if self.boot_max_s is not None else 2 * self.boot_deadline_s
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.state_dir, "state.json")
+
+    @property
+    def events_path(self) -> str:
+        return os.path.join(self.state_dir, "events.jsonl")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.state_dir, "watchdog.lock")
+
+    @property
+    def hold_path(self) -> str:
+        return os.path.join(self.state_dir, "hold.json")
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Any,
+        *,
+        probe_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        restart_lock_path: str | None = None,
+        state_dir: str | None = None,
+        **overrides: Any,
+    ) -> WatchdogConfig:
+        """Build from a `WatchdogSpec` (read by attribute name) plus caller-resolved values."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        spec_names = (
+            "interval_s",
+            "timeout_s",
+            "failures",
+            "boot_deadline_s",
+            "max_restarts",
+            "restart_window_s",
+            "alert_command",
+            "alert_webhook",
+            "metrics_host",
+            "metrics_port",
+            "state_dir",
+        )
+        values: dict[str, Any] = {}
+        for name in spec_names:
+            if hasattr(spec, name):
+                values[name] = getattr(spec, name)
+        if values.get("alert_command") is not None:
+            values["alert_command"] = tuple(values["alert_command"])
+        if state_dir is not None:
+            values["state_dir"] = state_dir
+        values.update(probe_url=probe_url.rstrip("/"), model=model, api_key=api_key)
+        values["restart_lock_path"] = restart_lock_path
+        unknown = set(overrides) - fields
+        if unknown:
+            raise ConfigError(f"unknown watchdog setting(s): {sorted(unknown)}", key="watchdog")
+        values.update(overrides)
+        if "state_dir" not in values:
+            raise ConfigError("state_dir is not set", key="watchdog.state_dir")
+        return cls(**values)

@@ -1,0 +1,342 @@
+"""The watchdog loop: `tick()` = one probe -> policy -> apply decisions; a thin APScheduler job.
+
+Constructors start nothing. `open()` takes the state-dir lock and recovers persisted state (a
+restart interrupted by kill -9 is not repeated, only verified in boot grace); `tick()` opens on
+first use; `start()` (background) or `run()` (blocking) add the interval job; `stop()` ends it.
+
+Ordering that makes kill -9 safe: the policy state with `restart_in_progress` is saved (atomic
+rename) BEFORE the actuator is called and cleared after it returns; every event is fsynced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.blocking import BlockingScheduler
+
+from watchdog.alert import Alerter
+from watchdog.config import WatchdogConfig
+from watchdog.events import EventLog
+from watchdog.exporter import WatchdogMetrics
+from watchdog.policy import (
+    Alert,
+    BootProgress,
+    Decision,
+    Observation,
+    Phase,
+    Policy,
+    PolicyConfig,
+    PolicyState,
+    Restart,
+    decision_name,
+)
+from watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from watchdog.state import FileLock, StateStore, WatchdogLocked, read_hold
+
+log = logging.getLogger(__name__)
+
+
+class Actuator(Protocol):
+    """Cluster control as the watchdog sees it (implemented in `cluster.control`)."""
+
+    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+        """Restart the whole server (all ranks). Raises on failure."""
+
+    def boot_progress(self) -> BootProgress | None:
+        """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown."""
+
+    def collect_evidence(self) -> dict[str, Any]:
+        """Last log lines per node (and anything else worth keeping before a restart)."""
+
+
+def as_boot_progress(obj: Any) -> BootProgress | None:
+    """Normalize what the actuator returns to the policy's (phase, counter) pair.
+
+    Accepts the policy's own `BootProgress`, anything with `phase` + `progress`, or
+    `cluster.boot.BootProgress`, whose counter is built from concrete evidence only (shards and
+    drafter shards loaded, CUDA-graph percent), never from its time-based `fraction`/ETA.
+    """
+    if obj is None or isinstance(obj, BootProgress):
+        return obj
+    phase = getattr(obj, "phase", "unknown")
+    phase = str(getattr(phase, "value", phase))
+    if hasattr(obj, "progress"):
+        return BootProgress(phase, float(obj.progress))
+    counter = (getattr(obj, "shards_loaded", 0) or 0) + (
+        getattr(obj, "drafter_shards_loaded", 0) or 0
+    )
+    counter += getattr(obj, "cuda_graphs_pct", 0) or 0
+    return BootProgress(phase, float(counter))
+
+
+class ProberLike(Protocol):
+    def probe(self) -> ProbeResult: ...
+
+    def scrape_metrics(self) -> MetricsSnapshot: ...
+
+
+class Watchdog:
+    def __init__(
+        self,
+        config: WatchdogConfig,
+        prober: ProberLike,
+        actuator: Actuator,
+        clock: Callable[[], float],
+        state_store: StateStore,
+        event_log: EventLog,
+        alerter: Alerter,
+        metrics: WatchdogMetrics | None = None,
+        policy: Policy | None = None,
+    ) -> None:
+        self.config = config
+        self._prober = prober
+        self._actuator = actuator
+        self._clock = clock
+        self._store = state_store
+        self._events = event_log
+        self._alerter = alerter
+        self._metrics = metrics
+        self._policy = policy or Policy(PolicyConfig.from_config(config))
+        self._lock = FileLock(config.lock_path)
+        self._restart_lock = (
+            FileLock(config.restart_lock_path) if config.restart_lock_path else None
+        )
+        self._state: PolicyState | None = None
+        self._scheduler: BackgroundScheduler | BlockingScheduler | None = None
+        self._tick_lock = threading.Lock()
+
+    @property
+    def state(self) -> PolicyState | None:
+        return self._state
+
+    # -- life cycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Take the state-dir lock (or raise WatchdogLocked) and recover the persisted state."""
+        if self._state is not None:
+            return
+        self._lock.acquire(f"probe_url={self.config.probe_url}")
+        loaded = self._store.load()
+        now = self._clock()
+        state, decisions = self._policy.on_startup(loaded, now)
+        self._events.append(
+            "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
+        )
+        if loaded is not None and loaded.restart_in_progress:
+            self._events.append(
+                "restart_interrupted",
+                restart_id=loaded.restart_in_progress,
+                note="found restart_in_progress at start: not restarting again; "
+                "verifying in boot grace",
+            )
+        self._commit(state, decisions)
+
+    def close(self) -> None:
+        with self._tick_lock:
+            if self._lock.held:
+                self._events.append("daemon_stop", pid=os.getpid())
+                self._lock.release()
+            self._events.close()
+            if self._metrics is not None:
+                self._metrics.close()
+            close = getattr(self._prober, "close", None)
+            if callable(close):
+                close()
+
+    def start(self) -> None:
+        """Run ticks on a background scheduler; returns at once. Pair with `stop()`."""
+        self._schedule(BackgroundScheduler(timezone=_dt.UTC))
+
+    def run(self) -> None:
+        """Run ticks on a blocking scheduler until `stop()` (e.g. from a signal handler)."""
+        try:
+            self._schedule(BlockingScheduler(timezone=_dt.UTC))
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        if isinstance(self._scheduler, BackgroundScheduler):
+            self.close()
+
+    def _schedule(self, scheduler: BackgroundScheduler | BlockingScheduler) -> None:
+        self.open()
+        if self._metrics is not None:
+            self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        scheduler.add_job(
+            self._safe_tick,
+            "interval",
+            seconds=self.config.interval_s,
+            id="watchdog-probe",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=_dt.datetime.now(_dt.UTC),
+        )
+        self._scheduler = scheduler
+        scheduler.start()
+
+    def _safe_tick(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # the loop must survive anything one tick does
+            log.exception("watchdog tick failed")
+            self._events.append("tick_error", error=f"{type(exc).__name__}: {exc}")
+
+    # -- one tick ----------------------------------------------------------------------------
+    def tick(self) -> list[Decision]:
+        """One probe, one policy decision, decisions applied. Returns the decisions."""
+        with self._tick_lock:
+            self.open()
+            assert self._state is not None
+            probe = self._prober.probe()
+            metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
+            boot = self._boot_progress() if self._state.phase is Phase.BOOTING else None
+            hold, released_at = read_hold(self.config.hold_path)
+            obs = Observation(probe, metrics, boot, hold, released_at)
+            now = self._clock()
+            state, decisions = self._policy.decide(self._state, obs, now)
+            self._events.append(
+                "probe",
+                **probe.to_json(),
+                verdict=state.last_verdict,
+                phase=state.phase.value,
+                failures=state.consecutive_failures,
+                metrics=metrics.to_json() if metrics else None,
+                boot_progress=dataclasses.asdict(boot) if boot else None,
+            )
+            if self._metrics is not None:
+                m = self._metrics
+                m.probe_latency.observe(probe.latency_s)
+                m.probe_total.labels(probe.outcome.value).inc()
+                m.verdict_total.labels(state.last_verdict or "unknown").inc()
+            self._commit(state, decisions, hold_until=hold.until if hold else None)
+            return decisions
+
+    def _boot_progress(self) -> BootProgress | None:
+        try:
+            return as_boot_progress(self._actuator.boot_progress())
+        except Exception as exc:
+            log.warning("boot_progress() failed: %s", exc)
+            return None
+
+    def _commit(
+        self, state: PolicyState, decisions: list[Decision], hold_until: float | None = None
+    ) -> None:
+        """Persist first, then record and apply the decisions."""
+        prev = self._state
+        self._state = state
+        self._store.save(state)
+        if prev is not None and prev.phase is not state.phase:
+            self._events.append("transition", old=prev.phase.value, new=state.phase.value)
+        self._update_gauges(state, hold_until)
+        for d in decisions:
+            if not isinstance(d, Restart):
+                self._events.append("decision", decision=decision_name(d), **dataclasses.asdict(d))
+            if isinstance(d, Alert):
+                self._send_alert(d, state)
+            elif isinstance(d, Restart):
+                self._restart(d)
+
+    def _restart(self, d: Restart) -> None:
+        evidence = dict(d.evidence)
+        try:
+            evidence["nodes"] = self._actuator.collect_evidence()
+        except Exception as exc:
+            evidence["nodes_error"] = f"{type(exc).__name__}: {exc}"
+        self._events.append(
+            "restart_begin",
+            restart_id=d.restart_id,
+            reason=d.reason,
+            cause=d.cause,
+            evidence=evidence,
+        )
+        if self._restart_lock is not None:
+            try:
+                self._restart_lock.acquire(f"restart_id={d.restart_id}")
+            except WatchdogLocked as exc:
+                self._events.append("restart_skipped", restart_id=d.restart_id, error=str(exc))
+                assert self._state is not None
+                state, more = self._policy.on_restart_result(
+                    self._state, self._clock(), ok=False, skipped=True
+                )
+                self._commit(state, more)
+                return
+        if self._metrics is not None:
+            self._metrics.restarts_total.labels(d.cause).inc()
+        ok, error = True, ""
+        try:
+            self._actuator.restart(d.reason, evidence)
+        except Exception as exc:  # the actuator raises on failure; the loop goes on
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        finally:
+            if self._restart_lock is not None:
+                self._restart_lock.release()
+        self._events.append("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
+        assert self._state is not None
+        state, more = self._policy.on_restart_result(self._state, self._clock(), ok=ok, error=error)
+        self._commit(state, more)
+
+    def _send_alert(self, a: Alert, state: PolicyState) -> None:
+        incident = {
+            "incident_id": a.incident_id,
+            "category": a.category,
+            "message": a.message,
+            "at": self._clock(),
+            "phase": state.phase.value,
+            "probe_url": self.config.probe_url,
+            "consecutive_failures": state.consecutive_failures,
+            "last_probe": state.last_probe,
+            "failures": list(state.failure_log),
+            "events_path": self._events.path,
+        }
+        problems = self._alerter.send(incident) if self._alerter.configured else ["no alert hook"]
+        if self._metrics is not None:
+            self._metrics.alerts_total.labels(a.category).inc()
+        self._events.append(
+            "alert_sent",
+            incident_id=a.incident_id,
+            category=a.category,
+            delivered=not problems,
+            problems=problems,
+        )
+
+    def _update_gauges(self, state: PolicyState, hold_until: float | None) -> None:
+        if self._metrics is None:
+            return
+        m, now = self._metrics, self._clock()
+        m.consecutive_failures.set(state.consecutive_failures)
+        m.state.state(state.phase.value)
+        held = state.phase in (Phase.HELD, Phase.GIVEN_UP) or (hold_until or 0) > now
+        m.hold.set(1 if held else 0)
+        recent = [t for t in state.restart_times if now - t < self.config.restart_window_s]
+        m.budget_remaining.set(max(0, self.config.max_restarts - len(recent)))
+        if state.last_ok_at is not None:
+            m.last_success.set(state.last_ok_at)
+
+
+def build_watchdog(
+    config: WatchdogConfig, actuator: Actuator, clock: Callable[[], float] | None = None
+) -> Watchdog:
+    """The production wiring: real prober, files under `state_dir`, hooks from the config."""
+    import time
+
+    from watchdog.probe import Prober
+
+    clock = clock or time.time
+    return Watchdog(
+        config=config,
+        prober=Prober(config),
+        actuator=actuator,
+        clock=clock,
+        state_store=StateStore(config.state_path),
+        event_log=EventLog(config.events_path, clock),
+        alerter=Alerter(config.alert_command, config.alert_webhook),
+        metrics=WatchdogMetrics(),
+    )

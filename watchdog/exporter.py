@@ -1,0 +1,79 @@
+"""The watchdog's own Prometheus metrics, on a private registry (never the global one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
+
+from watchdog.policy import Phase
+
+PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
+
+
+class WatchdogMetrics:
+    """Metric objects plus an optional HTTP server; `serve()` starts it, `close()` stops it."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.probe_latency = Histogram(
+            "servectl_watchdog_probe_latency_seconds",
+            "Completion probe latency (any outcome).",
+            buckets=PROBE_BUCKETS,
+            registry=r,
+        )
+        self.probe_total = Counter(
+            "servectl_watchdog_probe_total", "Probes by outcome.", ["outcome"], registry=r
+        )
+        self.verdict_total = Counter(
+            "servectl_watchdog_verdict_total",
+            "Probe verdicts (ok, busy, stalled, hard_fail, misconfig, unknown).",
+            ["verdict"],
+            registry=r,
+        )
+        self.restarts_total = Counter(
+            "servectl_watchdog_restarts_total", "Automatic restarts started.", ["cause"], registry=r
+        )
+        self.alerts_total = Counter(
+            "servectl_watchdog_alerts_total", "Alerts raised.", ["category"], registry=r
+        )
+        self.consecutive_failures = Gauge(
+            "servectl_watchdog_consecutive_failures",
+            "Consecutive counted probe failures.",
+            registry=r,
+        )
+        self.state = Enum(
+            "servectl_watchdog_state",
+            "Watchdog policy phase.",
+            states=[p.value for p in Phase],
+            registry=r,
+        )
+        self.hold = Gauge(
+            "servectl_watchdog_hold",
+            "1 while restarts are suppressed (operator or automatic hold).",
+            registry=r,
+        )
+        self.budget_remaining = Gauge(
+            "servectl_watchdog_restart_budget_remaining",
+            "Automatic restarts left in the window.",
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "servectl_watchdog_last_success_timestamp_seconds",
+            "Wall time of the last OK probe.",
+            registry=r,
+        )
+        self._server: Any = None
+        self._thread: Any = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the /metrics HTTP server; returns the bound port (useful with port 0)."""
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

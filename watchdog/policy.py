@@ -1,0 +1,608 @@
+"""The watchdog's pure decision function: state + observation + clock -> new state + decisions.
+
+Nothing here does I/O or reads a clock; the daemon passes `now` (wall-clock seconds, so persisted
+deadlines survive a daemon restart) and applies the returned decisions.
+
+States (`Phase`) and transitions
+--------------------------------
+| phase      | meaning                                      | leaves to                                  |
+|------------|----------------------------------------------|--------------------------------------------|
+| BOOTING    | server (re)starting; failures never counted  | READY on the first OK probe; at the boot   |
+|            | until `boot_deadline_at`                     | deadline: RESTARTING (1st missed boot),    |
+|            |                                              | GIVEN_UP (2nd in a row), HELD (no budget)  |
+| READY      | last judgement: alive (OK, or busy)          | SUSPECT on a counted failure               |
+| SUSPECT    | 1..N-1 consecutive counted failures          | READY on OK/busy; RESTARTING at N; HELD    |
+|            |                                              | when N is reached with no restart budget   |
+| RESTARTING | Restart decided and persisted (with its id)  | BOOTING when the actuator returns or fails,|
+|            | BEFORE the actuator runs                     | or at daemon start (kill -9 recovery: the  |
+|            |                                              | restart is NOT repeated, only verified)    |
+| HELD       | automatic hold: restart budget exhausted     | READY on an OK probe; BOOTING on release   |
+| GIVEN_UP   | two consecutive boots missed their deadline  | READY on an OK probe; BOOTING on release   |
+
+Operator hold (`servectl watchdog hold --for 30m`) is an overlay, not a phase: it always has an
+expiry; while it lasts every Restart becomes a `Hold` decision and a passed boot deadline is not
+counted as a failed boot. Probing and counting continue; when it expires the normal rules resume.
+
+Counting rules (probe verdicts)
+-------------------------------
+* OK -> ResetFailures (if any), READY; the incident (if any) is closed.
+* REFUSED, HTTP_5XX, MALFORMED -> HARD: counted at once.
+* HTTP_4XX (401 key, 404 model, 400) -> MISCONFIG: never counted (a restart cannot fix it), one
+  Alert per incident. 429 -> BUSY.
+* TIMEOUT -> judged from `/metrics` against the previous snapshot (the baseline, refreshed every
+  tick):
+  - BUSY if `generation_tokens_total`, `prompt_tokens_total` or `iteration_tokens_total_count`
+    advanced, or `kv_cache_usage_perc` rose while `num_requests_running > 0` (chunked prefill
+    allocates KV blocks chunk by chunk, so a long prefill in flight shows up here before its
+    prompt tokens are counted at the end). BUSY is never counted and resets the streak (the engine
+    demonstrably made progress). Continuous BUSY for `busy_alert_s` -> one Alert, never a restart.
+  - UNKNOWN (not counted, streak kept) when there is no baseline yet (first read after start or
+    restart), when counters went backwards (server restarted under us), or when counters have
+    been flat for less than `stall_window_s` (default: the probe timeout).
+  - STALLED (counted) when counters have been flat for >= `stall_window_s`. Running/waiting gauges
+    are not required: vLLM #46811 captured a wedge with `num_requests_running` = 0, and the
+    probe's own request is queued work. A timeout with an unreadable `/metrics` is counted too
+    (no evidence of progress; a refused `/metrics` is HARD).
+  Because any progress resets the streak, N consecutive STALLED verdicts mean the counters were
+  flat across the whole failure window (>= N x timeout). The field report's 60 s 128k prefills
+  under a 120 s timeout finish inside one window and advance `prompt_tokens_total`: BUSY.
+  Limits: an engine step longer than the whole window (N x (timeout + interval)) with no KV growth
+  (a prefill that is not chunked) looks like a hang; a hang that starts mid-window is seen one
+  window later (the window still shows the earlier progress).
+* N (`failures`) consecutive counted failures -> Restart of the whole server (or Hold/GiveUp).
+
+Boot grace
+----------
+`boot_deadline_at` = start + `boot_deadline_s`. Each change of the actuator's boot progress
+(phase name or counter) moves the deadline to at least now + `boot_extend_s`, never beyond
+start + `boot_cap_s` (default 2 x boot_deadline_s): a boot that keeps loading shards is not
+killed, a boot that stalls is. At the deadline: the 1st missed boot restarts (budget permitting),
+the 2nd consecutive one -> GiveUp + one Alert.
+
+Restart budget: at most `max_restarts` restarts in any `restart_window_s`; a restart wanted past
+it -> HELD + one Alert per incident. Automatic holds end only on a healthy probe or an operator
+`release` (the budget's rolling window alone never re-arms restarts: no slow restart loop).
+Alerts are deduplicated per (incident, category); the categories are misconfig, busy_ceiling,
+budget_exhausted, gave_up, restart_failed (and restarted when `alert_on_restart`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from watchdog.config import WatchdogConfig
+from watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, ProbeResult
+
+
+class Phase(enum.StrEnum):
+    BOOTING = "booting"
+    READY = "ready"
+    SUSPECT = "suspect"
+    RESTARTING = "restarting"
+    HELD = "held"
+    GIVEN_UP = "given_up"
+
+
+class Verdict(enum.StrEnum):
+    OK = "ok"
+    BUSY = "busy"
+    STALLED = "stalled"
+    HARD = "hard_fail"
+    MISCONFIG = "misconfig"
+    UNKNOWN = "unknown"
+
+
+COUNTED = (Verdict.STALLED, Verdict.HARD)
+
+
+@dataclass(frozen=True)
+class BootProgress:
+    """What the actuator sees of a boot: a phase name and a counter that only grows."""
+
+    phase: str
+    progress: float = 0.0
+
+
+@dataclass(frozen=True)
+class OperatorHold:
+    until: float
+    reason: str
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    probe: ProbeResult
+    metrics: MetricsSnapshot | None = None
+    boot_progress: BootProgress | None = None
+    hold: OperatorHold | None = None
+    released_at: float | None = None  # last operator `release` (ends HELD / GIVEN_UP)
+
+
+# ---- decisions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+
+
+@dataclass(frozen=True)
+class CountFailure:
+    count: int
+    verdict: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ResetFailures:
+    previous: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    restart_id: str
+    reason: str
+    cause: str  # "probe_failures" | "boot_deadline": bounded label for metrics
+    evidence: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Alert:
+    incident_id: str
+    category: (
+        str  # misconfig | busy_ceiling | budget_exhausted | gave_up | restart_failed | restarted
+    )
+    message: str
+
+
+@dataclass(frozen=True)
+class Hold:
+    reason: str
+    until: float | None  # None: until a healthy probe or an operator release
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    reason: str
+
+
+Decision = Wait | CountFailure | ResetFailures | Restart | Alert | Hold | GiveUp
+
+
+def decision_name(d: Decision) -> str:
+    return {
+        Wait: "wait",
+        CountFailure: "count_failure",
+        ResetFailures: "reset_failures",
+        Restart: "restart",
+        Alert: "alert",
+        Hold: "hold",
+        GiveUp: "give_up",
+    }[type(d)]
+
+
+# ---- state ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PolicyState:
+    phase: Phase = Phase.BOOTING
+    consecutive_failures: int = 0
+    boot_started_at: float | None = None
+    boot_deadline_at: float | None = None
+    boot_progress: BootProgress | None = None
+    boot_failures: int = 0  # consecutive boots that missed their deadline
+    restart_times: tuple[float, ...] = ()
+    restart_seq: int = 0  # monotonic restart epoch (fencing token)
+    restart_in_progress: str | None = None
+    incident_seq: int = 0
+    incident_id: str | None = None
+    alerted: tuple[str, ...] = ()  # alert kinds already sent for the current incident
+    held_at: float | None = None
+    baseline: MetricsSnapshot | None = None
+    flat_since: float | None = None
+    busy_since: float | None = None
+    failure_log: tuple[dict[str, Any], ...] = ()
+    last_probe: dict[str, Any] | None = None
+    last_verdict: str | None = None
+    last_ok_at: float | None = None
+    updated_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["phase"] = self.phase.value
+        data["baseline"] = self.baseline.to_json() if self.baseline else None
+        data["restart_times"] = list(self.restart_times)
+        data["alerted"] = list(self.alerted)
+        data["failure_log"] = list(self.failure_log)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PolicyState:
+        bp = data.get("boot_progress")
+        base = data.get("baseline")
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values.update(
+            phase=Phase(data.get("phase", Phase.BOOTING.value)),
+            boot_progress=BootProgress(**bp) if bp else None,
+            baseline=MetricsSnapshot.from_json(base) if base else None,
+            restart_times=tuple(data.get("restart_times") or ()),
+            alerted=tuple(data.get("alerted") or ()),
+            failure_log=tuple(data.get("failure_log") or ()),
+        )
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    failures: int = 3
+    stall_window_s: float = 120.0
+    boot_deadline_s: float = 1800.0
+    boot_extend_s: float = 300.0
+    boot_cap_s: float = 3600.0
+    max_restarts: int = 2
+    restart_window_s: float = 21600.0
+    busy_alert_s: float = 1800.0
+    alert_on_restart: bool = False
+
+    @classmethod
+    def from_config(cls, c: WatchdogConfig) -> PolicyConfig:
+        return cls(
+            failures=c.failures,
+            stall_window_s=c.stall_window_s,
+            boot_deadline_s=c.boot_deadline_s,
+            boot_extend_s=c.boot_extend_s,
+            boot_cap_s=c.boot_cap_s,
+            max_restarts=c.max_restarts,
+            restart_window_s=c.restart_window_s,
+            busy_alert_s=c.busy_alert_s,
+            alert_on_restart=c.alert_on_restart,
+        )
+
+
+def progress_signal(prev: MetricsSnapshot, cur: MetricsSnapshot) -> str | None:
+    """Pure: what advanced between two snapshots; "reset" if a counter went backwards."""
+    for name in COUNTERS:
+        a, b = prev.get(name), cur.get(name)
+        if a is None or b is None:
+            continue
+        if b < a:
+            return "reset"
+        if b > a:
+            return name
+    running = cur.get("vllm:num_requests_running") or 0
+    kv_a, kv_b = prev.get("vllm:kv_cache_usage_perc"), cur.get("vllm:kv_cache_usage_perc")
+    if running > 0 and kv_a is not None and kv_b is not None and kv_b > kv_a:
+        return "vllm:kv_cache_usage_perc (prefill in flight)"
+    return None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Pure rules; every method returns a new state and the decisions for the daemon to apply."""
+
+    cfg: PolicyConfig = field(default_factory=PolicyConfig)
+
+    # -- entry points ------------------------------------------------------------------------
+    def on_startup(
+        self, state: PolicyState | None, now: float
+    ) -> tuple[PolicyState, list[Decision]]:
+        """Daemon start: enter boot grace; never repeat a restart that was interrupted."""
+        if state is None:
+            return self._boot(PolicyState(), now), [Wait("daemon start: boot grace")]
+        if state.restart_in_progress:
+            rid = state.restart_in_progress
+            return self._boot(state, now), [
+                Wait(
+                    f"restart {rid} was interrupted (daemon died mid-restart): not restarting again, "
+                    "verifying in boot grace"
+                )
+            ]
+        if state.phase in (Phase.HELD, Phase.GIVEN_UP):
+            return replace(state, baseline=None, flat_since=None), [
+                Wait(f"still {state.phase.value}")
+            ]
+        return self._boot(state, now, keep_boot_failures=True), [Wait("daemon start: boot grace")]
+
+    def on_restart_result(
+        self, state: PolicyState, now: float, *, ok: bool, error: str = "", skipped: bool = False
+    ) -> tuple[PolicyState, list[Decision]]:
+        """The actuator returned (ok), raised (not ok) or another watchdog held the lock (skipped)."""
+        d: list[Decision] = []
+        s = state
+        if skipped:
+            s = replace(s, restart_times=s.restart_times[:-1])
+            d.append(Wait("another watchdog holds the cluster restart lock: boot grace only"))
+        s = self._boot(s, now, keep_boot_failures=True)
+        if not ok and not skipped:
+            s = self._alert(s, now, "restart_failed", f"restart failed: {error}", d)
+        return s, d
+
+    def decide(
+        self, state: PolicyState, obs: Observation, now: float
+    ) -> tuple[PolicyState, list[Decision]]:
+        d: list[Decision] = []
+        verdict, why, s = self._classify(state, obs, now)
+        s = replace(
+            s,
+            last_probe=obs.probe.to_json() | {"at": now},
+            last_verdict=verdict.value,
+            updated_at=now,
+        )
+        hold = obs.hold if obs.hold and obs.hold.until > now else None
+        if verdict is Verdict.OK:
+            return self._healthy(s, now, d), d
+        if verdict is Verdict.MISCONFIG:
+            s = self._alert(s, now, "misconfig", f"probe rejected, watchdog is blind: {why}", d)
+        if s.phase in (Phase.HELD, Phase.GIVEN_UP):
+            if (
+                obs.released_at is not None
+                and s.held_at is not None
+                and obs.released_at > s.held_at
+            ):
+                s = replace(self._boot(s, now), boot_failures=0, restart_times=(), held_at=None)
+                d.append(Wait("operator release: automatic restarts re-armed, boot grace"))
+                return s, d
+            s = self._count(s, verdict, why, now, d) if verdict in COUNTED else s
+            d.append(Wait(f"{s.phase.value}: no automatic action until a healthy probe or release"))
+            return s, d
+        if s.phase is Phase.RESTARTING:
+            d.append(Wait("restart in progress"))
+            return s, d
+        if s.phase is Phase.BOOTING:
+            return self._booting(s, obs, hold, now, d)
+        if verdict is Verdict.BUSY:
+            if s.consecutive_failures:
+                d.append(ResetFailures(s.consecutive_failures, why))
+            s = replace(
+                s,
+                phase=Phase.READY,
+                consecutive_failures=0,
+                failure_log=(),
+                busy_since=s.busy_since if s.busy_since is not None else now,
+            )
+            if now - s.busy_since >= self.cfg.busy_alert_s:
+                s = self._alert(
+                    s,
+                    now,
+                    "busy_ceiling",
+                    f"probe has timed out on a busy server for {now - s.busy_since:.0f}s",
+                    d,
+                )
+            d.append(Wait(why))
+            return s, d
+        if verdict not in COUNTED:
+            d.append(Wait(why))
+            return s, d
+        s = self._count(s, verdict, why, now, d)
+        if s.consecutive_failures >= self.cfg.failures:
+            reason = f"{s.consecutive_failures} consecutive failed probes; last: {why}"
+            return self._want_restart(s, reason, "probe_failures", hold, now, d)
+        return s, d
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _classify(
+        self, s: PolicyState, obs: Observation, now: float
+    ) -> tuple[Verdict, str, PolicyState]:
+        m, prev, flat_since = obs.metrics, s.baseline, s.flat_since
+        progress = None
+        if m is not None and m.error is None:
+            progress = progress_signal(prev, m) if prev is not None else None
+            new_flat = m.taken_at if prev is None or progress else flat_since
+            s = replace(s, baseline=m, flat_since=new_flat)
+        p = obs.probe
+        if p.outcome is Outcome.OK:
+            return Verdict.OK, "probe answered", s
+        if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
+            return Verdict.HARD, f"{p.outcome.value}: {p.detail}", s
+        if p.outcome is Outcome.HTTP_4XX:
+            if p.status_code == 429:
+                return Verdict.BUSY, "HTTP 429: server is shedding load", s
+            return Verdict.MISCONFIG, p.detail, s
+        # TIMEOUT: busy or stalled?
+        if m is None or m.error is not None:
+            err = m.error if m is not None else "not read"
+            if m is not None and m.refused:
+                return Verdict.HARD, f"probe timed out and /metrics refused ({err})", s
+            return Verdict.STALLED, f"probe timed out and /metrics unreadable ({err})", s
+        if prev is None or flat_since is None:
+            return Verdict.UNKNOWN, "probe timed out; first /metrics baseline taken", s
+        if progress == "reset":
+            return (
+                Verdict.UNKNOWN,
+                "probe timed out; engine counters went backwards (re-baselined)",
+                s,
+            )
+        if progress:
+            return Verdict.BUSY, f"probe timed out but {progress} advanced: busy, not dead", s
+        flat_for = now - flat_since
+        gauges = (
+            f"running={m.get('vllm:num_requests_running')}, "
+            f"waiting={m.get('vllm:num_requests_waiting')}"
+        )
+        if flat_for < self.cfg.stall_window_s:
+            return (
+                Verdict.UNKNOWN,
+                f"probe timed out; counters flat only {flat_for:.0f}s ({gauges})",
+                s,
+            )
+        return (
+            Verdict.STALLED,
+            f"probe timed out; no engine progress for {flat_for:.0f}s ({gauges})",
+            s,
+        )
+
+    def _healthy(self, s: PolicyState, now: float, d: list[Decision]) -> PolicyState:
+        if s.consecutive_failures:
+            d.append(ResetFailures(s.consecutive_failures, "probe answered"))
+        d.append(Wait("healthy"))
+        return replace(
+            s,
+            phase=Phase.READY,
+            consecutive_failures=0,
+            failure_log=(),
+            boot_failures=0,
+            boot_started_at=None,
+            boot_deadline_at=None,
+            boot_progress=None,
+            incident_id=None,
+            alerted=(),
+            held_at=None,
+            busy_since=None,
+            last_ok_at=now,
+        )
+
+    def _booting(
+        self,
+        s: PolicyState,
+        obs: Observation,
+        hold: OperatorHold | None,
+        now: float,
+        d: list[Decision],
+    ) -> tuple[PolicyState, list[Decision]]:
+        bp = obs.boot_progress
+        start = s.boot_started_at if s.boot_started_at is not None else now
+        deadline = (
+            s.boot_deadline_at if s.boot_deadline_at is not None else now + self.cfg.boot_deadline_s
+        )
+        if bp is not None and bp != s.boot_progress and _advances(s.boot_progress, bp):
+            deadline = min(max(deadline, now + self.cfg.boot_extend_s), start + self.cfg.boot_cap_s)
+            s = replace(s, boot_progress=bp)
+        s = replace(s, boot_started_at=start, boot_deadline_at=deadline)
+        if now < deadline:
+            d.append(
+                Wait(
+                    f"boot grace: {deadline - now:.0f}s left"
+                    + (f" ({bp.phase} {bp.progress:g})" if bp else "")
+                )
+            )
+            return s, d
+        if hold is not None:
+            d.append(Hold(f"boot deadline passed; operator hold: {hold.reason}", hold.until))
+            return s, d
+        s = replace(s, boot_failures=s.boot_failures + 1)
+        s = self._open_incident(s, now)
+        late = f"server not healthy {now - start:.0f}s after boot start (deadline passed)"
+        if s.boot_failures >= 2:
+            s = replace(s, phase=Phase.GIVEN_UP, held_at=now)
+            d.append(GiveUp(f"{s.boot_failures} consecutive boots missed their deadline; {late}"))
+            s = self._alert(
+                s,
+                now,
+                "gave_up",
+                f"gave up restarting: {late}; "
+                f"{s.boot_failures} boots in a row failed. Fix it, then `release`.",
+                d,
+            )
+            return s, d
+        return self._want_restart(s, late, "boot_deadline", hold, now, d)
+
+    def _count(
+        self, s: PolicyState, verdict: Verdict, why: str, now: float, d: list[Decision]
+    ) -> PolicyState:
+        n = s.consecutive_failures + 1
+        log = (s.failure_log + ({"at": now, "verdict": verdict.value, "detail": why},))[
+            -self.cfg.failures :
+        ]
+        s = self._open_incident(s, now)
+        if s.phase in (Phase.READY, Phase.SUSPECT):
+            s = replace(s, phase=Phase.SUSPECT)
+        d.append(CountFailure(n, verdict.value, why))
+        return replace(s, consecutive_failures=n, failure_log=log, busy_since=None)
+
+    def _want_restart(
+        self,
+        s: PolicyState,
+        reason: str,
+        cause: str,
+        hold: OperatorHold | None,
+        now: float,
+        d: list[Decision],
+    ) -> tuple[PolicyState, list[Decision]]:
+        if hold is not None:
+            d.append(
+                Hold(f"operator hold ({hold.reason}) suppresses restart: {reason}", hold.until)
+            )
+            return s, d
+        recent = tuple(t for t in s.restart_times if now - t < self.cfg.restart_window_s)
+        s = replace(s, restart_times=recent)
+        if len(recent) >= self.cfg.max_restarts:
+            s = replace(s, phase=Phase.HELD, held_at=now)
+            budget = (
+                f"{len(recent)}/{self.cfg.max_restarts} restarts in {self.cfg.restart_window_s:g}s"
+            )
+            d.append(Hold(f"restart budget exhausted ({budget}): {reason}", None))
+            s = self._alert(
+                s,
+                now,
+                "budget_exhausted",
+                f"restart wanted but budget exhausted ({budget}): {reason}",
+                d,
+            )
+            return s, d
+        seq = s.restart_seq + 1
+        rid = f"r{seq}-{int(now)}"
+        evidence = {
+            "cause": cause,
+            "failures": list(s.failure_log),
+            "metrics": s.baseline.to_json() if s.baseline else None,
+            "boot_progress": asdict(s.boot_progress) if s.boot_progress else None,
+        }
+        s = replace(
+            s,
+            phase=Phase.RESTARTING,
+            restart_seq=seq,
+            restart_in_progress=rid,
+            restart_times=recent + (now,),
+        )
+        d.append(Restart(rid, reason, cause, evidence))
+        if self.cfg.alert_on_restart:
+            s = self._alert(s, now, "restarted", f"restarting the server ({rid}): {reason}", d)
+        return s, d
+
+    def _boot(self, s: PolicyState, now: float, keep_boot_failures: bool = True) -> PolicyState:
+        return replace(
+            s,
+            phase=Phase.BOOTING,
+            boot_started_at=now,
+            boot_deadline_at=now + self.cfg.boot_deadline_s,
+            boot_progress=None,
+            boot_failures=s.boot_failures if keep_boot_failures else 0,
+            restart_in_progress=None,
+            consecutive_failures=0,
+            failure_log=(),
+            baseline=None,
+            flat_since=None,
+            busy_since=None,
+        )
+
+    def _open_incident(self, s: PolicyState, now: float) -> PolicyState:
+        if s.incident_id is not None:
+            return s
+        seq = s.incident_seq + 1
+        return replace(s, incident_seq=seq, incident_id=f"inc-{seq}-{int(now)}", alerted=())
+
+    def _alert(
+        self, s: PolicyState, now: float, category: str, message: str, d: list[Decision]
+    ) -> PolicyState:
+        s = self._open_incident(s, now)
+        if category in s.alerted:
+            return s
+        d.append(Alert(s.incident_id or "", category, message))
+        return replace(s, alerted=s.alerted + (category,))
+
+
+def _advances(old: BootProgress | None, new: BootProgress) -> bool:
+    return old is None or new.phase != old.phase or new.progress > old.progress
+
+
+def detection_window_s(cfg: WatchdogConfig) -> tuple[float, float]:
+    """(fastest, slowest) time from a hang to the Restart decision under these settings.
+
+    Fastest: N probes each timing out right away, back to back. Slowest adds one interval per
+    probe, plus one whole window when the hang starts mid-window under load (progress seen in the
+    first window resets the streak).
+    """
+    per = cfg.timeout_s + cfg.interval_s
+    return cfg.failures * cfg.timeout_s, (cfg.failures + 1) * per

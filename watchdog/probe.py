@@ -1,0 +1,269 @@
+"""The probe: one real 1-token completion, and a `/metrics` read that tells busy from dead.
+
+`/health` and `/v1/models` stay 200 while a TP engine is wedged (vLLM #39863, #45094, #53157), so
+the liveness probe is a real `POST /v1/completions` with `max_tokens: 1`, temperature 0, its own
+timeout, and a validated body. Outcomes:
+
+| outcome   | when                                             | policy treats it as           |
+|-----------|--------------------------------------------------|-------------------------------|
+| OK        | 200 and a completion shape (`choices[0].text`)   | healthy                       |
+| TIMEOUT   | no answer within `timeout_s` (connect or read)   | busy or stalled: see /metrics |
+| REFUSED   | connect error, or connection dropped mid-request | hard failure, counted at once |
+| HTTP_5XX  | 5xx (503 = EngineDeadError)                      | hard failure, counted at once |
+| HTTP_4XX  | 4xx: 401 bad key, 404 unknown model, 400 ...     | misconfiguration: alert, never|
+|           |                                                  | counted (429 = busy)          |
+| MALFORMED | 200 but not a completion (Dynamo #9642)          | hard failure, counted at once |
+
+A 4xx is not restart-worthy: restarting the server does not fix a wrong key or model name, and
+the server *did* answer. But it blinds the watchdog, so the policy alerts once per incident.
+
+`scrape_metrics()` reads `GET /metrics` (short timeout) and sums the engine counters over all
+label sets; the pure rule that compares two snapshots lives in `watchdog.policy`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from watchdog.config import WatchdogConfig
+
+log = logging.getLogger(__name__)
+
+PROBE_PROMPT = "ping"
+
+# Sample names read from /metrics (exact sample names: `*_created` twins are ignored). These
+# counters move only when the engine does work. `request_success_total` is deliberately absent: the
+# front end counts aborts (our own timed-out probe) there even when the engine is parked.
+COUNTERS = (
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:iteration_tokens_total_count",
+)
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+
+
+class Outcome(enum.StrEnum):
+    OK = "ok"
+    TIMEOUT = "timeout"
+    REFUSED = "refused"
+    HTTP_5XX = "http_5xx"
+    HTTP_4XX = "http_4xx"
+    MALFORMED = "malformed"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    outcome: Outcome
+    latency_s: float
+    detail: str = ""
+    status_code: int | None = None
+    model: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "latency_s": round(self.latency_s, 4),
+            "detail": self.detail,
+            "status_code": self.status_code,
+            "model": self.model,
+        }
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Sums over label sets of the engine's counters and gauges; `None` = not exported.
+
+    `error` is set (and the values empty) when the scrape itself failed; `refused` tells a closed
+    port apart from a slow or broken endpoint.
+    """
+
+    taken_at: float
+    values: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    refused: bool = False
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at,
+            "values": dict(self.values),
+            "error": self.error,
+            "refused": self.refused,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MetricsSnapshot:
+        return cls(
+            taken_at=float(data["taken_at"]),
+            values=dict(data.get("values") or {}),
+            error=data.get("error"),
+            refused=bool(data.get("refused", False)),
+        )
+
+
+def parse_metrics(text: str, taken_at: float) -> MetricsSnapshot:
+    """Pure: Prometheus text -> snapshot of the watched sample names, summed over labels."""
+    wanted = set(COUNTERS) | set(GAUGES)
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+    except (ValueError, TypeError) as exc:  # the parser raises ValueError on bad lines
+        return MetricsSnapshot(taken_at=taken_at, error=f"unparseable /metrics: {exc}")
+    if not values:
+        return MetricsSnapshot(taken_at=taken_at, error="no vllm: metrics in /metrics")
+    return MetricsSnapshot(taken_at=taken_at, values=values)
+
+
+def classify_completion(status: int, body: Any) -> tuple[Outcome, str]:
+    """Pure: HTTP status + decoded JSON body (or None) -> outcome and a short detail."""
+    if status >= 500:
+        return Outcome.HTTP_5XX, f"HTTP {status}: {_error_text(body)}"
+    if status >= 400:
+        return Outcome.HTTP_4XX, f"HTTP {status}: {_error_text(body)}"
+    if status != 200:
+        return Outcome.MALFORMED, f"unexpected HTTP {status}"
+    if not isinstance(body, dict):
+        return Outcome.MALFORMED, "200 but the body is not a JSON object"
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return Outcome.MALFORMED, "200 but no choices[]"
+    if not isinstance(choices[0].get("text"), str):
+        return Outcome.MALFORMED, "200 but choices[0].text is missing"
+    if "error" in body:
+        return Outcome.MALFORMED, f"200 with an error object: {_error_text(body)}"
+    return Outcome.OK, ""
+
+
+def _error_text(body: Any) -> str:
+    if isinstance(body, dict):
+        err = body.get("error", body.get("message", body.get("detail")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        return str(err)[:200]
+    return "" if body is None else str(body)[:200]
+
+
+class Prober:
+    """Makes the completion probe and the /metrics read over httpx. Starts nothing when built.
+
+    `transport` and `monotonic` are injectable for tests; the httpx client is created lazily and
+    closed with `close()`.
+    """
+
+    def __init__(
+        self,
+        config: WatchdogConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._transport = transport
+        self._monotonic = monotonic
+        self._wall = wall
+        self._client: httpx.Client | None = None
+        self._model: str | None = config.model
+
+    @property
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            headers = (
+                {"Authorization": f"Bearer {self._config.api_key}"} if self._config.api_key else {}
+            )
+            self._client = httpx.Client(
+                base_url=self._config.probe_url,
+                headers=headers,
+                transport=self._transport,
+                follow_redirects=False,
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def probe(self) -> ProbeResult:
+        """One completion; never raises for server behaviour (that is what outcomes are for)."""
+        start = self._monotonic()
+        timeout = httpx.Timeout(self._config.timeout_s)
+
+        def done(outcome: Outcome, detail: str = "", status: int | None = None) -> ProbeResult:
+            return ProbeResult(outcome, self._monotonic() - start, detail, status, self._model)
+
+        try:
+            if self._model is None:
+                resp = self._http.get("/v1/models", timeout=timeout)
+                if resp.status_code != 200:
+                    outcome, detail = classify_completion(resp.status_code, _json(resp))
+                    return done(outcome, f"/v1/models: {detail}", resp.status_code)
+                model = _first_model_id(_json(resp))
+                if model is None:
+                    return done(Outcome.MALFORMED, "/v1/models lists no model")
+                self._model = model
+            payload = {
+                "model": self._model,
+                "prompt": PROBE_PROMPT,
+                "max_tokens": 1,
+                "temperature": 0,
+                "stream": False,
+            }
+            remaining = max(0.001, self._config.timeout_s - (self._monotonic() - start))
+            resp = self._http.post(
+                "/v1/completions", json=payload, timeout=httpx.Timeout(remaining)
+            )
+        except httpx.TimeoutException as exc:
+            return done(
+                Outcome.TIMEOUT,
+                f"no answer within {self._config.timeout_s:g}s ({type(exc).__name__})",
+            )
+        except httpx.ConnectError as exc:
+            return done(Outcome.REFUSED, f"connect failed: {exc}")
+        except httpx.TransportError as exc:  # dropped mid-request: the server went away
+            return done(Outcome.REFUSED, f"connection dropped: {type(exc).__name__}: {exc}")
+        outcome, detail = classify_completion(resp.status_code, _json(resp))
+        if outcome is Outcome.HTTP_4XX and resp.status_code == 404 and self._config.model is None:
+            self._model = None  # model list may have changed (e.g. after a restart): re-read it
+        return done(outcome, detail, resp.status_code)
+
+    def scrape_metrics(self) -> MetricsSnapshot:
+        """GET /metrics with a short timeout; failures come back as a snapshot with `error`."""
+        now = self._wall()
+        try:
+            resp = self._http.get("/metrics", timeout=httpx.Timeout(self._config.metrics_timeout_s))
+        except httpx.ConnectError as exc:
+            return MetricsSnapshot(taken_at=now, error=f"connect failed: {exc}", refused=True)
+        except httpx.HTTPError as exc:
+            return MetricsSnapshot(taken_at=now, error=f"{type(exc).__name__}: {exc}")
+        if resp.status_code != 200:
+            return MetricsSnapshot(taken_at=now, error=f"/metrics answered HTTP {resp.status_code}")
+        return parse_metrics(resp.text, now)
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _first_model_id(body: Any) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("data"), list):
+        for card in body["data"]:
+            if isinstance(card, dict) and isinstance(card.get("id"), str):
+                return card["id"]
+    return None

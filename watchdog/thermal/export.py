@@ -1,0 +1,183 @@
+"""Files in and out for the report: load a directory of agent files, write CSV, PNG and JSON.
+
+``report_from_dir`` is the whole local-files core (the all-nodes CLI fetches files first and
+then calls it)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from watchdog.thermal.records import iso_utc
+from watchdog.thermal.report import (
+    GAP_FACTOR,
+    FieldReport,
+    build_report,
+    filter_window,
+    report_to_json,
+)
+from watchdog.thermal.writer import ReadStats, read_records
+
+CSV_GPU_FIELDS = ("temp_c", "sm_clock_mhz", "power_w", "util_pct", "memory_used_mib", "fan_pct")
+
+
+def files_in(directory: str | os.PathLike[str]) -> list[Path]:
+    return sorted(Path(directory).glob("thermal-*.jsonl"))
+
+
+def report_from_dir(
+    directory: str | os.PathLike[str],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    roles: Mapping[str, str] | None = None,
+    head: str | None = None,
+) -> tuple[FieldReport, list[dict[str, Any]], ReadStats]:
+    """Read every ``thermal-*.jsonl`` under ``directory`` and build the report for the window.
+    ``head`` names the head node (every other node is then a worker); ``roles`` overrides.
+    Returns the report, the windowed records (for CSV and plot) and the reader's stats."""
+    records, stats = read_records(files_in(directory))
+    recs = [dict(r) for r in filter_window(records, since, until)]
+    if head is not None and roles is None:
+        names = {str(r.get("node")) for r in recs} | {head}
+        roles = {n: "head" if n == head else "worker" for n in names}
+    return build_report(recs, since=since, until=until, roles=roles), recs, stats
+
+
+def _atomic_target(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+
+
+def _commit(tmp: str, path: Path) -> None:
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def csv_rows(records: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
+    """One row per (node, ts, sensor): value, or empty with the null reason."""
+    yield ["node", "ts", "ts_iso", "sensor", "value", "null_reason"]
+    for r in sorted(records, key=lambda r: (str(r.get("node")), r["ts"])):
+        base = [r.get("node"), r["ts"], r.get("ts_iso") or iso_utc(r["ts"])]
+        for g in r.get("gpus") or []:
+            for f in CSV_GPU_FIELDS:
+                v = g.get(f)
+                why = (g.get("null_reasons") or {}).get(f, "") if v is None else ""
+                yield base + [f"gpu{g.get('index')}.{f}", "" if v is None else v, why]
+        for z in r.get("zones") or []:
+            v = z.get("temp_c")
+            why = (z.get("null_reasons") or {}).get("temp_c", "") if v is None else ""
+            yield base + [f"{z['name']}[{z.get('type')}].temp_c", "" if v is None else v, why]
+        for h in r.get("hwmon") or []:
+            v = h.get("temp_c")
+            why = (h.get("null_reasons") or {}).get("temp_c", "") if v is None else ""
+            name = f"{h['chip']}.{h['sensor']}[{h.get('chip_name')}{'/' + h['label'] if h.get('label') else ''}]"
+            yield base + [f"{name}.temp_c", "" if v is None else v, why]
+
+
+def write_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    fd, tmp = _atomic_target(path)
+    with os.fdopen(fd, "w", newline="") as f:
+        csv.writer(f).writerows(csv_rows(records))
+    _commit(tmp, path)
+    return path
+
+
+def write_json(rep: FieldReport, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    fd, tmp = _atomic_target(path)
+    with os.fdopen(fd, "w") as f:
+        json.dump(report_to_json(rep), f, indent=2)
+        f.write("\n")
+    _commit(tmp, path)
+    return path
+
+
+def _series(
+    rs: list[Mapping[str, Any]], value_of: Any, interval: float
+) -> tuple[list[Any], list[float]]:
+    """Times and values with a NaN inserted at each gap, so lines break where data is missing."""
+    from datetime import datetime
+
+    xs: list[Any] = []
+    ys: list[float] = []
+    last = None
+    for r in rs:
+        if last is not None and r["ts"] - last > GAP_FACTOR * interval:
+            xs.append(datetime.fromtimestamp((r["ts"] + last) / 2, tz=UTC))
+            ys.append(float("nan"))
+        v = value_of(r)
+        xs.append(datetime.fromtimestamp(r["ts"], tz=UTC))
+        ys.append(float("nan") if v is None else float(v))
+        last = r["ts"]
+    return xs, ys
+
+
+def _max_or_none(values: Iterable[Any]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return max(vs) if vs else None
+
+
+def write_plot(
+    rep: FieldReport, records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]
+) -> Path:
+    """PNG: GPU temperature and hottest zone over time, one line per node (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: r["ts"]):
+        by_node.setdefault(str(r.get("node")), []).append(r)
+    fig, (ax_gpu, ax_zone) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    for node, rs in sorted(by_node.items()):
+        role = next((n.role for n in rep.nodes if n.node == node), "")
+        label = f"{node} ({role})" if role and role != "unknown" else node
+        ax_gpu.plot(
+            *_series(
+                rs,
+                lambda r: _max_or_none(g.get("temp_c") for g in r.get("gpus") or []),
+                rep.interval_s,
+            ),
+            label=label,
+        )
+        ax_zone.plot(
+            *_series(
+                rs,
+                lambda r: _max_or_none(z.get("temp_c") for z in r.get("zones") or []),
+                rep.interval_s,
+            ),
+            label=label,
+        )
+    crits = [z.critical_c for n in rep.nodes for z in n.zones if z.critical_c is not None]
+    if crits:
+        ax_zone.axhline(
+            min(crits),
+            color="red",
+            linestyle="--",
+            linewidth=1,
+            label=f"critical trip {min(crits):g} C",
+        )
+    ax_gpu.set_ylabel("GPU temp (C)")
+    ax_zone.set_ylabel("hottest zone (C)")
+    ax_zone.set_xlabel("time (UTC)")
+    ax_gpu.set_title(f"Thermal {iso_utc(rep.since)} .. {iso_utc(rep.until)}")
+    for ax in (ax_gpu, ax_zone):
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    fig.autofmt_xdate()
+    path = Path(path)
+    fd, tmp = _atomic_target(path)
+    os.close(fd)
+    fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    _commit(tmp, path)
+    return path
