@@ -11,6 +11,7 @@ Set SERVECTL_LAB_KEEP=1 to leave the lab up after the run (faster reruns while d
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -92,14 +93,31 @@ class Lab:
         lablib.down(self.paths)
 
 
+# One lab per machine: a pytest run holds this lock from lab up to lab down, so two runs (or a
+# person rehearsing with `flock /run/lock/servectl-lab.lock servectl lab up`) never share it.
+LAB_LOCK = Path(os.environ.get("SERVECTL_LAB_LOCK", "/run/lock/servectl-lab.lock"))
+
+
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (mounts, systemd-nspawn)")
+    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(LAB_LOCK, "w")  # noqa: SIM115 - held for the whole session
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _lab_session()
+    finally:
+        lock.close()
+
+
+def _lab_session():
     paths = LabPaths.from_env()
     before = host_snapshot() if not lablib.status(paths).up else {}
     handle = Lab(paths, before, 0.0)
     handle.first_up_s = handle.up()
-    yield handle
-    if not os.environ.get("SERVECTL_LAB_KEEP"):
-        handle.down()
+    try:
+        yield handle
+    finally:
+        if not os.environ.get("SERVECTL_LAB_KEEP"):
+            handle.down()
