@@ -138,6 +138,9 @@ def _mount_optional() -> None:
             raise
     else:
         control.register(app)
+    from cluster.cli import rollout
+
+    rollout.register(app)
 
 
 _mount_optional()

@@ -199,10 +199,17 @@ def sim(
     node_rank: int | None = typer.Option(None, "--node-rank", help="Only this rank."),
     phase: str | None = typer.Option(None, "--phase", help="Boot phase (boot_*_at)."),
     value: str | None = typer.Option(None, "--value", help="http_5xx status or slow_steps factor."),
+    when_argv: list[str] = typer.Option(
+        [], "--when-argv", help="Only servers whose argv contains this text (repeatable)."
+    ),
 ) -> None:
-    """Add a vLLM simulator fault (all ranks, or --node-rank N)."""
+    """Add a vLLM simulator fault (all ranks, or --node-rank N).
+
+    Example: servectl lab fault sim boot_crash_at --phase load_weights \
+        --when-argv '"num_speculative_tokens":5'
+    """
     _run(
-        lambda: faults.sim_fault(_paths(), kind, node_rank, phase, value),
+        lambda: faults.sim_fault(_paths(), kind, node_rank, phase, value, when_argv),
         f"simulator fault {kind} set",
     )
 

@@ -138,12 +138,16 @@ def sim_fault(
     node_rank: int | None = None,
     phase: str | None = None,
     value: str | None = None,
+    when_argv: list[str] | None = None,
 ) -> dict:
-    """Add one simulator fault (all ranks, or one ``node_rank``); return the whole file."""
+    """Add one simulator fault (all ranks, or one ``node_rank``); return the whole file.
+    ``when_argv``: the fault hits only servers whose command line contains all these strings."""
     if kind not in SIM_KINDS:
         raise LabError(f"unknown simulator fault {kind!r} (kinds: {', '.join(SIM_KINDS)})")
     doc = read_sim_faults(paths.sim_faults)
     entry = {kind: _parse_value(kind, phase, value)}
+    if when_argv:
+        entry["when_argv"] = list(when_argv)
     if node_rank is None:
         doc.setdefault("all", {}).update(entry)
     else:

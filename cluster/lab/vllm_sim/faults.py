@@ -2,7 +2,9 @@
 
 ``{"all": {...}, "node_rank": {"1": {...}}}``; a rank's faults are ``all`` overlaid with its own.
 Kinds: boot_stuck_at, boot_crash_at (phase names), http_5xx (true or a status code),
-engine_dead (true), hang (true), slow_steps (factor >= 1).
+engine_dead (true), hang (true), slow_steps (factor >= 1). Optional ``when_argv``: a list of
+strings that must all occur in this process's command line for the faults to apply (so a fault
+can hit one config, e.g. ``["num_speculative_tokens\":5"]``, and spare a rollback to another).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +36,7 @@ def fault_path(model: str, env: dict[str, str] | None = None) -> Path:
     return Path(model) / ".vllm-sim" / "faults.json"
 
 
-def parse_faults(doc: object, rank: int) -> Faults:
+def parse_faults(doc: object, rank: int, argv: list[str] | None = None) -> Faults:
     if not isinstance(doc, dict):
         return Faults()
     merged: dict = {}
@@ -42,6 +45,11 @@ def parse_faults(doc: object, rank: int) -> Faults:
     per = doc.get("node_rank")
     if isinstance(per, dict) and isinstance(per.get(str(rank)), dict):
         merged.update(per[str(rank)])
+    when = merged.get("when_argv")
+    if isinstance(when, list) and argv is not None:
+        joined = " ".join(argv)
+        if not all(isinstance(w, str) and w in joined for w in when):
+            return Faults()
     http = merged.get("http_5xx")
     if http is True:
         http = 500
@@ -64,9 +72,10 @@ def parse_faults(doc: object, rank: int) -> Faults:
 class FaultWatcher:
     """Holds the current faults for one rank; ``poll()`` re-reads the file."""
 
-    def __init__(self, path: Path, rank: int) -> None:
+    def __init__(self, path: Path, rank: int, argv: list[str] | None = None) -> None:
         self.path = path
         self.rank = rank
+        self.argv = list(sys.argv if argv is None else argv)
         self.current = Faults()
         self._stamp: tuple[int, int] | None = None
 
@@ -83,7 +92,7 @@ class FaultWatcher:
             except (OSError, ValueError):
                 return self.current  # half-written file: keep the last good state
             self._stamp = stamp
-            self.current = parse_faults(doc, self.rank)
+            self.current = parse_faults(doc, self.rank, self.argv)
         return self.current
 
     async def run(self) -> None:

@@ -1,0 +1,226 @@
+"""`servectl rollout` and `servectl rollback`: change the launcher config safely.
+
+Examples:
+    servectl rollout -i inv.yml --set drafter.num_speculative_tokens=3 --bench quick \\
+        --guard "c=32 aggregate >= -5%"
+    servectl rollout -i inv.yml --resume        # finish a rollout that was interrupted
+    servectl rollout -i inv.yml --abort         # or roll it back
+    servectl rollout history -i inv.yml
+    servectl rollback -i inv.yml [REVISION]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    err_console,
+    handle_errors,
+    load,
+)
+from cluster.errors import ConfigError
+from cluster.rollout import (
+    TERMINAL,
+    Rollout,
+    RolloutPorts,
+    RolloutRecord,
+    RolloutStore,
+    rollback_to,
+)
+from cluster.rollout_edit import argv_diff, parse_guard, parse_set, text_diff
+
+app = typer.Typer(
+    help="Change the serving config: plan, measure, restart, verify, keep or roll back."
+)
+
+
+def _store(inventory: Path) -> RolloutStore:
+    base = os.environ.get("SERVECTL_STATE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".local", "state", "servectl"
+    )
+    spec = load(inventory)
+    return RolloutStore(Path(base) / "rollout" / spec.name)
+
+
+def _ports(inventory: Path, bench: str) -> RolloutPorts:
+    from cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
+
+    spec = load(inventory)
+
+    def on_event(kind: str, data: dict) -> None:
+        detail = (
+            f": {data['reason']}"
+            if data.get("reason") and kind in ("rolling_back", "rolled_back", "failed")
+            else ""
+        )
+        console.print(f"[bold]rollout[/] {kind}{detail}", highlight=False)
+
+    return RolloutPorts(
+        ControllerCluster(),
+        WatchdogHolder(spec),
+        bench_measurer(bench, str(inventory)),
+        on_event=on_event,
+    )
+
+
+@app.callback(invoke_without_command=True)
+@handle_errors
+def rollout(
+    ctx: typer.Context,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    set_: Annotated[
+        list[str], typer.Option("--set", help="KEY=VALUE under servectl (repeatable).")
+    ] = [],  # noqa: B006
+    bench: Annotated[
+        str, typer.Option("--bench", help="Measure before/after: none, quick (c=1,32) or full.")
+    ] = "none",
+    guard: Annotated[
+        list[str], typer.Option("--guard", help="Keep only if e.g. 'c=32 aggregate >= -5%'.")
+    ] = [],  # noqa: B006
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the diff and plan, change nothing.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish an interrupted rollout.")
+    ] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Roll an interrupted rollout back.")
+    ] = False,
+) -> None:
+    """Change settings with --set, restart on them, verify with a 1-token probe, measure before and
+    after (--bench), and roll back by itself if the new server does not come up or a --guard fails."""
+    if ctx.invoked_subcommand:
+        return
+    if bench not in ("none", "quick", "full"):
+        raise ConfigError(f"--bench {bench!r}", hint="none, quick or full")
+    store = _store(inventory)
+    guards = [parse_guard(g) for g in guard]
+    current = store.current()
+    if resume or abort:
+        if not current or current.step in TERMINAL:
+            raise ConfigError("no interrupted rollout to resume or abort")
+        ro = Rollout(store, _ports(inventory, bench))
+        result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
+        raise typer.Exit(_render(result))
+    if current and current.step not in TERMINAL:
+        err_console.print(
+            f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
+            f"(changes: {current.changes}). Run with --resume to finish it or --abort to roll it back.",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    if not set_:
+        raise ConfigError(
+            "nothing to change",
+            hint="give --set KEY=VALUE, e.g. --set drafter.num_speculative_tokens=3",
+        )
+    changes = [parse_set(s) for s in set_]
+    ro = Rollout(store, _ports(inventory, bench) if not dry_run else RolloutPorts(None, None, None))  # type: ignore[arg-type]
+    record = ro.prepare(str(inventory), changes, guards)
+    old_text = store.revision_text(record.old_revision)
+    new_text = store.revision_text(record.new_revision)
+    from cluster.inventory import parse_inventory
+
+    console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
+    for node, lines in argv_diff(parse_inventory(old_text), parse_inventory(new_text)).items():
+        console.print(
+            f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
+            highlight=False,
+        )
+    console.print(
+        f"config {record.old_hash} -> {record.new_hash}; bench: {bench}; guards: {', '.join(record.guards) or '-'}"
+    )
+    if dry_run:
+        raise typer.Exit(0)
+    if not yes and not typer.confirm("restart the whole server on the new config?"):
+        raise typer.Exit(1)
+    raise typer.Exit(_render(ro.run(record, guards)))
+
+
+@app.command("history")
+@handle_errors
+def history(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False) -> None:
+    """Every finished rollout and rollback, with its revision ids and outcome."""
+    entries = _store(inventory).history()
+    if as_json:
+        print(json.dumps(entries, indent=1))
+        return
+    table = Table(title="rollouts")
+    for col in ("id", "changes", "outcome", "from -> to revision", "reason"):
+        table.add_column(col, overflow="fold")
+    for h in entries:
+        changes = ", ".join(f"{c['key']}={c['value']}" for c in h["changes"])
+        table.add_row(
+            h["id"],
+            changes,
+            h["step"],
+            f"{h['old_revision']} -> {h['new_revision']}",
+            h.get("reason") or "",
+        )
+    console.print(table)
+
+
+@handle_errors
+def rollback(
+    revision: Annotated[
+        str | None, typer.Argument(help="Revision id (default: before the last rollout).")
+    ] = None,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Restore a recorded config revision (default: the one before the last rollout) and restart.
+
+    Example: servectl rollback -i inv.yml
+    """
+    if not yes and not typer.confirm("restart the whole server on the previous config?"):
+        raise typer.Exit(1)
+    result = rollback_to(_store(inventory), _ports(inventory, "none"), str(inventory), revision)
+    raise typer.Exit(_render(result))
+
+
+def _render(record: RolloutRecord) -> int:
+    table = Table(title=f"rollout {record.id}: {record.step}")
+    table.add_column("concurrency")
+    table.add_column("metric")
+    table.add_column("before")
+    table.add_column("after")
+    table.add_column("change")
+    before = (record.baseline or {}).get("rows", {})
+    after = (record.after or {}).get("rows", {})
+    for c in sorted(set(before) | set(after), key=int):
+        for metric in sorted(set(before.get(c, {})) | set(after.get(c, {}))):
+            b, a = before.get(c, {}).get(metric), after.get(c, {}).get(metric)
+            change = f"{(a - b) / b * 100:+.1f}%" if a is not None and b else ""
+            table.add_row(str(c), metric, _f(b), _f(a), change)
+    if before or after:
+        console.print(table)
+    for v in record.verdicts:
+        console.print(
+            f"guard {v['guard']}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} ({v['detail']})"
+        )
+    colour = {"done": "green", "rolled_back": "yellow"}.get(record.step, "red")
+    console.print(
+        f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"
+        + (f": {record.reason}" if record.reason else "")
+    )
+    return 0 if record.step == "done" else 1
+
+
+def _f(v: float | None) -> str:
+    return "" if v is None else f"{v:.4g}"
+
+
+def register(main: typer.Typer) -> None:
+    main.add_typer(app, name="rollout")
+    main.command("rollback")(rollback)

@@ -1,0 +1,343 @@
+"""Rollout: change the launcher config, restart, verify, measure, keep or roll back.
+
+Every step is recorded in `<state>/rollout/current.json` before it is taken, so a rollout killed
+midway leaves a defined state that the next `servectl rollout` resumes or rolls back. Each config
+revision (the whole inventory text) is kept under `<state>/rollout/revisions/`, and each finished
+rollout or rollback is one line of `<state>/rollout/history.jsonl`.
+
+The cluster, the benchmark, the watchdog hold and the clock are injected (`RolloutPorts`), so the
+sequence and the rollback rules are tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cluster.errors import ConfigError, ServectlError
+from cluster.inventory import parse_inventory
+from cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
+from cluster.spec import ClusterSpec
+
+TERMINAL = ("done", "rolled_back", "failed", "abandoned")
+Rows = dict[int, dict[str, float]]
+
+
+class RolloutInProgress(ServectlError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Measurement:
+    rows: Rows  # concurrency -> {"aggregate", "per_stream", "ttft_p50", "itl_p50"}
+    run_dir: str | None = None
+    config_hash: str | None = None
+    taken_at: float = 0.0
+
+
+class Cluster(Protocol):
+    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool: ...
+    def probe(self, spec: ClusterSpec) -> tuple[bool, str]: ...
+
+
+class Holder(Protocol):
+    def hold(self, reason: str, until: float) -> None: ...
+    def release(self) -> None: ...
+
+
+@dataclass
+class RolloutPorts:
+    cluster: Cluster
+    holder: Holder
+    measure: Callable[[ClusterSpec, str], Measurement] | None  # None: --bench none
+    clock: Callable[[], float] = time.time
+    on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+
+
+@dataclass
+class RolloutRecord:
+    id: str
+    inventory: str
+    step: str
+    changes: list[dict[str, Any]]
+    old_revision: str
+    new_revision: str
+    old_hash: str
+    new_hash: str
+    started_at: float
+    guards: list[str] = field(default_factory=list)
+    baseline: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    reason: str | None = None
+    finished_at: float | None = None
+
+
+class RolloutStore:
+    """current.json (atomic), revisions/*.yml and history.jsonl under one directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.current_path = self.root / "current.json"
+        self.history_path = self.root / "history.jsonl"
+        self.revisions = self.root / "revisions"
+
+    def current(self) -> RolloutRecord | None:
+        try:
+            return RolloutRecord(**json.loads(self.current_path.read_text()))
+        except FileNotFoundError:
+            return None
+
+    def save(self, record: RolloutRecord) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.current_path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record.__dict__, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.current_path)
+
+    def finish(self, record: RolloutRecord) -> None:
+        self.save(record)
+        with open(self.history_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record.__dict__, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def history(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.history_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line from a crash
+        return out
+
+    def save_revision(self, text: str) -> str:
+        """Store an inventory text; returns its revision id (content hash)."""
+        rev = hashlib.sha256(text.encode()).hexdigest()[:10]
+        self.revisions.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self.revisions / f"{rev}.yml"
+        if not path.exists():
+            path.write_text(text)
+        return rev
+
+    def revision_text(self, rev: str) -> str:
+        path = self.revisions / f"{rev}.yml"
+        if not path.exists():
+            raise ConfigError(f"no config revision {rev}", hint="see `servectl rollout history`")
+        return path.read_text()
+
+
+def write_inventory(path: str, text: str) -> None:
+    """Atomic replace, keeping the file's mode."""
+    target = Path(path)
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    tmp = target.with_name(f".{target.name}.servectl-tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, target)
+
+
+class Rollout:
+    """One rollout from planning to done / rolled back."""
+
+    def __init__(self, store: RolloutStore, ports: RolloutPorts) -> None:
+        self.store = store
+        self.ports = ports
+
+    # -- planning (pure apart from reading the file) ---------------------------------------------
+    def prepare(self, inventory: str, changes: list[Change], guards: list[Guard]) -> RolloutRecord:
+        current = self.store.current()
+        if current and current.step not in TERMINAL:
+            raise RolloutInProgress(
+                f"rollout {current.id} stopped at step '{current.step}'",
+            )
+        old_text = Path(inventory).read_text()
+        new_text = apply_changes(old_text, changes, inventory)
+        old_spec, new_spec = (
+            parse_inventory(old_text, inventory),
+            parse_inventory(new_text, inventory),
+        )
+        now = self.ports.clock()
+        return RolloutRecord(
+            id=time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)),
+            inventory=inventory,
+            step="planned",
+            changes=[{"key": c.key, "value": c.value} for c in changes],
+            old_revision=self.store.save_revision(old_text),
+            new_revision=self.store.save_revision(new_text),
+            old_hash=old_spec.config_hash(),
+            new_hash=new_spec.config_hash(),
+            started_at=now,
+            guards=[str(g) for g in guards],
+        )
+
+    # -- the sequence ------------------------------------------------------------------------------
+    def run(
+        self, record: RolloutRecord, guards: list[Guard], baseline: Measurement | None = None
+    ) -> RolloutRecord:
+        old_spec = self._spec(record.old_revision, record.inventory)
+        new_spec = self._spec(record.new_revision, record.inventory)
+        deadline_s = new_spec.watchdog.boot_deadline_s
+        self._step(record, "planned")
+        if self.ports.measure and record.baseline is None:
+            m = baseline or self.ports.measure(old_spec, "before")
+            record.baseline = _m_json(m)
+        self._step(record, "baseline_measured")
+        hold_for = deadline_s * 2 + 1800  # two boots (rollback included) and the measurements
+        self.ports.holder.hold(f"rollout {record.id}", self.ports.clock() + hold_for)
+        try:
+            return self._apply(record, old_spec, new_spec, guards, deadline_s)
+        finally:
+            self.ports.holder.release()
+            self.ports.on_event("released", {"id": record.id})
+
+    def resume(self, record: RolloutRecord, guards: list[Guard]) -> RolloutRecord:
+        """Continue a rollout that was interrupted: redo from the restart on (idempotent)."""
+        if record.step in ("planned", "baseline_measured"):
+            return self.run(record, guards)
+        new_spec = self._spec(record.new_revision, record.inventory)
+        old_spec = self._spec(record.old_revision, record.inventory)
+        self.ports.holder.hold(
+            f"rollout {record.id} (resumed)",
+            self.ports.clock() + new_spec.watchdog.boot_deadline_s * 2 + 1800,
+        )
+        try:
+            if record.step == "rolling_back":
+                return self._rollback(record, old_spec, record.reason or "resumed rollback")
+            return self._apply(
+                record, old_spec, new_spec, guards, new_spec.watchdog.boot_deadline_s
+            )
+        finally:
+            self.ports.holder.release()
+
+    def abort(self, record: RolloutRecord, why: str) -> RolloutRecord:
+        """Roll an interrupted rollout back to its old revision."""
+        old_spec = self._spec(record.old_revision, record.inventory)
+        self.ports.holder.hold(
+            f"rollback of {record.id}", self.ports.clock() + old_spec.watchdog.boot_deadline_s + 900
+        )
+        try:
+            return self._rollback(record, old_spec, why)
+        finally:
+            self.ports.holder.release()
+
+    def _apply(self, record, old_spec, new_spec, guards, deadline_s) -> RolloutRecord:
+        write_inventory(record.inventory, self.store.revision_text(record.new_revision))
+        self._step(record, "inventory_written")
+        self._step(record, "restarting")
+        ok = self.ports.cluster.restart(
+            new_spec, f"rollout {record.id}: {_summary(record)}", deadline_s
+        )
+        if not ok:
+            return self._rollback(
+                record, old_spec, f"new config not answering within {deadline_s:.0f} s"
+            )
+        alive, detail = self.ports.cluster.probe(new_spec)
+        if not alive:
+            return self._rollback(record, old_spec, f"1-token probe failed after restart: {detail}")
+        self._step(record, "verified")
+        if self.ports.measure:
+            after = self.ports.measure(new_spec, "after")
+            record.after = _m_json(after)
+            verdicts = [check_guard(g, _rows(record.baseline), after.rows) for g in guards]
+            record.verdicts = [_v_json(v) for v in verdicts]
+            self._step(record, "measured")
+            failed = [v for v in verdicts if not v.ok]
+            if failed:
+                return self._rollback(
+                    record, old_spec, "guard failed: " + "; ".join(v.detail for v in failed)
+                )
+        record.finished_at = self.ports.clock()
+        self._step(record, "done", finish=True)
+        return record
+
+    def _rollback(self, record: RolloutRecord, old_spec: ClusterSpec, why: str) -> RolloutRecord:
+        record.reason = why
+        self._step(record, "rolling_back")
+        write_inventory(record.inventory, self.store.revision_text(record.old_revision))
+        ok = self.ports.cluster.restart(
+            old_spec, f"rollback of {record.id}: {why}", old_spec.watchdog.boot_deadline_s
+        )
+        alive, detail = self.ports.cluster.probe(old_spec) if ok else (False, "restart failed")
+        record.finished_at = self.ports.clock()
+        if ok and alive:
+            self._step(record, "rolled_back", finish=True)
+        else:
+            record.reason = f"{why}; rollback did not come back either: {detail}"
+            self._step(record, "failed", finish=True)
+        return record
+
+    def _step(self, record: RolloutRecord, step: str, finish: bool = False) -> None:
+        record.step = step
+        (self.store.finish if finish else self.store.save)(record)
+        self.ports.on_event(step, {"id": record.id, "reason": record.reason})
+
+    def _spec(self, revision: str, inventory: str) -> ClusterSpec:
+        return parse_inventory(self.store.revision_text(revision), inventory)
+
+
+def rollback_to(
+    store: RolloutStore, ports: RolloutPorts, inventory: str, revision: str | None
+) -> RolloutRecord:
+    """`servectl rollback [REVISION]`: restore a recorded config revision and restart on it."""
+    history = store.history()
+    current_text = Path(inventory).read_text()
+    if revision is None:
+        done = [h for h in history if h["step"] == "done"]
+        if not done:
+            raise ConfigError(
+                "no finished rollout to roll back", hint="see `servectl rollout history`"
+            )
+        revision = done[-1]["old_revision"]
+    target_text = store.revision_text(revision)
+    now = ports.clock()
+    record = RolloutRecord(
+        id=time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-rollback",
+        inventory=inventory,
+        step="planned",
+        changes=[{"key": "<revision>", "value": revision}],
+        old_revision=store.save_revision(current_text),
+        new_revision=revision,
+        old_hash=parse_inventory(current_text, inventory).config_hash(),
+        new_hash=parse_inventory(target_text, inventory).config_hash(),
+        started_at=now,
+    )
+    return Rollout(
+        store, RolloutPorts(ports.cluster, ports.holder, None, ports.clock, ports.on_event)
+    ).run(record, [])
+
+
+def _summary(record: RolloutRecord) -> str:
+    return ", ".join(f"{c['key']}={c['value']}" for c in record.changes)
+
+
+def _m_json(m: Measurement) -> dict[str, Any]:
+    return {
+        "rows": {str(k): v for k, v in m.rows.items()},
+        "run_dir": m.run_dir,
+        "config_hash": m.config_hash,
+        "taken_at": m.taken_at,
+    }
+
+
+def _rows(doc: dict[str, Any] | None) -> Rows:
+    return {int(k): v for k, v in (doc or {}).get("rows", {}).items()}
+
+
+def _v_json(v: GuardVerdict) -> dict[str, Any]:
+    return {"guard": str(v.guard), "ok": v.ok, "change_pct": v.change_pct, "detail": v.detail}

@@ -1,0 +1,103 @@
+"""The real ports of a rollout: the cluster through `Controller`, the watchdog hold where the
+watchdog keeps its state (this machine and/or the head node), and the benchmark."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cluster.control import Controller
+from cluster.errors import ServectlError
+from cluster.rollout import Measurement
+from cluster.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+
+class ControllerCluster:
+    """Restart and probe through cluster control: the same plan and event log as an operator's
+    `servectl restart`, so a rollout restart looks the same in the history."""
+
+    def __init__(
+        self, on_event: Callable[[Any], None] | None = None, who: str = "servectl-rollout"
+    ):
+        self.on_event = on_event
+        self.who = who
+
+    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool:
+        with Controller(spec, on_event=self.on_event) as ctl:
+            result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
+        return result.ok
+
+    def probe(self, spec: ClusterSpec) -> tuple[bool, str]:
+        with Controller(spec) as ctl:
+            ok, latency_ms, error = ctl.probe()
+        return ok, f"{latency_ms:.0f} ms" if ok and latency_ms is not None else str(error)
+
+
+class WatchdogHolder:
+    """Time-limited hold of the watchdog for the rollout's duration, written where a watchdog
+    reads it: `<watchdog.state_dir>/hold.json` on this machine and on the head node, wherever
+    that directory exists. Released at the end (or it expires on its own)."""
+
+    def __init__(self, spec: ClusterSpec, by: str = "servectl-rollout") -> None:
+        self.spec = spec
+        self.by = by
+        self.path = os.path.join(spec.watchdog.state_dir, "hold.json")
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        blob = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        wrote = False
+        if os.path.isdir(self.spec.watchdog.state_dir):
+            from watchdog.state import atomic_write_json
+
+            atomic_write_json(self.path, doc)
+            wrote = True
+        try:
+            with Controller(self.spec) as ctl:
+                session = ctl.session(self.spec.head)
+                if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
+                    tmp = self.path + ".servectl-tmp"
+                    session.put_bytes(blob, tmp, mode=0o600)
+                    session.run(["mv", "-f", tmp, self.path], check=True)
+                    wrote = True
+        except ServectlError as exc:
+            log.warning("could not write the watchdog hold on %s: %s", self.spec.head.name, exc)
+        if not wrote:
+            log.info(
+                "no watchdog state dir %s found; nothing to hold", self.spec.watchdog.state_dir
+            )
+
+    def hold(self, reason: str, until: float) -> None:
+        now = time.time()
+        self._write(
+            {
+                "hold": {"until": until, "reason": reason, "by": self.by, "set_at": now},
+                "released_at": None,
+            }
+        )
+
+    def release(self) -> None:
+        self._write({"hold": None, "released_at": time.time(), "released_by": self.by})
+
+
+def no_measure() -> None:
+    return None
+
+
+def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Measurement] | None:
+    """`--bench none|quick|full` -> a measuring function (None for none)."""
+    if kind == "none":
+        return None
+    from cluster import bench  # the benchmark client; imported only when measuring
+
+    levels = (1, 32) if kind == "quick" else (1, 4, 8, 16, 32)
+
+    def measure(spec: ClusterSpec, label: str) -> Measurement:
+        return bench.measure_for_rollout(spec, inventory, levels, label)
+
+    return measure

@@ -1,0 +1,108 @@
+"""Rollout scenarios on the lab: a change whose boot crashes rolls back by itself; a rollout
+killed after the restart began ends in a defined state on the next call."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.control import Controller
+from cluster.inventory import load_inventory
+from cluster.lab import faults
+
+pytestmark = pytest.mark.lab
+SERVECTL = [sys.executable, "-m", "cluster.cli"]
+
+
+@pytest.fixture
+def inv(lab, tmp_path, monkeypatch):
+    """A private copy of the lab inventory, the server up on it, rollout state in tmp."""
+    path = tmp_path / "inventory.yml"
+    shutil.copy(lab.inventory, path)
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
+        assert ctl.up(timeout_s=180).ok
+    yield path
+    faults.clear_sim_faults(lab.paths)
+    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
+        ctl.down()
+
+
+def _servectl(*args, env=None, timeout=300):
+    return subprocess.run(
+        [*SERVECTL, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def _healthy_hash(path):
+    spec = load_inventory(path)
+    with Controller(spec) as ctl:
+        st = ctl.status()
+        ok = ctl.probe()[0]
+    hashes = {n.config_hash for n in st.nodes}
+    return ok, hashes
+
+
+def test_boot_crash_rolls_back_to_the_old_revision(lab, inv, tmp_path):
+    old_hash = load_inventory(inv).config_hash()
+    before = inv.read_text()
+    faults.sim_fault(
+        lab.paths, "boot_crash_at", phase="load_weights", when_argv=['"num_speculative_tokens":5']
+    )
+    result = _servectl(
+        "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=5", "--yes"
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rolled_back" in result.stdout
+    assert inv.read_text() == before
+    ok, hashes = _healthy_hash(inv)
+    assert ok and hashes == {old_hash}
+    history = json.loads(_servectl("rollout", "history", "-i", str(inv), "--json").stdout)
+    assert len(history) == 1 and history[0]["step"] == "rolled_back"
+    assert "not answering" in history[0]["reason"]
+
+
+def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_path):
+    state = tmp_path / "state" / "rollout" / "lab" / "current.json"
+    proc = subprocess.Popen(
+        [
+            *SERVECTL,
+            "rollout",
+            "-i",
+            str(inv),
+            "--set",
+            "drafter.num_speculative_tokens=4",
+            "--yes",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if state.exists() and json.loads(state.read_text())["step"] == "restarting":
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("rollout never reached the restart")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = _servectl(
+        "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=6", "--yes"
+    )
+    assert again.returncode == 2 and "interrupted" in again.stderr  # refuses, says what to do
+    resumed = _servectl("rollout", "-i", str(inv), "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads(state.read_text())["step"] == "done"
+    ok, hashes = _healthy_hash(inv)
+    assert ok and hashes == {load_inventory(inv).config_hash()}
+    assert "num_speculative_tokens: 4" in Path(inv).read_text()
