@@ -52,9 +52,15 @@ def load_worker(cfg: WatchdogConfig, model: str, prompt_words: int, stop: thread
                 time.sleep(0.5)
 
 
-def watch(cfg: WatchdogConfig, seconds: float, stop_on_restart: bool) -> tuple[int, float | None]:
+def watch(
+    cfg: WatchdogConfig,
+    seconds: float,
+    stop_on_restart: bool,
+    verdicts: dict[str, int] | None = None,
+) -> tuple[int, float | None]:
     """Probe for `seconds`; returns (restart decisions, time of the first one)."""
     prober, policy = Prober(cfg), Policy(PolicyConfig.from_config(cfg))
+    verdicts = {} if verdicts is None else verdicts
     state, restarts, first = PolicyState(phase=Phase.READY), 0, None
     end = time.time() + seconds
     while time.time() < end:
@@ -62,6 +68,7 @@ def watch(cfg: WatchdogConfig, seconds: float, stop_on_restart: bool) -> tuple[i
         probe = prober.probe()
         metrics = None if probe.outcome is Outcome.REFUSED else prober.scrape_metrics()
         state, decisions = policy.decide(state, Observation(probe, metrics), time.time())
+        verdicts[state.last_verdict or "?"] = verdicts.get(state.last_verdict or "?", 0) + 1
         print(
             f"{time.strftime('%H:%M:%S')} {probe.outcome.value:9} {probe.latency_s:7.2f}s "
             f"{state.last_verdict:9} failures={state.consecutive_failures}"
@@ -89,6 +96,12 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=8, help="concurrent load threads")
     ap.add_argument("--prompt-words", type=int, default=4000)
     ap.add_argument("--load-s", type=float, default=600, help="seconds of load-only watching")
+    ap.add_argument(
+        "--long-prefill-words",
+        type=int,
+        default=0,
+        help="also keep one request with a prompt this long in flight the whole time",
+    )
     ap.add_argument("--fault", nargs=argparse.REMAINDER, help="argv that hangs the server")
     ap.add_argument("--fault-wait", type=float, default=1800)
     a = ap.parse_args()
@@ -107,10 +120,21 @@ def main() -> None:
         threading.Thread(target=load_worker, args=(cfg, model, a.prompt_words, stop), daemon=True)
         for _ in range(a.load)
     ]
+    if a.long_prefill_words:
+        threads.append(
+            threading.Thread(
+                target=load_worker, args=(cfg, model, a.long_prefill_words, stop), daemon=True
+            )
+        )
     for t in threads:
         t.start()
-    false_restarts, _ = watch(cfg, a.load_s, stop_on_restart=False)
-    print(f"\nfalse restarts under load ({a.load} streams, {a.load_s:g}s): {false_restarts}")
+    verdicts: dict[str, int] = {}
+    false_restarts, _ = watch(cfg, a.load_s, stop_on_restart=False, verdicts=verdicts)
+    print(
+        f"\nfalse restarts under load ({a.load} streams"
+        f"{f' + a {a.long_prefill_words}-word prefill' if a.long_prefill_words else ''}, "
+        f"{a.load_s:g}s): {false_restarts}; probe verdicts {verdicts}"
+    )
     if a.fault:
         import subprocess
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import queue
+import re
 import socket
 import tempfile
 import threading
@@ -591,6 +592,30 @@ class Controller:
             for k, v in self.fan_out(list(self.spec.nodes), get, timeout=30).items()
         }
 
+    def head_container(self) -> ContainerInfo | None:
+        """The head's serving container as its engine reports it (any state); None if absent."""
+        found = self.docker(self.spec.head).list_servectl(self.spec.name)
+        return (
+            max(found, key=lambda c: c.started_at or datetime.min.replace(tzinfo=UTC))
+            if found
+            else None
+        )
+
+    def boot_progress(self) -> BootProgress | None:
+        """Where the head's current container is in its boot, from its whole log so far (one
+        `docker logs` read, no follower); None without a head container. For the watchdog."""
+        c = self.head_container()
+        if c is None:
+            return None
+        text = self.docker(self.spec.head).logs(c.id, tail="all")
+        started = c.started_at.timestamp() if c.started_at else None
+        tracker = BootTracker(self.history.medians(self.spec.name), started_at=started)
+        now = self._clock()
+        progress = tracker.feed_lines(re.split(r"[\r\n]+", text), now)
+        if c.state in ("exited", "dead") and not progress.failed:
+            progress = tracker.fail(f"head container exited ({c.exit_code})", now)
+        return progress
+
     def attach_boot(self, timeout_s: float = 2400.0) -> BootResult:
         """`servectl boot`: replay the head's log so far, then follow it like `up` does."""
         return self.follow_boot(timeout_s=timeout_s)
@@ -669,7 +694,9 @@ class Controller:
             )
 
         ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servectl-server")
-        server_future = ex.submit(self._server_status, min(timeout_s, 10.0))
+        # The server part shares the command's deadline: a hung engine makes the 1-token probe
+        # wait, and /health's answer must still make it into the status.
+        server_future = ex.submit(self._server_status, t0 + min(timeout_s, 10.0))
         results = self.fan_out(list(self.spec.nodes), node_status, timeout=timeout_s)
         nodes = []
         for n in self.spec.nodes:
@@ -681,7 +708,9 @@ class Controller:
                 reachable = isinstance(r, DockerError)
                 nodes.append(NodeStatus(n.name, n.role, reachable, reason))
         try:
-            server = server_future.result(timeout=max(0.1, timeout_s - (time.monotonic() - t0)))
+            server = server_future.result(
+                timeout=max(0.1, timeout_s + 1.0 - (time.monotonic() - t0))
+            )
         except Exception as e:  # noqa: BLE001 - a status never raises for the server part
             server = ServerStatus(self.spec.api_base, health_error=str(e) or "timed out")
         ex.shutdown(wait=False)
@@ -696,12 +725,16 @@ class Controller:
             notes,
         )
 
-    def _server_status(self, timeout: float) -> ServerStatus:
+    def _server_status(self, deadline: float) -> ServerStatus:
         base = self.spec.api_base
         s = self.spec.serving
         k = s.drafter.num_speculative_tokens if s.drafter else None
+
+        def left(share: float = 1.0) -> float:
+            return max(0.5, (deadline - time.monotonic()) * share)
+
         try:
-            health = self._http.get(f"{base}/health", timeout=timeout)
+            health = self._http.get(f"{base}/health", timeout=left(0.3))
         except httpx.HTTPError as e:
             return ServerStatus(
                 base,
@@ -711,18 +744,18 @@ class Controller:
             )
         model = max_len = None
         try:
-            data = self._http.get(f"{base}/v1/models", timeout=timeout).json()["data"][0]
+            data = self._http.get(f"{base}/v1/models", timeout=left(0.3)).json()["data"][0]
             model, max_len = data.get("id"), data.get("max_model_len")
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             pass
         gauges: dict[str, float | None] = {}
         try:
             gauges = server_gauges(
-                parse_metrics(self._http.get(f"{base}/metrics", timeout=timeout).text)
+                parse_metrics(self._http.get(f"{base}/metrics", timeout=left(0.3)).text)
             )
         except httpx.HTTPError:
             pass
-        ok, ms, err = self.probe(timeout=timeout)
+        ok, ms, err = self.probe(timeout=left())
         return ServerStatus(
             base,
             health.status_code,

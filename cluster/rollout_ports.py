@@ -93,11 +93,38 @@ def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Me
     """`--bench none|quick|full` -> a measuring function (None for none)."""
     if kind == "none":
         return None
-    from cluster import bench  # the benchmark client; imported only when measuring
-
     levels = (1, 32) if kind == "quick" else (1, 4, 8, 16, 32)
 
     def measure(spec: ClusterSpec, label: str) -> Measurement:
-        return bench.measure_for_rollout(spec, inventory, levels, label)
+        return sweep_measurement(spec, levels, label)
 
     return measure
+
+
+def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) -> Measurement:
+    """One `vllm bench serve` sweep from the client container (cluster.bench), as rows."""
+    from cluster.bench import BenchOptions, BenchRunner  # imported only when measuring
+
+    opts = BenchOptions(
+        kind="sweep",
+        levels=levels,
+        num_prompts=spec.settings.bench.num_prompts,
+        output_len=spec.settings.bench.output_len,
+    )
+    with Controller(spec) as ctl:
+        run = BenchRunner(ctl).run(opts)
+    rows: dict[int, dict[str, float]] = {}
+    for row in run.rows():
+        rows[int(row["level"])] = {
+            k: float(v)
+            for k, v in (
+                ("aggregate", row.get("aggregate_tok_s")),
+                ("per_stream", row.get("per_stream_tok_s")),
+                ("ttft_p50", row.get("ttft_p50_ms")),
+                ("itl_p50", row.get("itl_p50_ms")),
+            )
+            if v is not None
+        }
+    return Measurement(
+        rows, run_dir=str(run.dir), config_hash=spec.config_hash(), taken_at=time.time()
+    )

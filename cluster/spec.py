@@ -208,6 +208,14 @@ class ThermalSpec(_Model):
     )
 
 
+class BenchSpec(_Model):
+    client_image: str | None = Field(
+        None, description="Image of the CPU-only benchmark client (default: the serving image)."
+    )
+    num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
+    output_len: int = Field(512, ge=1, description="Output tokens per request (--ignore-eos).")
+
+
 class ServectlSettings(_Model):
     """Everything under `all.vars.servectl` in the inventory."""
 
@@ -247,6 +255,7 @@ class ServectlSettings(_Model):
     ssh: SshSpec = SshSpec()
     watchdog: WatchdogSpec = WatchdogSpec()
     thermal: ThermalSpec = ThermalSpec()
+    bench: BenchSpec = BenchSpec()
 
     @field_validator("host")
     @classmethod

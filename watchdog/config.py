@@ -129,6 +129,10 @@ class WatchdogConfig:
             values["state_dir"] = state_dir
         values.update(probe_url=probe_url.rstrip("/"), model=model, api_key=api_key)
         values["restart_lock_path"] = restart_lock_path
+        if "timeout_s" in values:
+            # Reading /metrics after a timed-out probe must not take longer than the probe itself
+            # (a hung server would otherwise stretch every tick by the full default).
+            values["metrics_timeout_s"] = min(cls.metrics_timeout_s, float(values["timeout_s"]))
         unknown = set(overrides) - fields
         if unknown:
             raise ConfigError(f"unknown watchdog setting(s): {sorted(unknown)}", key="watchdog")

@@ -55,6 +55,9 @@ class Actuator(Protocol):
     def collect_evidence(self) -> dict[str, Any]:
         """Last log lines per node (and anything else worth keeping before a restart)."""
 
+    # Optional: `server_started_at() -> float | None` (epoch of the head container's start),
+    # used to fence off a restart that someone else already made (see `_restart`).
+
 
 def as_boot_progress(obj: Any) -> BootProgress | None:
     """Normalize what the actuator returns to the policy's (phase, counter) pair.
@@ -261,13 +264,14 @@ class Watchdog:
             try:
                 self._restart_lock.acquire(f"restart_id={d.restart_id}")
             except WatchdogLocked as exc:
-                self._events.append("restart_skipped", restart_id=d.restart_id, error=str(exc))
-                assert self._state is not None
-                state, more = self._policy.on_restart_result(
-                    self._state, self._clock(), ok=False, skipped=True
-                )
-                self._commit(state, more)
+                self._skip_restart(d, str(exc))
                 return
+        fenced = self._restarted_by_someone_else(d)
+        if fenced:
+            if self._restart_lock is not None:
+                self._restart_lock.release()
+            self._skip_restart(d, fenced)
+            return
         if self._metrics is not None:
             self._metrics.restarts_total.labels(d.cause).inc()
         ok, error = True, ""
@@ -282,6 +286,48 @@ class Watchdog:
         assert self._state is not None
         state, more = self._policy.on_restart_result(self._state, self._clock(), ok=ok, error=error)
         self._commit(state, more)
+
+    def _skip_restart(self, d: Restart, why: str) -> None:
+        """Another actor restarts (or just restarted) the server: boot grace, no budget used."""
+        self._events.append("restart_skipped", restart_id=d.restart_id, error=why)
+        assert self._state is not None
+        state, more = self._policy.on_restart_result(
+            self._state, self._clock(), ok=False, skipped=True
+        )
+        self._commit(state, more)
+
+    def _restarted_by_someone_else(self, d: Restart) -> str | None:
+        """Fencing against a restart already made by another watchdog or an operator.
+
+        The restart lock only serialises restarts; a second watchdog that reaches its N-th
+        failure after the first one finished (its probes were refused while the new server
+        booted) would restart again. So, holding the lock, ask the cluster when the head's
+        container started: after this incident's evidence began (the first counted failure,
+        less one probe period: refusals of a boot that began just before it), or after the boot
+        this watchdog is timing, the restart was made by someone else -> skip.
+        """
+        started_at = getattr(self._actuator, "server_started_at", None)
+        if not callable(started_at):
+            return None
+        assert self._state is not None
+        if d.cause == "boot_deadline":
+            since = self._state.boot_started_at
+        else:
+            ats = [f.get("at") for f in d.evidence.get("failures") or () if f.get("at")]
+            since = min(ats) - (self.config.interval_s + self.config.timeout_s) if ats else None
+        if since is None:
+            return None
+        try:
+            started = started_at()
+        except Exception as exc:  # cannot tell: restarting is the safe side
+            log.warning("server_started_at() failed: %s", exc)
+            return None
+        if started is not None and started > since:
+            return (
+                f"server (re)started at {started:.1f}, after this incident began ({since:.1f}): "
+                "restarted by another watchdog or an operator; verifying in boot grace"
+            )
+        return None
 
     def _send_alert(self, a: Alert, state: PolicyState) -> None:
         incident = {

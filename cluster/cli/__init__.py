@@ -123,6 +123,7 @@ def _mount_optional() -> None:
         ("cluster.cli.lab", "lab"),
         ("cluster.cli.watchdog", "watchdog"),
         ("cluster.cli.thermal", "thermal"),
+        ("cluster.cli.bench", "bench"),
     ):
         try:
             sub = importlib.import_module(module)
@@ -138,6 +139,7 @@ def _mount_optional() -> None:
             raise
     else:
         control.register(app)
+    importlib.import_module("cluster.cli.provision").register(app)
     from cluster.cli import rollout
 
     rollout.register(app)

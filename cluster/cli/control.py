@@ -23,6 +23,7 @@ from cluster.cli.common import (
     handle_errors,
     load,
 )
+from cluster.cli.watchdog import watchdog_line
 from cluster.control import ApplyResult, BootResult, ControlEvent, Controller
 from cluster.control_plan import Action, ControlPlan
 from cluster.status import ClusterStatus
@@ -239,13 +240,15 @@ def status(
     with Controller(spec, node_timeout_s=timeout) as ctl:
         while True:
             st = ctl.status(timeout_s=timeout)
+            wd_doc, wd_text = watchdog_line(spec.watchdog.state_dir)
             if as_json:
-                print(json.dumps(st.to_json(), default=str))
+                print(json.dumps({**st.to_json(), "watchdog": wd_doc}, default=str))
             else:
                 if watch:
                     console.clear()
                 console.print(_status_table(st))
                 console.print(_server_table(st))
+                console.print(wd_text)
             if not watch:
                 break
             time.sleep(watch)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -18,8 +18,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from cluster.errors import ServectlError
 
 app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 log = logging.getLogger("servectl.thermal")
@@ -46,29 +44,6 @@ def parse_time(text: str | None) -> float | None:
     return dt.timestamp()
 
 
-class _NoGpu:
-    """Stands in when NVML cannot be opened: every sample records why, zones still log."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def sample_all(self) -> list[Any]:
-        raise ServectlError(f"GPU unavailable: {self.reason}")
-
-
-def _gpu_sampler() -> Any:
-    try:
-        from cluster.gpu import Nvml
-    except ImportError as exc:  # pynvml missing: no GPU is a normal state for this agent
-        log.warning("NVML unavailable, logging thermal zones only: %s", exc)
-        return _NoGpu(str(exc))
-    nvml = Nvml()
-    status = nvml.status()
-    if not status.available:
-        log.warning("NVML %s: %s; logging thermal zones only", status.state, status.reason)
-    return nvml
-
-
 @app.command()
 def agent(
     node: str = typer.Option(..., "--node", help="This node's name (as in the inventory)."),
@@ -77,7 +52,7 @@ def agent(
     ] = _DEFAULT_DIR,
     interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between samples."),
     metrics_port: int = typer.Option(
-        9835, "--metrics-port", help="Port for /metrics on 127.0.0.1 (-1: off)."
+        9411, "--metrics-port", help="Port for /metrics on 127.0.0.1 (-1: off)."
     ),
     sysfs_root: Annotated[
         Path, typer.Option("--sysfs-root", help="Root of sysfs (a fake tree in the lab).")
@@ -93,50 +68,19 @@ def agent(
         1024.0, "--budget-mb", help="Delete the oldest files beyond this total."
     ),
 ) -> None:
-    """Run the thermal agent on this node until SIGTERM or Ctrl-C."""
-    from watchdog.thermal.agent import ThermalAgent
-    from watchdog.thermal.alerts import AlertPolicy
-    from watchdog.thermal.metrics import MetricsServer, ThermalCollector
-    from watchdog.thermal.writer import DurableWriter
-    from watchdog.thermal.zones import SysfsZoneReader
+    """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
+    from watchdog.thermal.nodeapp import AgentOptions, run_agent
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    stop = threading.Event()
-    writer = DurableWriter(
-        directory,
-        node,
-        max_file_bytes=int(max_file_mb * 2**20),
-        max_total_bytes=int(budget_mb * 2**20),
-    )
-    gpu = _gpu_sampler()
-    the_agent = ThermalAgent(
-        node, interval, gpu, SysfsZoneReader(sysfs_root), writer, time.time, stop.wait,
-        role=role, alerts=AlertPolicy(zone_margin_c=alert_margin),
+    run_agent(
+        AgentOptions(
+            node=node, directory=directory, interval_s=interval, metrics_port=metrics_port,
+            sysfs_root=sysfs_root, role=role, alert_margin_c=alert_margin,
+            max_file_bytes=int(max_file_mb * 2**20), budget_bytes=int(budget_mb * 2**20),
+        )
     )  # fmt: skip
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        the_agent.stop()
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    server = None
-    if metrics_port >= 0:
-        server = MetricsServer(ThermalCollector(the_agent, time.time), "127.0.0.1", metrics_port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", server.start())
-    try:
-        stats = the_agent.run()
-    finally:
-        if server:
-            server.stop()
-        writer.close()
-        close = getattr(gpu, "close", None)
-        if close:
-            close()
-    log.info("stopped: %s", stats)
 
 
 def _fmt(v: float | None, unit: str = " C") -> str:
@@ -149,30 +93,57 @@ def _iso(ts: float) -> str:
 
 @app.command()
 def report(
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="Pull every node's files over SFTP first."),
+    ] = None,
     from_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--from-dir", exists=True, file_okay=False, help="Directory of thermal-*.jsonl files."
         ),
-    ],
+    ] = None,
     since: str | None = typer.Option(
         None, "--since", help="Window start (epoch or ISO 8601, UTC if no zone)."
     ),
     until: str | None = typer.Option(None, "--until", help="Window end."),
     head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
+    keep: Annotated[
+        Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
+    ] = None,
     csv_path: Annotated[
         Path | None, typer.Option("--csv", help="Write every sample as CSV here.")
     ] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Peaks, margins to critical, throttle episodes and gaps from local agent files."""
+    """Peaks, margins to critical, throttle episodes and gaps: every node's files (-i) or a
+    local directory (--from-dir). Exit 1 when a node could not be read."""
+    import tempfile
+
     from watchdog.thermal.export import report_from_dir, write_csv, write_plot
     from watchdog.thermal.report import report_to_json
 
-    rep, records, stats = report_from_dir(
-        from_dir, since=parse_time(since), until=parse_time(until), head=head
-    )
+    if (inventory is None) == (from_dir is None):
+        raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
+    t_since, t_until = parse_time(since), parse_time(until)
+    roles: dict[str, str] | None = None
+    unreachable: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
+        directory = from_dir
+        if inventory is not None:
+            from cluster.cli.common import load
+            from watchdog.thermal.fetch import fetch_files
+
+            spec = _load_or_exit(inventory, load)
+            directory = keep or Path(tmp)
+            fetched = fetch_files(spec, t_since, t_until, directory)
+            unreachable = fetched.unreachable
+            roles = {n.name: n.role for n in spec.nodes}
+        assert directory is not None
+        rep, records, stats = report_from_dir(
+            directory, since=t_since, until=t_until, roles=roles, head=head
+        )
     if csv_path:
         write_csv(records, csv_path)
     if plot_path:
@@ -184,20 +155,40 @@ def report(
             "bad_lines": stats.bad_lines,
             "truncated_tail": stats.truncated_tail,
         }
+        doc["unreachable"] = unreachable
         typer.echo(json.dumps(doc, indent=2))
-        return
+        raise typer.Exit(1 if unreachable else 0)
     console = Console()
-    if not rep.nodes:
-        console.print(f"no samples in {from_dir} for this window")
+    if not rep.nodes or not records:
+        console.print(f"no samples in {directory or from_dir} for this window")
+        _print_unreachable(console, unreachable)
         raise typer.Exit(1)
     _render(console, rep)
     if stats.bad_lines:
         console.print(
             f"[yellow]skipped {stats.bad_lines} unreadable line(s) ({stats.truncated_tail} truncated at a file end)[/]"
         )
+    _print_unreachable(console, unreachable)
     for p in (csv_path, plot_path):
         if p:
             console.print(f"wrote {p}")
+    if unreachable:
+        raise typer.Exit(1)
+
+
+def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
+    for node, reason in sorted(unreachable.items()):
+        console.print(f"[red]{node}: not read ({reason}); its samples are missing here[/]")
+
+
+def _load_or_exit(inventory: Path, load: Any) -> Any:
+    from cluster.errors import ConfigError
+
+    try:
+        return load(inventory)
+    except ConfigError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 def _render(console: Console, rep: Any) -> None:
@@ -249,31 +240,216 @@ def _render(console: Console, rep: Any) -> None:
             )
 
 
-def _todo(what: str) -> None:
-    typer.echo(f"servectl thermal {what}: not implemented yet", err=True)
-    raise typer.Exit(2)
+# -- all nodes: start, stop, status, watch (watchdog.thermal.remote does the work) ----------------
+InvOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory file.")]
+_INV = Path(os.environ.get("SERVECTL_INVENTORY", "inventory.yml"))
 
 
-# TODO(lead): all-nodes commands over SSH/systemd (cluster.ssh, cluster.control). Stubs only.
+def _node_timeout(spec: Any) -> float:
+    return float(spec.ssh.connect_timeout_s) * 4
+
+
+def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
+    from watchdog.thermal.remote import fan_out, read_units
+
+    t = _node_timeout(spec)
+    return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
+
+
+def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
+    import tempfile
+
+    from cluster.ssh import SshPool
+    from watchdog.thermal.bundle import build_zipapp
+    from watchdog.thermal.remote import apply_plan, fan_out
+
+    console = Console()
+    with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
+        planned = _plans(spec, pool, make)
+        plans = {o.node: o.value for o in planned if o.ok}
+        failed = {o.node: o.error for o in planned if not o.ok}
+        if dry_run:
+            doc = {n: [s.render() for s in p.steps] for n, p in plans.items()}
+            if as_json:
+                typer.echo(json.dumps({"plan": doc, "unreachable": failed}, indent=2))
+            else:
+                for n, steps in doc.items():
+                    console.print(f"[bold]{n}[/]" + ("" if steps else ": nothing to do"))
+                    for line in steps:
+                        console.print(f"  {line}", highlight=False, markup=False)
+                _print_unreachable(console, failed)
+            raise typer.Exit(1 if failed else 0)
+        zipapp, _sha = build_zipapp(Path(tmp) / "thermal-agent.pyz")
+        by_name = {n.name: n for n in spec.nodes}
+        t = _node_timeout(spec)
+        applied = fan_out(
+            [by_name[n] for n in plans],
+            lambda n: apply_plan(pool.session(n), plans[n.name], zipapp, t),
+        )
+    rows = {o.node: ("ok", plans[o.node].unit or "-") for o in applied if o.ok}
+    rows |= {o.node: (f"failed: {o.error}", "-") for o in applied if not o.ok}
+    rows |= {n: (f"unreachable: {e}", "-") for n, e in failed.items()}
+    if as_json:
+        typer.echo(json.dumps({n: {"result": r, "unit": u} for n, (r, u) in rows.items()}))
+    else:
+        table = Table(title=f"thermal {verb}")
+        for col in ("node", "unit", "result"):
+            table.add_column(col)
+        for n in sorted(rows):
+            table.add_row(n, rows[n][1], rows[n][0])
+        console.print(table)
+    if any(r != "ok" for r, _ in rows.values()):
+        raise typer.Exit(1)
+
+
 @app.command()
-def start() -> None:
-    """TODO: start the agent on every node (systemd unit). Not implemented yet."""
-    _todo("start")
+def start(
+    inventory: InvOpt = _INV,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Start the agent on every node: the installed servectl-thermal.service if present, else
+    a copied zipapp as the transient unit servectl-thermal-agent (Restart=on-failure)."""
+    from cluster.cli.common import load
+    from watchdog.thermal.remote import plan_start
+
+    spec = _load_or_exit(inventory, load)
+    _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
 
 
 @app.command("stop")
-def stop_cmd() -> None:
-    """TODO: stop the agent on every node. Not implemented yet."""
-    _todo("stop")
+def stop_cmd(
+    inventory: InvOpt = _INV,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Stop the agent on every node (whichever unit runs it)."""
+    from cluster.cli.common import load
+    from watchdog.thermal.remote import plan_stop
+
+    spec = _load_or_exit(inventory, load)
+    _run_plans(spec, lambda n, u: plan_stop(n, u), dry_run, as_json, "stop")
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f} MiB"
 
 
 @app.command()
-def status() -> None:
-    """TODO: agent state and last sample per node. Not implemented yet."""
-    _todo("status")
+def status(
+    inventory: InvOpt = _INV,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Per node: agent running, last sample age, samples today, disk vs budget, dropped records.
+    Exit 1 unless every node runs an agent with a fresh sample."""
+    import dataclasses
+    import tempfile
+
+    from cluster.cli.common import load
+    from cluster.ssh import SshPool
+    from watchdog.thermal.bundle import build_zipapp
+    from watchdog.thermal.remote import (
+        StatusRow,
+        fan_out,
+        node_status_doc,
+        read_units,
+        status_row,
+    )
+
+    spec = _load_or_exit(inventory, load)
+    t = _node_timeout(spec)
+    budget = int(spec.thermal.disk_budget_mb * 2**20)
+    with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
+        built: list[Path] = []
+
+        def zipapp() -> Path:  # only when a node has no installed agent
+            if not built:
+                built.append(build_zipapp(Path(tmp) / "thermal-agent.pyz")[0])
+            return built[0]
+
+        def one(n: Any) -> StatusRow:
+            sess = pool.session(n)
+            units = read_units(sess, t)
+            return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
+
+        outs = fan_out(spec.nodes, one)
+    rows = [o.value if o.ok else StatusRow(o.node, False, reason=o.error) for o in outs]
+    stale_after = 3 * spec.thermal.interval_s + 2
+    healthy = all(
+        r.reachable and r.running and r.last_sample_age_s is not None
+        and r.last_sample_age_s <= stale_after
+        for r in rows
+    )  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps({"ok": healthy, "nodes": [dataclasses.asdict(r) for r in rows]}))
+        raise typer.Exit(0 if healthy else 1)
+    table = Table(title=f"thermal agents (every {spec.thermal.interval_s:g} s)")
+    for col in ("node", "agent", "last sample", "today", "disk / budget", "dropped", "note"):
+        table.add_column(col)
+    for r in rows:
+        if not r.reachable:
+            table.add_row(r.node, "[red]unreachable[/]", "-", "-", "-", "-", r.reason or "")
+            continue
+        age = "-" if r.last_sample_age_s is None else f"{r.last_sample_age_s:g} s ago"
+        if r.last_sample_age_s is not None and r.last_sample_age_s > stale_after:
+            age = f"[yellow]{age}[/]"
+        agent = f"{'[green]running[/]' if r.running else '[red]' + r.state + '[/]'}"
+        if r.restarts:
+            agent += f" ({r.restarts} restarts)"
+        table.add_row(
+            r.node, agent, age, str(r.samples_today if r.samples_today is not None else "-"),
+            f"{_size(r.bytes_used)} / {_size(r.budget_bytes)}", str(r.dropped_today or 0),
+            "; ".join(filter(None, [r.reason, *r.errors_in_latest])),
+        )  # fmt: skip
+    Console().print(table)
+    raise typer.Exit(0 if healthy else 1)
 
 
 @app.command()
-def watch() -> None:
-    """TODO: live table of all nodes' /metrics. Not implemented yet."""
-    _todo("watch")
+def watch(
+    inventory: InvOpt = _INV,
+    count: int = typer.Option(0, "--count", help="Stop after this many refreshes (0: never)."),
+    every: float | None = typer.Option(None, "--every", help="Seconds between refreshes."),
+) -> None:
+    """Live table of every node's latest sample (tail of its newest file over SFTP)."""
+    from rich.live import Live
+
+    from cluster.cli.common import load
+    from cluster.ssh import SshPool
+    from watchdog.thermal.remote import LiveRow, fan_out, live_row, read_latest
+
+    spec = _load_or_exit(inventory, load)
+    t = _node_timeout(spec)
+    period = max(0.5, every or spec.thermal.interval_s)
+
+    def table() -> Table:
+        outs = fan_out(
+            spec.nodes, lambda n: read_latest(pool.session(n), spec.thermal.dir, n.name, t)
+        )
+        now = time.time()
+        tb = Table(title=f"thermal, {_iso(now)} UTC (every {period:g} s; Ctrl-C ends)")
+        for col in ("node", "age", "GPU", "hottest zone", "to critical", "clock events", "note"):
+            tb.add_column(col)
+        for o in outs:
+            r = live_row(o.node, o.value, now) if o.ok else LiveRow(o.node, note=o.error)
+            tb.add_row(
+                o.node, "-" if r.age_s is None else f"{r.age_s:g} s",
+                _fmt(r.gpu_temp_c), f"{_fmt(r.hottest_zone_c)} {r.hottest_zone or ''}",
+                _fmt(r.margin_c), ", ".join(r.reasons) or "none",
+                f"[red]{r.note}[/]" if not o.ok else (r.note or ""),
+            )  # fmt: skip
+        return tb
+
+    shown = 0
+    with SshPool(spec.ssh) as pool, Live(table(), auto_refresh=False) as live:
+        try:
+            while True:
+                shown += 1
+                if count and shown >= count:
+                    break
+                deadline = time.monotonic() + period
+                while (left := deadline - time.monotonic()) > 0:
+                    threading.Event().wait(left)
+                live.update(table(), refresh=True)
+        except KeyboardInterrupt:
+            pass

@@ -19,11 +19,14 @@ import logging
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.table import Table
 
@@ -52,36 +55,139 @@ StateDirOption = Annotated[
 ]
 
 
-# ---- wiring the lead owns -----------------------------------------------------------------------
-def build_actuator(spec: Any) -> Any:
-    """THE single place that binds the watchdog to cluster control (imported lazily).
+# ---- wiring: the watchdog's actuator is cluster control ------------------------------------
+RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
+EVIDENCE_LOG_LINES = 50
+EVIDENCE_MAX_CHARS = 8000  # per node, and for the /metrics snapshot
 
-    Adapts `cluster.control.Controller` to the `watchdog.daemon.Actuator` protocol. Lead: check
-    the restart call (wait_ready=False: the watchdog's own boot grace does the waiting) and wire
-    boot_progress() to the controller's boot tracker when it exposes one.
+
+class ControllerActuator:
+    """`watchdog.daemon.Actuator` over `cluster.control.Controller`.
+
+    * `restart()` is exactly an operator's `servectl restart --no-wait`: `Controller.restart()`
+      (same plan, same `events.jsonl` record, who=servectl-watchdog), run in a detached child
+      process (its own session) that this one waits for. A daemon killed with -9 mid-restart
+      therefore never leaves a half-applied plan: the job finishes the restart, and the next
+      daemon finds `restart_in_progress` and only verifies it in boot grace.
+    * `boot_progress()` reads the head's container log (`Controller.boot_progress()`).
+    * `collect_evidence()`: last log lines of every node and a `/metrics` snapshot.
+    * `server_started_at()`: when the head's container started (fencing: a restart made by
+      someone else since the failures began is not repeated).
     """
+
+    def __init__(self, spec: Any, control_state_dir: str | None = None) -> None:
+        from cluster.control import Controller
+
+        self.spec = spec
+        self.control_state_dir = control_state_dir
+        self.controller = Controller(spec, state_dir=control_state_dir, node_timeout_s=10.0)
+
+    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+        why = f"watchdog: {reason}"
+        source = getattr(self.spec, "source_file", None)
+        if not source or not os.path.isfile(source):
+            # No inventory file to hand a child (a spec built in memory): restart in-process.
+            result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
+            _raise_unless_applied(_result_doc(result, self.spec))
+            return
+        argv = [sys.executable, "-m", "cluster.cli.watchdog", "restart-job", source, why]
+        if self.control_state_dir:
+            argv.append(str(self.control_state_dir))
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # survives a kill -9 of this daemon (and its signals)
+            text=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=RESTART_JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ServectlError(
+                f"restart job (pid {proc.pid}) still running after {RESTART_JOB_TIMEOUT_S:g}s"
+            ) from None
+        try:
+            doc = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise ServectlError(
+                f"restart job exited {proc.returncode} without a result: {err.strip()[-500:]}"
+            ) from None
+        _raise_unless_applied(doc)
+
+    def boot_progress(self) -> Any:
+        return self.controller.boot_progress()
+
+    def server_started_at(self) -> float | None:
+        c = self.controller.head_container()
+        return c.started_at.timestamp() if c is not None and c.started_at else None
+
+    def collect_evidence(self) -> dict[str, Any]:
+        lines = self.controller.last_log_lines(tail=EVIDENCE_LOG_LINES)
+        doc: dict[str, Any] = {
+            "last_log_lines": {k: v[-EVIDENCE_MAX_CHARS:] for k, v in lines.items()}
+        }
+        try:
+            r = self.controller._http.get(f"{self.spec.api_base}/metrics", timeout=5.0)
+            text = "\n".join(
+                ln for ln in r.text.splitlines() if ln.startswith("vllm:") and "_bucket{" not in ln
+            )
+            doc["metrics"] = {"status_code": r.status_code, "text": text[:EVIDENCE_MAX_CHARS]}
+        except httpx.HTTPError as exc:
+            doc["metrics"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return doc
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+WATCHDOG_WHO = "servectl-watchdog"
+
+
+def _result_doc(result: Any, spec: Any) -> dict[str, Any]:
+    """ApplyResult -> JSON. `apply()` stops at the first failed wave, so nodes of later waves
+    have no outcome at all: a node without an outcome is a failure too, not a silent pass."""
+    outcomes = {o.node: {"ok": o.ok, "message": o.message} for o in result.outcomes}
+    missing = [n.name for n in spec.nodes if n.name not in outcomes]
+    return {
+        "ok": bool(result.ok) and not missing,
+        "config_hash": result.plan.config_hash,
+        "outcomes": outcomes,
+        "missing": missing,
+    }
+
+
+def _raise_unless_applied(doc: dict[str, Any]) -> None:
+    if doc.get("ok"):
+        return
+    if doc.get("error"):
+        raise ServectlError(f"restart failed: {doc['error']}")
+    bad = [f"{n}: {o['message']}" for n, o in doc.get("outcomes", {}).items() if not o["ok"]]
+    bad += [f"{n}: not started (an earlier wave failed)" for n in doc.get("missing", [])]
+    raise ServectlError("restart failed on " + "; ".join(bad))
+
+
+def restart_job(inventory: str, why: str, control_state_dir: str | None = None) -> int:
+    """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
+    one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error)."""
     from cluster.control import Controller
 
-    class ControllerActuator:
-        def __init__(self) -> None:
-            self.controller = Controller(spec)
+    try:
+        spec = load(Path(inventory))
+        with Controller(spec, state_dir=control_state_dir) as ctl:
+            doc = _result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
+        doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(doc), flush=True)
+        return 2
+    print(json.dumps(doc), flush=True)
+    return 0 if doc["ok"] else 1
 
-        def restart(self, reason: str, evidence: dict[str, Any]) -> None:
-            result = self.controller.restart(
-                why=f"watchdog: {reason}", wait_ready=False, who="servectl-watchdog"
-            )
-            failed = [o for o in getattr(result, "outcomes", ()) if not getattr(o, "ok", True)]
-            if failed:
-                raise ServectlError(f"restart failed on {len(failed)} node(s): {failed}")
 
-        def boot_progress(self) -> Any:
-            fn = getattr(self.controller, "boot_progress", None)
-            return fn() if callable(fn) else None
-
-        def collect_evidence(self) -> dict[str, Any]:
-            return {"last_log_lines": self.controller.last_log_lines(tail=50)}
-
-    return ControllerActuator()
+def build_actuator(spec: Any, control_state_dir: str | None = None) -> ControllerActuator:
+    """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
+    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator)."""
+    return ControllerActuator(spec, control_state_dir)
 
 
 def build_config(spec: Any, state_dir: str | None = None) -> WatchdogConfig:
@@ -156,6 +262,28 @@ def _status_doc(sd: str) -> dict[str, Any]:
             "updated_at": state.updated_at,
         }
     return doc
+
+
+def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
+    """For `servectl status`: the watchdog's state from `state_dir` on this machine (file reads
+    only, never blocks) as (JSON doc or None, one line of text)."""
+    try:
+        doc = _status_doc(state_dir)
+    except (OSError, ValueError, ServectlError) as exc:
+        return None, f"watchdog: state unreadable in {state_dir} ({exc})"
+    st = doc["state"]
+    if st is None:
+        return None, f"watchdog: no state in {state_dir}"
+    lp = st["last_probe"] or {}
+    running = "running" if doc["daemon"] else "[yellow]not running[/]"
+    text = (
+        f"watchdog: [bold]{st['phase']}[/] ({running}), {st['consecutive_failures']} failure(s), "
+        f"last probe {lp.get('outcome', '-')}/{st['last_verdict'] or '-'} at {_iso(lp.get('at'))}, "
+        f"{len(st['restart_times'])} restart(s) in window"
+    )
+    if doc["hold"]:
+        text += f", held until {_iso(doc['hold']['until'])}: {doc['hold']['reason']}"
+    return doc, text
 
 
 # ---- commands ----------------------------------------------------------------------------------
@@ -283,3 +411,9 @@ def history(
     console.print(t)
     if got.skipped_lines:
         console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")
+
+
+if __name__ == "__main__":  # the restart job: python -m cluster.cli.watchdog restart-job ...
+    if len(sys.argv) >= 4 and sys.argv[1] == "restart-job":
+        sys.exit(restart_job(*sys.argv[2:5]))
+    sys.exit("usage: python -m cluster.cli.watchdog restart-job INVENTORY WHY [CONTROL_STATE_DIR]")

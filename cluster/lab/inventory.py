@@ -36,7 +36,12 @@ def inventory_doc(paths: LabPaths) -> dict:
         "host": node_ip(HEAD),
         "port": 8000,
         "shm_size": "1g",
-        "env": {"VLLM_SIM_TIME_SCALE": "0.005", "VLLM_SIM_STEP_SCALE": "0.05"},
+        "env": {
+            "VLLM_SIM_TIME_SCALE": "0.005",
+            "VLLM_SIM_STEP_SCALE": "0.05",
+            # deterministic drafter acceptance: lab measurements compare configs, not noise
+            "VLLM_SIM_SPEC_ACCEPTANCE": "expected",
+        },
         "secrets": {
             # The (dummy) token file exists at the same path on the host and in every node.
             # No api_key: clients on this machine (status, watchdog, bench) would need the key's
@@ -45,6 +50,12 @@ def inventory_doc(paths: LabPaths) -> dict:
         },
         "watchdog": {"interval_s": 2, "timeout_s": 2, "failures": 3, "boot_deadline_s": 120},
         "thermal": {"interval_s": 1, "dir": "/var/log/servectl/thermal"},
+        # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).
+        "bench": {
+            "client_image": "servectl-lab/vllm-client:latest",
+            "num_prompts": 32,
+            "output_len": 48,
+        },
     }
     return {
         "all": {

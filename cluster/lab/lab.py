@@ -21,7 +21,7 @@ import docker
 import docker.errors
 
 from cluster.errors import LabError
-from cluster.lab import host, images, models, nodes, rootfs
+from cluster.lab import client_image, host, images, models, nodes, rootfs
 from cluster.lab.inventory import render_inventory
 from cluster.lab.paths import (
     CLUSTER_LABEL,
@@ -103,6 +103,7 @@ def up(paths: LabPaths, on_step: StepCallback = no_steps) -> LabStatus:
         _boot_nodes(paths, assets, on_step)
         lab_images = image_job.result()
     on_step("images", f"{lab_images.base}, {lab_images.sim} (+ :latest)")
+    client_image.ensure_lab_client(paths, lab_images.base, on_step)  # bench client + tokenizer
     _start_sensord(paths, on_step)
     write_inventory(paths)
     on_step("inventory", str(paths.inventory))

@@ -49,7 +49,16 @@ class RootfsSpec:
 # node gets the host's docker client binary bind-mounted read-only (see nodes.py).
 NODE_ROOTFS = RootfsSpec(
     name="node",
-    packages=("systemd", "systemd-sysv", "openssh-server", "python3", "dbus", "procps", "iproute2"),
+    packages=(
+        "systemd",
+        "systemd-sysv",
+        "openssh-server",
+        "python3",
+        "python3-venv",
+        "dbus",
+        "procps",
+        "iproute2",
+    ),  # python3-venv: `servectl provision` installs servectl into a venv (offline)
 )
 
 # The Docker base image: what the vLLM simulator needs, nothing more.

@@ -3,6 +3,7 @@ killed after the restart began ends in a defined state on the next call."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -106,3 +107,47 @@ def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_pat
     ok, hashes = _healthy_hash(inv)
     assert ok and hashes == {load_inventory(inv).config_hash()}
     assert "num_speculative_tokens: 4" in Path(inv).read_text()
+
+
+@pytest.mark.timeout(900)
+def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
+    """The report's rollout: k=7 -> k=3 measured with the real `vllm bench serve` client.
+    Single stream goes down, 32-stream aggregate goes up; healthy on the new config hash;
+    the inventory diff is exactly the changed value."""
+    path = tmp_path / "inventory.yml"
+    path.write_text(
+        Path(lab.inventory)
+        .read_text()
+        .replace("num_speculative_tokens: 3", "num_speculative_tokens: 7")
+    )
+    before = path.read_text()
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(tmp_path / "runs"))
+    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
+        assert ctl.up(timeout_s=180, replace=True).ok
+    try:
+        result = _servectl(
+            "rollout", "-i", str(path), "--set", "drafter.num_speculative_tokens=3",
+            "--bench", "quick", "--guard", "c=32 aggregate >= -5%", "--yes", timeout=800,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        changed = [
+            line
+            for line in difflib.unified_diff(
+                before.splitlines(), path.read_text().splitlines(), lineterm=""
+            )
+            if line[:1] in "+-" and line[:3] not in ("---", "+++")
+        ]
+        assert changed == [
+            "-        num_speculative_tokens: 7",
+            "+        num_speculative_tokens: 3",
+        ]
+        record = json.loads((tmp_path / "state" / "rollout" / "lab" / "current.json").read_text())
+        b, a = record["baseline"]["rows"], record["after"]["rows"]
+        assert a["1"]["per_stream"] < b["1"]["per_stream"], (b, a)  # one user loses
+        assert a["32"]["aggregate"] > b["32"]["aggregate"], (b, a)  # many users gain
+        ok, hashes = _healthy_hash(path)
+        assert ok and hashes == {load_inventory(path).config_hash()} and record["step"] == "done"
+    finally:
+        with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
+            ctl.down()

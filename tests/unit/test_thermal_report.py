@@ -205,9 +205,3 @@ def test_cli_report_table_json_csv_plot(logs: Any, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["since_iso"] == "2023-11-14T22:30:00.000Z" and len(doc["nodes"]) == 4
-
-
-@pytest.mark.parametrize("cmd", ["start", "stop", "status", "watch"])
-def test_unimplemented_commands_say_so(cmd: str) -> None:
-    res = CliRunner().invoke(app, [cmd])
-    assert res.exit_code == 2 and "not implemented yet" in res.output

@@ -1,15 +1,24 @@
 """Pull agent files from every node (SFTP through cluster.ssh) into a local directory, so the
-report runs on local files. Thin on purpose: the SSH gateway owns connections and host keys."""
+report runs on local files. Thin on purpose: the SSH gateway owns connections and host keys.
+One node that cannot be reached is recorded with its reason; the others are still fetched."""
 
 from __future__ import annotations
 
 import os
 import posixpath
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 REMOTE_DIR = "/var/log/servectl/thermal"
+
+
+@dataclass
+class FetchResult:
+    files: list[Path] = field(default_factory=list)
+    per_node: dict[str, int] = field(default_factory=dict)  # node -> files copied
+    unreachable: dict[str, str] = field(default_factory=dict)  # node -> reason
 
 
 def _days(since: float | None, until: float | None) -> set[str] | None:
@@ -23,32 +32,64 @@ def _days(since: float | None, until: float | None) -> set[str] | None:
     return days
 
 
+def wanted(
+    fname: str, mtime: float | None, node: str, days: set[str] | None, since: float | None
+) -> bool:
+    """Pure: is this remote file one of ``node``'s and can it hold samples of the window?"""
+    prefix = f"thermal-{node}-"
+    if not (fname.startswith(prefix) and fname.endswith(".jsonl")):
+        return False
+    if days is not None and fname[len(prefix) : len(prefix) + 8] not in days:
+        return False
+    # A file last written before the window starts holds nothing in it.
+    return not (since is not None and mtime is not None and mtime < since - 60)
+
+
 def fetch_files(
     spec: Any,
     since: float | None,
     until: float | None,
     dest_dir: str | os.PathLike[str],
-    remote_dir: str = REMOTE_DIR,
-) -> list[Path]:
+    remote_dir: str | None = None,
+) -> FetchResult:
     """Copy each node's ``thermal-<node>-YYYYMMDD*.jsonl`` for the window into ``dest_dir``
-    (``spec`` is a cluster.spec.ClusterSpec). cluster.ssh is imported here, lazily, so the
-    report itself needs no paramiko. Untested against the lab (no SFTP in unit tests)."""
+    (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel. cluster.ssh is imported
+    here, lazily, so the report itself needs no paramiko."""
     from cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
+    from watchdog.thermal.remote import fan_out
 
+    remote_dir = remote_dir or getattr(getattr(spec, "thermal", None), "dir", REMOTE_DIR)
     days = _days(since, until)
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    got: list[Path] = []
-    with SshPool(spec.ssh) as pool:
-        for node in spec.nodes:
-            sess = pool.session(node)
-            prefix = f"thermal-{node.name}-"
-            for fname in sorted(sess.sftp().listdir(remote_dir)):
-                if not (fname.startswith(prefix) and fname.endswith(".jsonl")):
-                    continue
-                if days is not None and fname[len(prefix) : len(prefix) + 8] not in days:
-                    continue
-                local = dest / fname
-                sess.get(posixpath.join(remote_dir, fname), str(local))
+    timeout = float(spec.ssh.connect_timeout_s) * 4
+
+    def one(node: Any) -> list[Path]:
+        sess = pool.session(node)
+        sftp = sess.sftp()
+        sftp.get_channel().settimeout(timeout)
+        got: list[Path] = []
+        try:
+            entries = sftp.listdir_attr(remote_dir)
+        except FileNotFoundError:
+            return got
+        except OSError as exc:
+            from cluster.errors import NodeUnreachable
+
+            raise NodeUnreachable(node.name, f"SFTP list {remote_dir}: {exc}") from None
+        for e in sorted(entries, key=lambda e: e.filename):
+            if wanted(e.filename, e.st_mtime, node.name, days, since):
+                local = dest / e.filename
+                sess.get(posixpath.join(remote_dir, e.filename), str(local))
                 got.append(local)
-    return got
+        return got
+
+    result = FetchResult()
+    with SshPool(spec.ssh) as pool:
+        for out in fan_out(spec.nodes, one):
+            if out.ok:
+                result.files += out.value
+                result.per_node[out.node] = len(out.value)
+            else:
+                result.unreachable[out.node] = out.error or "unknown error"
+    return result

@@ -1,0 +1,512 @@
+"""Benchmarks from a CPU-only client container: sweeps, prefill, run directories.
+
+Plan, then apply: `sweep_levels`/`prefill_levels` and `client_plan` are pure (a
+`ContainerPlan` per level with the `vllm bench serve` argv); `BenchRunner` applies them
+through the head's Docker gateway: create the container (host network, no GPU request, the
+model directory read-only for `--tokenizer`), copy the prompt file in, start it, wait, copy
+the saved result out, remove it (also on failure). Spec-decode counters are read from the
+server's /metrics before and after each level. Every run writes `runs/<UTC stamp>-<kind>/`:
+`manifest.json`, `table.json`, `results/<level>.json` (the raw saved JSON), `client/` (logs
+and the client container's inspect facts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import tarfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import httpx
+import paramiko
+import requests
+
+from cluster import __version__
+from cluster import bench_manifest as bm
+from cluster.bench_parse import (
+    LevelResult,
+    load_result_text,
+    parse_result,
+    spec_counters,
+    spec_delta,
+)
+from cluster.control import Controller
+from cluster.docker_gw import DockerGateway, create_kwargs
+from cluster.errors import DockerError, ServectlError
+from cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from cluster.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "bench" / "prompts" / "ko-mixed-20.jsonl"
+CONTAINER_DIR = "/bench"
+LABEL_RUN = "io.servectl.bench-run"
+
+
+class BenchError(ServectlError):
+    """A benchmark could not start or a level failed."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    kind: str  # sweep | prefill
+    levels: tuple[int, ...]  # concurrency levels (sweep) or input lengths (prefill)
+    prompts: Path = DEFAULT_PROMPTS
+    output_len: int = 512
+    ignore_eos: bool = True
+    num_prompts: int = 20
+    backend: str = "openai-chat"
+    seed: int = 0
+    temperature: float | None = None
+    client_image: str | None = None
+    level_timeout_s: float = 3600.0
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        doc["prompts"] = str(self.prompts) if self.kind == "sweep" else None
+        doc["levels"] = list(self.levels)
+        if self.kind == "sweep":
+            doc["prompts_sha256"] = hashlib.sha256(self.prompts.read_bytes()).hexdigest()[:16]
+        return doc
+
+
+# --- pure planning ---------------------------------------------------------------------------
+
+
+def client_image(spec: ClusterSpec, override: str | None = None) -> str:
+    """The CLI flag, else `servectl.bench.client_image` if the inventory has it (read
+    defensively: the spec does not define it yet), else the serving image."""
+    if override:
+        return override
+    bench = getattr(spec.settings, "bench", None) if spec.settings is not None else None
+    image = getattr(bench, "client_image", None) or (
+        bench.get("client_image") if isinstance(bench, Mapping) else None
+    )
+    return image or spec.serving.image
+
+
+def client_base_url(spec: ClusterSpec) -> str:
+    """From the head itself (host network): loopback when the API listens on all addresses."""
+    host = spec.serving.host
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{spec.serving.port}"
+
+
+def level_name(opts: BenchOptions, level: int) -> str:
+    return f"c{level}" if opts.kind == "sweep" else f"in{level}"
+
+
+def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) -> list[str]:
+    """`vllm bench serve` for one level. A different seed per level so the prefix cache
+    does not flatter later levels (vllm#52884)."""
+    s = spec.serving
+    name = level_name(opts, level)
+    chat = opts.backend == "openai-chat"
+    argv = [
+        "vllm", "bench", "serve",
+        "--backend", opts.backend,
+        "--base-url", client_base_url(spec),
+        "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
+        "--model", s.model.served_name,
+        "--tokenizer", s.model.tokenizer or s.model.path,
+        "--seed", str(opts.seed + index),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99",
+        "--save-result", "--result-dir", f"{CONTAINER_DIR}/results",
+        "--result-filename", f"{name}.json",
+        "--label", f"servectl-{opts.kind}",
+    ]  # fmt: skip
+    if opts.kind == "sweep":
+        # ShareGPT layout, not `custom`: the custom loader needs pandas (vllm[bench]), which
+        # a serving image may lack; the sharegpt loader is plain json. Prompts go raw; with
+        # openai-chat the server applies its own template and default kwargs, as users see it.
+        argv += [
+            "--dataset-name", "sharegpt",
+            "--dataset-path", f"{CONTAINER_DIR}/prompts.json",
+            "--sharegpt-output-len", str(opts.output_len),
+            "--num-prompts", str(opts.num_prompts),
+            "--max-concurrency", str(level),
+        ]  # fmt: skip
+    else:
+        argv += [
+            "--dataset-name", "random",
+            "--random-input-len", str(level),
+            "--random-output-len", str(opts.output_len),
+            "--num-prompts", str(opts.num_prompts),
+            "--max-concurrency", "1",
+        ]  # fmt: skip
+    if opts.ignore_eos:
+        argv += ["--ignore-eos"]
+    if opts.temperature is not None:
+        argv += ["--temperature", str(opts.temperature)]
+    return argv
+
+
+def sharegpt_json(jsonl: str) -> bytes:
+    """Pure: a JSONL prompt set (`{"prompt": ...}` per line) -> ShareGPT JSON (the loader
+    wants a second turn; its text only matters when no output length is forced)."""
+    convs = []
+    for i, line in enumerate(x for x in jsonl.splitlines() if x.strip()):
+        prompt = json.loads(line)["prompt"]
+        convs.append(
+            {
+                "id": f"p{i}",
+                "conversations": [
+                    {"from": "human", "value": prompt},
+                    {"from": "gpt", "value": "(output length forced by the benchmark)"},
+                ],
+            }
+        )
+    return json.dumps(convs, ensure_ascii=False).encode()
+
+
+def client_plan(
+    spec: ClusterSpec, opts: BenchOptions, level: int, index: int, run_id: str
+) -> ContainerPlan:
+    s = spec.serving
+    head = spec.head
+    tok = s.model.tokenizer or s.model.path
+    mounts = [Mount(s.model.path, s.model.path, True)]
+    if tok != s.model.path:
+        mounts.append(Mount(tok, tok, True))
+    argv = bench_argv(spec, opts, level, index)
+    return ContainerPlan(
+        node=head.name,
+        role="bench",
+        rank=-1,
+        name=f"{spec.name}-bench-{run_id}-{level_name(opts, level)}"[:120],
+        image=client_image(spec, opts.client_image),
+        command=tuple(argv[1:]),
+        entrypoint=("vllm",),
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"},
+        secret_env={},
+        mounts=tuple(mounts),
+        network_mode="host",
+        ipc_mode="private",
+        shm_size="1g",
+        gpus=None,  # CPU only: never a device request, never seen by the GPU guard
+        restart_policy="no",
+        labels={
+            LABEL_CLUSTER: spec.name,
+            LABEL_COMPONENT: "bench",
+            LABEL_NODE: head.name,
+            LABEL_RUN: run_id,
+        },
+    )
+
+
+def run_id_for(kind: str, now: datetime) -> str:
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{kind}"
+
+
+# --- run directory ---------------------------------------------------------------------------
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """Atomic: temp name, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=False, default=str, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("SERVECTL_RUNS_DIR", "runs"))
+
+
+@dataclass(frozen=True)
+class LevelOutcome:
+    level: int
+    result: LevelResult
+    raw: Mapping[str, Any]
+    spec_delta: Mapping[str, Any] | None
+    client: Mapping[str, Any]
+
+    def row(self, kind: str) -> dict[str, Any]:
+        row = {"level": self.level, **self.result.to_json()}
+        if kind == "prefill":
+            ttft = self.result.ttft_p50_ms
+            per_req_in = (self.result.total_input_tokens or 0) / max(1, self.result.completed)
+            row["input_tokens_per_request"] = per_req_in
+            row["prefill_tok_s"] = per_req_in / (ttft / 1000.0) if ttft else None
+        return row
+
+
+@dataclass
+class BenchRun:
+    run_id: str
+    dir: Path
+    kind: str
+    manifest: dict[str, Any]
+    outcomes: list[LevelOutcome] = field(default_factory=list)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [o.row(self.kind) for o in self.outcomes]
+
+
+# --- apply -------------------------------------------------------------------------------------
+
+Progress = Callable[[str], None]
+
+
+class BenchRunner:
+    """Runs one benchmark against the cluster a Controller drives. Starts nothing on init."""
+
+    def __init__(
+        self,
+        ctl: Controller,
+        runs_dir: Path | None = None,
+        http: httpx.Client | None = None,
+        on_progress: Progress | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.ctl = ctl
+        self.spec = ctl.spec
+        self.runs_dir = runs_dir or default_runs_dir()
+        self.http = http or httpx.Client(timeout=10.0)
+        self.progress = on_progress or (lambda msg: None)
+        self.clock = clock
+
+    # preflight: defaults first, then refuse if unhealthy
+    def preflight(self) -> dict[str, Any]:
+        server = bm.collect_server(self.http, self.spec.api_base)
+        defaults = bm.defaults_from_plan(self.spec)
+        status = self.ctl.status(with_gpus=False)
+        facts = {
+            "server": server,
+            "server_defaults": defaults,
+            "verdict": status.verdict.value,
+            "notes": list(status.notes),
+            "probe_ok": status.server.probe_ok,
+            "ok": status.ok and server.get("health_status") == 200,
+        }
+        return facts
+
+    def run(self, opts: BenchOptions, preflight: Mapping[str, Any] | None = None) -> BenchRun:
+        pre = dict(preflight or self.preflight())
+        if not pre["ok"]:
+            raise BenchError(
+                f"server not healthy ({pre['verdict']}: {'; '.join(pre['notes']) or '-'}); "
+                "refusing to benchmark"
+            )
+        opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        run_id = run_id_for(opts.kind, self.clock())
+        run_dir = self.runs_dir / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        manifest = self._manifest_start(run_id, opts, pre)
+        write_json(run_dir / "manifest.json", manifest)
+        run = BenchRun(run_id, run_dir, opts.kind, manifest)
+        try:
+            for i, level in enumerate(opts.levels):
+                self.progress(f"{level_name(opts, level)}: running vllm bench serve")
+                out = self._level(opts, level, i, run_id, run_dir)
+                run.outcomes.append(out)
+                write_json(run_dir / "table.json", {"kind": opts.kind, "rows": run.rows()})
+        finally:
+            manifest["finished_at"] = self.clock().isoformat()
+            manifest["completed_levels"] = [o.level for o in run.outcomes]
+            with contextlib.suppress(ServectlError):
+                temps = bm.collect_temps(self.ctl)
+                for node, gpus in temps.items():
+                    manifest["nodes"].setdefault(node, {})["gpus_end"] = gpus
+            write_json(run_dir / "manifest.json", manifest)
+        return run
+
+    def _manifest_start(
+        self, run_id: str, opts: BenchOptions, pre: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self.progress("manifest: clocks, temperatures, processes, KV cache")
+        nodes = self.ctl.fan_out(
+            list(self.spec.nodes), lambda n: bm.collect_node(self.ctl, n), timeout=120
+        )
+        own = ["vllm serve", "vllm bench", "vllm_sim", "servectl"]
+        node_docs = {}
+        for name, doc in nodes.items():
+            if isinstance(doc, ServectlError):
+                node_docs[name] = {"error": str(doc)}
+            else:
+                doc["gpus_start"] = doc.get("gpus", [])
+                node_docs[name] = bm.mark_own(doc, own)
+        return {
+            "manifest_version": bm.MANIFEST_VERSION,
+            "run_id": run_id,
+            "kind": opts.kind,
+            "started_at": self.clock().isoformat(),
+            "servectl_version": __version__,
+            "options": opts.to_json(),
+            "cluster": bm.cluster_section(self.spec),
+            "server": pre["server"],
+            "server_defaults": pre["server_defaults"],
+            "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "kv_cache": bm.collect_kv_cache(self.ctl),
+            "client": {"image": opts.client_image, "node": self.spec.head.name},
+            "nodes": node_docs,
+        }
+
+    def _metrics(self) -> str | None:
+        try:
+            return self.http.get(f"{self.spec.api_base}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+
+    def _level(
+        self, opts: BenchOptions, level: int, index: int, run_id: str, run_dir: Path
+    ) -> LevelOutcome:
+        name = level_name(opts, level)
+        plan = client_plan(self.spec, opts, level, index, run_id)
+        files = (
+            {"prompts.json": sharegpt_json(opts.prompts.read_text(encoding="utf-8"))}
+            if opts.kind == "sweep"
+            else {}
+        )
+        secrets = {}
+        key = self.ctl._api_key()  # noqa: SLF001 - the same key resolution as the probe
+        if key:
+            secrets["OPENAI_API_KEY"] = key
+        before = self._metrics()
+        gw = self.ctl.docker(self.spec.head)
+        rc, logs, results, facts = run_client(gw, plan, files, secrets, opts.level_timeout_s)
+        after = self._metrics()
+        (run_dir / "client").mkdir(exist_ok=True)
+        (run_dir / "client" / f"{name}.log").write_text(logs)
+        write_json(run_dir / "client" / f"{name}.container.json", facts)
+        raw_text = results.get(f"{name}.json")
+        if rc != 0 or raw_text is None:
+            tail = "\n".join(logs.splitlines()[-15:])
+            raise BenchError(f"{name}: vllm bench serve exited {rc}, no result\n{tail}")
+        (run_dir / "results").mkdir(exist_ok=True)
+        (run_dir / "results" / f"{name}.json").write_bytes(raw_text)
+        raw = load_result_text(raw_text.decode())
+        delta = spec_delta(
+            spec_counters(before) if before else None, spec_counters(after) if after else None
+        )
+        result = parse_result(raw, delta)
+        return LevelOutcome(level, result, raw, delta.to_json() if delta else None, facts)
+
+
+def _tar(files: Mapping[str, bytes], top: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        d = tarfile.TarInfo(top)
+        d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+        tar.addfile(d)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _untar(chunks: Any) -> dict[str, bytes]:
+    buf = io.BytesIO(b"".join(chunks))
+    out: dict[str, bytes] = {}
+    with tarfile.open(fileobj=buf, mode="r") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    out[Path(member.name).name] = f.read()
+    return out
+
+
+def container_facts(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: what the engine says about the client container (for the run dir and tests)."""
+    hc = attrs.get("HostConfig") or {}
+    cfg = attrs.get("Config") or {}
+    return {
+        "name": (attrs.get("Name") or "").lstrip("/"),
+        "image": cfg.get("Image"),
+        "network_mode": hc.get("NetworkMode"),
+        "device_requests": hc.get("DeviceRequests"),
+        "devices": hc.get("Devices"),
+        "runtime": hc.get("Runtime"),
+        "mounts": [
+            {"source": m.get("Source"), "target": m.get("Target"), "read_only": m.get("ReadOnly")}
+            for m in hc.get("Mounts") or []
+        ],
+        "labels": cfg.get("Labels") or {},
+        "cmd": cfg.get("Cmd"),
+    }
+
+
+def run_client(
+    gw: DockerGateway,
+    plan: ContainerPlan,
+    files: Mapping[str, bytes],
+    secret_env: Mapping[str, str],
+    timeout_s: float,
+) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:
+    """Create, fill, start, wait, collect, remove: (exit code, logs, result files, facts).
+    The container is removed whatever happens."""
+    api = gw.api
+    cid = None
+    try:
+        env = {**plan.env, **secret_env}
+        created = api.create_container(**create_kwargs(plan, env, api))
+        cid = created["Id"]
+        if files:
+            api.put_archive(cid, "/", _tar(files, CONTAINER_DIR.strip("/")))
+        facts = container_facts(api.inspect_container(cid))
+        api.start(cid)
+        status = api.wait(cid, timeout=int(timeout_s))
+        rc = int(status.get("StatusCode", -1))
+        logs = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
+        try:
+            stream, _ = api.get_archive(cid, f"{CONTAINER_DIR}/results")
+            results = _untar(stream)
+        except docker.errors.NotFound:
+            results = {}
+        facts["exit_code"] = rc
+        return rc, logs, results, facts
+    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
+        raise DockerError(f"{gw.node}: bench client {plan.name}: {e}") from None
+    finally:
+        if cid is not None:
+            with contextlib.suppress(ServectlError):
+                gw.remove(cid, stop_timeout=5)
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, table) of a run directory."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+        table = json.loads((path / "table.json").read_text())
+    except FileNotFoundError as e:
+        raise BenchError(f"{path}: not a run directory ({e.filename} missing)") from None
+    return manifest, table
+
+
+def compare_rows(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Join rows by level; per key: a, b and % change (b vs a)."""
+    by_a = {r["level"]: r for r in a}
+    by_b = {r["level"]: r for r in b}
+    out = []
+    for level in sorted(set(by_a) | set(by_b)):
+        ra, rb = by_a.get(level, {}), by_b.get(level, {})
+        row: dict[str, Any] = {"level": level}
+        for k in keys:
+            va, vb = ra.get(k), rb.get(k)
+            pct = (
+                100.0 * (vb - va) / va
+                if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
+                else None
+            )
+            row[k] = {"a": va, "b": vb, "pct": pct}
+        out.append(row)
+    return out

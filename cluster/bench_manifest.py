@@ -1,0 +1,283 @@
+"""What a benchmark run must record to be explained later, and how two runs differ.
+
+A manifest is plain JSON in the run directory. `collect_*` functions do I/O through the
+Controller (SSH, Docker, collector) and httpx; everything else here is pure: the server's
+effective defaults from the plan, secret redaction, the summary facts and the diff that
+`servectl bench compare` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from cluster.bench_parse import kv_cache_facts
+from cluster.errors import ServectlError
+from cluster.launch import plan_cluster
+from cluster.spec import ClusterSpec, _jsonable, looks_like_secret
+
+if TYPE_CHECKING:
+    from cluster.control import Controller
+
+MANIFEST_VERSION = 1
+NODE_SCRIPT = Path(__file__).with_name("bench_node.py")
+_SECRET_FLAG = re.compile(r"^--?[\w.-]*(token|secret|password|passwd|api[-_]?key|key)$", re.I)
+_SECRET_ASSIGN = re.compile(
+    r"^(--?)?([\w.-]*(token|secret|password|passwd|api[-_]?key)[\w.-]*)=(.+)$", re.I
+)
+REDACTED = "<redacted>"
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Hide secret values in a command line: `--api-key X`, `--token=X`, `HF_TOKEN=X`, and
+    anything that looks like a token by itself (hf_..., sk-..., ghp_...)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        m = _SECRET_ASSIGN.match(arg)
+        if m:
+            out.append(f"{m.group(1) or ''}{m.group(2)}={REDACTED}")
+        elif _SECRET_FLAG.match(arg):
+            out.append(arg)
+            hide_next = True
+        elif looks_like_secret(arg):
+            out.append(REDACTED)
+        else:
+            out.append(arg)
+    return out
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def defaults_from_plan(spec: ClusterSpec) -> dict[str, Any]:
+    """The defaults the head's `vllm serve` argv sets: chat template kwargs (thinking on or
+    off: vLLM chat templates default to thinking on when nothing says otherwise), drafter, k."""
+    argv = plan_cluster(spec).for_node(spec.head.name).vllm_argv
+    kwargs_raw = _flag(argv, "--default-chat-template-kwargs")
+    kwargs = json.loads(kwargs_raw) if kwargs_raw else {}
+    spec_raw = _flag(argv, "--speculative-config")
+    drafter = json.loads(spec_raw) if spec_raw else None
+    return {
+        "chat_template_kwargs": kwargs,
+        "thinking": bool(kwargs.get("enable_thinking", True)),
+        "thinking_source": "server argv" if "enable_thinking" in kwargs else "template default",
+        "drafter_method": drafter.get("method") if drafter else None,
+        "drafter_k": drafter.get("num_speculative_tokens") if drafter else None,
+        "max_model_len_arg": _flag(argv, "--max-model-len"),
+        "kv_cache_dtype": _flag(argv, "--kv-cache-dtype"),
+        "kv_cache_memory_bytes": _flag(argv, "--kv-cache-memory-bytes"),
+        "enforce_eager": "--enforce-eager" in argv,
+        "head_argv": redact_argv(argv),
+    }
+
+
+def summary_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts that explain a change in throughput, flattened to named values."""
+    d = manifest.get("server_defaults") or {}
+    srv = manifest.get("server") or {}
+    facts: dict[str, Any] = {
+        "config hash": (manifest.get("cluster") or {}).get("config_hash"),
+        "vLLM version (server)": srv.get("version"),
+        "client image": (manifest.get("client") or {}).get("image"),
+        "thinking": d.get("thinking"),
+        "chat template kwargs": json.dumps(d.get("chat_template_kwargs"), sort_keys=True),
+        "drafter": d.get("drafter_method"),
+        "drafter k": d.get("drafter_k"),
+        "max model len": srv.get("max_model_len"),
+        "enforce eager": d.get("enforce_eager"),
+        "KV cache dtype": d.get("kv_cache_dtype"),
+        "KV cache per GPU (bytes, argv)": d.get("kv_cache_memory_bytes"),
+        "KV cache tokens (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_tokens"),
+        "KV cache GiB (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_gib"),
+    }
+    for node, n in sorted((manifest.get("nodes") or {}).items()):
+        gpus = n.get("gpus") or []
+        facts[f"{node} GPU clock cap (MHz)"] = (
+            ",".join(str(g.get("locked_clock_max_mhz")) for g in gpus) or None
+        )
+        for phase in ("start", "end"):
+            temps = [g.get("temp_c") for g in (n.get(f"gpus_{phase}") or gpus) if g]
+            temps = [t for t in temps if isinstance(t, (int, float))]
+            facts[f"{node} GPU temp at {phase} (C, max)"] = max(temps) if temps else None
+        busy = sorted({p.get("comm", "?") for p in (n.get("processes") or []) if not p.get("own")})
+        facts[f"{node} other busy processes"] = ", ".join(busy) or "-"
+    opts = manifest.get("options") or {}
+    for key in ("prompts_sha256", "output_len", "ignore_eos", "num_prompts", "backend"):
+        facts[f"option {key}"] = opts.get(key)
+    return facts
+
+
+# Facts whose change can move throughput numbers by itself (shown first, marked).
+_CAUSAL = (
+    "clock cap",
+    "drafter",
+    "KV cache",
+    "thinking",
+    "chat template",
+    "vLLM version",
+    "enforce eager",
+    "busy processes",
+    "max model len",
+    "option",
+    "config hash",
+)
+
+
+@dataclass(frozen=True)
+class Difference:
+    fact: str
+    a: Any
+    b: Any
+    likely_cause: bool
+
+
+def manifest_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
+    fa, fb = summary_facts(a), summary_facts(b)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            causal = any(c in key for c in _CAUSAL) and "temp" not in key
+            out.append(Difference(key, fa.get(key), fb.get(key), causal))
+    # also the serving settings, flattened (anything the hash saw)
+    sa = _flatten((a.get("cluster") or {}).get("serving") or {}, "serving")
+    sb = _flatten((b.get("cluster") or {}).get("serving") or {}, "serving")
+    for key in sorted(set(sa) | set(sb)):
+        if sa.get(key) != sb.get(key):
+            out.append(Difference(key, sa.get(key), sb.get(key), True))
+    out.sort(key=lambda d: (not d.likely_cause, d.fact))
+    return out
+
+
+def _flatten(doc: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(doc, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in doc.items():
+            out.update(_flatten(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: json.dumps(doc, sort_keys=True) if isinstance(doc, list) else doc}
+
+
+def mark_own(node_doc: dict[str, Any], own_markers: Sequence[str]) -> dict[str, Any]:
+    """Mark the processes that belong to the benchmark itself or the server (by argv)."""
+    for p in node_doc.get("processes") or []:
+        text = " ".join(p.get("argv") or [])
+        p["own"] = any(m in text for m in own_markers)
+    return node_doc
+
+
+# --- collection (I/O) ---------------------------------------------------------------------------
+
+
+def collect_server(http: httpx.Client, base: str, timeout: float = 10.0) -> dict[str, Any]:
+    out: dict[str, Any] = {"api_base": base}
+    try:
+        out["health_status"] = http.get(f"{base}/health", timeout=timeout).status_code
+    except httpx.HTTPError as e:
+        out["health_status"], out["health_error"] = None, f"{type(e).__name__}: {e}"
+        return out
+    try:
+        out["version"] = http.get(f"{base}/version", timeout=timeout).json().get("version")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        out["version"] = None
+    try:
+        data = http.get(f"{base}/v1/models", timeout=timeout).json()["data"][0]
+        out["model_id"], out["max_model_len"] = data.get("id"), data.get("max_model_len")
+        out["model_root"] = data.get("root")
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        out["model_id"] = out["max_model_len"] = None
+    return out
+
+
+def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str, Any]:
+    """Clocks, GPU temps (collector) and busy processes + thermal zones (node script)."""
+    doc: dict[str, Any] = {}
+    try:
+        shown = ctl.collector(node, ["show"], timeout=30)
+        doc["gpus"] = [_gpu_row(g) for g in shown.get("gpus") or []]
+        nv = shown.get("nvml") or {}
+        if not nv.get("available", False):
+            doc["gpu_reason"] = nv.get("reason") or nv.get("state")
+    except ServectlError as e:
+        doc["gpus"], doc["gpu_reason"] = [], str(e)
+    try:
+        r = ctl.session(node).run_script(
+            str(NODE_SCRIPT), ["--sample-s", str(sample_s)], interpreter=["python3"], timeout=60
+        )
+        facts = json.loads(r.stdout)
+        for p in facts.get("processes") or []:
+            p["argv"] = redact_argv(p.get("argv") or [])
+        doc.update(facts)
+    except (ServectlError, ValueError) as e:
+        doc["processes_reason"] = str(e)
+    return doc
+
+
+def _gpu_row(g: Mapping[str, Any]) -> dict[str, Any]:
+    keys = (
+        "index",
+        "name",
+        "temp_c",
+        "sm_clock_mhz",
+        "sm_clock_max_mhz",
+        "locked_clock_max_mhz",
+        "power_w",
+        "util_pct",
+        "clock_event_reasons",
+    )
+    return {k: g.get(k) for k in keys}
+
+
+def collect_temps(ctl: Controller) -> dict[str, list[dict[str, Any]]]:
+    def one(node: Any) -> list[dict[str, Any]]:
+        return [_gpu_row(g) for g in ctl.collector(node, ["show"], timeout=30).get("gpus") or []]
+
+    return {
+        name: ([] if isinstance(v, ServectlError) else v)
+        for name, v in ctl.fan_out(list(ctl.spec.nodes), one, timeout=60).items()
+    }
+
+
+def collect_kv_cache(ctl: Controller) -> dict[str, Any]:
+    head = ctl.spec.head
+    name = plan_cluster(ctl.spec).for_node(head.name).name
+    try:
+        text = ctl.docker(head).logs(name, tail="all")
+    except ServectlError as e:
+        return {"kv_cache_tokens": None, "kv_cache_gib": None, "reason": str(e)}
+    facts = kv_cache_facts(text)
+    facts["configured_bytes"] = ctl.spec.serving.kv_cache.memory_bytes
+    return facts
+
+
+def cluster_section(spec: ClusterSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "config_hash": spec.config_hash(),
+        "inventory": spec.source_file,
+        "serving": _jsonable(spec.serving),
+        "nodes": [
+            {"name": n.name, "role": n.role, "rank": n.rank, "vllm_host_ip": n.vllm_host_ip}
+            for n in spec.nodes
+        ],
+        "plan": plan_cluster(spec).to_json(),
+    }

@@ -1,0 +1,238 @@
+"""`servectl bench`: sweeps, prefill, compare. Rendering only; the work is in cluster.bench.
+
+servectl bench sweep -i inventory.yml --concurrency 1,4,8,16,32 --output-len 512 --ignore-eos
+servectl bench prefill -i inventory.yml --input-len 32k,128k
+servectl bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    err_console,
+    handle_errors,
+    load,
+)
+
+app = typer.Typer(
+    help="Benchmark the server from a CPU-only client container; compare runs.",
+    no_args_is_help=True,
+)
+
+RunsDir = Annotated[
+    Path | None,
+    typer.Option("--runs-dir", help="Where run directories go (env SERVECTL_RUNS_DIR; ./runs)."),
+]
+ClientImage = Annotated[
+    str | None,
+    typer.Option("--client-image", help="Client image (default: the serving image)."),
+]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the client containers; run none.")]
+
+SWEEP_COLUMNS = (
+    ("concurrency", "level", "{:d}"),
+    ("aggregate tok/s", "aggregate_tok_s", "{:.1f}"),
+    ("per stream tok/s", "per_stream_tok_s", "{:.1f}"),
+    ("TTFT p50 ms", "ttft_p50_ms", "{:,.0f}"),
+    ("ITL p50 ms", "itl_p50_ms", "{:,.0f}"),
+    ("acceptance %", "acceptance_pct", "{:.0f}"),
+    ("tokens/step", "tokens_per_step", "{:.2f}"),
+)
+PREFILL_COLUMNS = (
+    ("input len", "level", "{:d}"),
+    ("input tokens", "input_tokens_per_request", "{:,.0f}"),
+    ("TTFT p50 ms", "ttft_p50_ms", "{:,.0f}"),
+    ("prefill tok/s", "prefill_tok_s", "{:,.0f}"),
+)
+
+
+def _fmt(fmt: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    try:
+        return fmt.format(v)
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    from cluster.bench_parse import parse_size_token
+
+    try:
+        return tuple(parse_size_token(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: give a comma list such as 1,4,8 or 32k,128k") from None
+
+
+def _print_defaults(pre: dict[str, Any]) -> None:
+    d, s = pre["server_defaults"], pre["server"]
+    console.print(
+        f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
+        f"{s.get('model_id') or '?'} · max_model_len {s.get('max_model_len') or '?'}",
+        highlight=False,
+    )
+    console.print(
+        f"defaults: thinking [bold]{'on' if d['thinking'] else 'off'}[/] ({d['thinking_source']}),"
+        f" chat template kwargs {json.dumps(d['chat_template_kwargs'])}, drafter "
+        f"{d['drafter_method'] or 'none'} k={d['drafter_k'] or '-'}, enforce_eager "
+        f"{d['enforce_eager']}",
+        highlight=False,
+    )
+    colour = "green" if pre["ok"] else "red"
+    console.print(f"health: [{colour}]{pre['verdict']}[/]", highlight=False)
+
+
+def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
+    table = Table(title=title)
+    for head, _, _ in columns:
+        table.add_column(head, justify="right")
+    for r in rows:
+        table.add_row(*(_fmt(fmt, r.get(key)) for _, key, fmt in columns))
+    return table
+
+
+def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
+    from cluster.bench import BenchRunner, client_plan
+    from cluster.control import Controller
+
+    spec = load(inventory)
+    if dry_run:
+        plans = [
+            client_plan(spec, opts, lvl, i, "dry-run").to_json()
+            for i, lvl in enumerate(opts.levels)
+        ]
+        print(json.dumps(plans, indent=2))
+        return
+    with Controller(spec) as ctl:
+        runner = BenchRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(f"[dim]{m}[/]"))
+        pre = runner.preflight()
+        if not as_json:
+            _print_defaults(pre)
+        run = runner.run(opts, pre)
+    rows = run.rows()
+    if as_json:
+        print(json.dumps({"run_dir": str(run.dir), "rows": rows}, indent=2, default=str))
+        return
+    cols = SWEEP_COLUMNS if opts.kind == "sweep" else PREFILL_COLUMNS
+    console.print(_table(f"{run.run_id} ({spec.name}, config {spec.config_hash()})", rows, cols))
+    console.print(f"run directory: {run.dir}", highlight=False)
+
+
+@app.command("sweep")
+@handle_errors
+def sweep(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
+    prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
+    output_len: Annotated[int, typer.Option(help="Output tokens per request.")] = 512,
+    ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
+    num_prompts: Annotated[int, typer.Option(help="Requests per level.")] = 20,
+    backend: Annotated[str, typer.Option(help="openai-chat or openai (completions).")] = (
+        "openai-chat"
+    ),
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    client_image: ClientImage = None,
+    runs_dir: RunsDir = None,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
+    """One `vllm bench serve` per concurrency level; the field report's table."""
+    from cluster.bench import DEFAULT_PROMPTS, BenchOptions
+
+    opts = BenchOptions(
+        kind="sweep",
+        levels=_levels(concurrency),
+        prompts=prompts or DEFAULT_PROMPTS,
+        output_len=output_len,
+        ignore_eos=ignore_eos,
+        num_prompts=num_prompts,
+        backend=backend,
+        temperature=temperature,
+        client_image=client_image,
+    )
+    _run(inventory, opts, runs_dir, dry_run, as_json)
+
+
+@app.command("prefill")
+@handle_errors
+def prefill(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    input_len: Annotated[str, typer.Option(help="Comma list, e.g. 32k,128k.")] = "32k,128k",
+    num_prompts: Annotated[int, typer.Option(help="Requests per length (one at a time).")] = 1,
+    output_len: Annotated[int, typer.Option(help="Output tokens per request.")] = 1,
+    client_image: ClientImage = None,
+    runs_dir: RunsDir = None,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
+    """TTFT and prefill tok/s for long random inputs (one request at a time)."""
+    from cluster.bench import BenchOptions
+
+    opts = BenchOptions(
+        kind="prefill",
+        levels=_levels(input_len),
+        output_len=output_len,
+        num_prompts=num_prompts,
+        backend="openai",
+        client_image=client_image,
+    )
+    _run(inventory, opts, runs_dir, dry_run, as_json)
+
+
+@app.command("compare")
+@handle_errors
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="Earlier run directory.")],
+    run_b: Annotated[Path, typer.Argument(help="Later run directory.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Two runs side by side with % changes, and the recorded differences that could explain
+    them (clock caps, drafter k, KV cache, thinking default, versions, busy processes)."""
+    from cluster.bench import compare_rows, load_run
+    from cluster.bench_manifest import manifest_diff
+
+    ma, ta = load_run(run_a)
+    mb, tb = load_run(run_b)
+    cols = SWEEP_COLUMNS if ta.get("kind") == "sweep" else PREFILL_COLUMNS
+    keys = [k for _, k, _ in cols[1:]]
+    rows = compare_rows(ta["rows"], tb["rows"], keys)
+    diffs = manifest_diff(ma, mb)
+    if as_json:
+        print(
+            json.dumps(
+                {"rows": rows, "differences": [d.__dict__ for d in diffs]}, indent=2, default=str
+            )
+        )
+        return
+    table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
+    table.add_column(cols[0][0], justify="right")
+    for head, _, _ in cols[1:]:
+        table.add_column(f"{head}\nA → B (Δ%)", justify="right")
+    for r in rows:
+        cells = [str(r["level"])]
+        for _, key, fmt in cols[1:]:
+            c = r[key]
+            pct = "" if c["pct"] is None else f" ({c['pct']:+.0f}%)"
+            cells.append(f"{_fmt(fmt, c['a'])} → {_fmt(fmt, c['b'])}{pct}")
+        table.add_row(*cells)
+    console.print(table)
+    if not diffs:
+        console.print("manifests: no recorded difference")
+        return
+    dt = Table(title="what changed between the runs")
+    for col in ("", "fact", "A", "B"):
+        dt.add_column(col, overflow="fold")
+    for d in diffs:
+        dt.add_row("*" if d.likely_cause else "", d.fact, str(d.a), str(d.b))
+    console.print(dt)
+    console.print("* can change throughput by itself", style="dim")

@@ -1,0 +1,160 @@
+"""`servectl provision`: prepare the nodes and install the agents, through ansible-runner.
+
+Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
+summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
+input); the work is in ``cluster.provision``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    err_console,
+    handle_errors,
+    load,
+)
+
+log = logging.getLogger("servectl.provision")
+
+_STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red"}
+
+
+class _Progress:
+    """Per-host counters and the task each host is on, redrawn as events arrive."""
+
+    def __init__(self, hosts: list[str]) -> None:
+        self.rows = {
+            h: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""} for h in hosts
+        }
+
+    def update(self, event) -> None:  # cluster.provision.TaskEvent
+        row = self.rows.setdefault(
+            event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""}
+        )
+        if event.status in row:
+            row[event.status] += 1
+        row["task"] = event.task
+
+    def table(self) -> Table:
+        t = Table(box=None, pad_edge=False)
+        for col in ("host", "ok", "changed", "failed", "unreachable", "last task"):
+            t.add_column(col)
+        for host, r in sorted(self.rows.items()):
+            t.add_row(
+                host, str(r["ok"]), f"[yellow]{r['changed']}[/]" if r["changed"] else "0",
+                f"[red]{r['failed']}[/]" if r["failed"] else "0",
+                f"[red]{r['unreachable']}[/]" if r["unreachable"] else "0", r["task"],
+            )  # fmt: skip
+        return t
+
+
+def _summary(result) -> Table:  # cluster.provision.ProvisionResult
+    mode = " --check" if result.check else ""
+    t = Table(title=f"{result.playbook}{mode}: {result.status} · run {result.ident}")
+    for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        t.add_column(col, justify="left" if col == "host" else "right")
+    for h in result.hosts:
+        style = None if h.good else "red"
+        t.add_row(
+            h.host, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
+            style=style,
+        )  # fmt: skip
+    return t
+
+
+def provision(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    check: Annotated[
+        bool, typer.Option("--check", help="Dry run: report what would change, change nothing.")
+    ] = False,
+    tags: Annotated[
+        str | None,
+        typer.Option(
+            "--tags", help="Only these parts: prereqs,image,model,servectl,secrets,units."
+        ),
+    ] = None,
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Remove everything provisioning installed.")
+    ] = False,
+    extra_vars: Annotated[
+        list[Path] | None,
+        typer.Option("--extra-vars", "-e", help="YAML/JSON file of variables (repeatable)."),
+    ] = None,
+    vault_password_file: Annotated[
+        Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
+    ] = None,
+    source: Annotated[
+        Path | None, typer.Option("--source", help="servectl source tree for the node wheel.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Prepare the nodes (Docker, GPU, image, model) and install servectl, the thermal agent,
+    the watchdog and the clock cap as systemd units, through ansible-runner.
+
+    Examples:
+        servectl provision -i inventory.yml
+        servectl provision -i inventory.yml --check
+        servectl provision -i inventory.yml --tags units
+        servectl provision -i inventory.yml --remove
+    """
+    from cluster import provision as prov
+
+    spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
+    request = prov.ProvisionRequest(
+        inventory=inventory,
+        check=check,
+        tags=prov.parse_tags(tags),
+        remove=remove,
+        source_dir=source or prov.SOURCE_DIR,
+        extra_vars_files=tuple(extra_vars or ()),
+        vault_password_file=vault_password_file,
+    )
+    prov.prepare(request)  # bad paths or tags: exit 2 before a private dir is made
+    progress = _Progress([n.name for n in spec.nodes])
+    if as_json:
+        result = prov.run(request)
+    else:
+        with Live(progress.table(), console=console, refresh_per_second=4, transient=True) as live:
+
+            def on_event(event) -> None:
+                progress.update(event)
+                if event.status in ("failed", "unreachable"):
+                    live.console.print(
+                        f"[{_STYLE[event.status]}]{event.status}[/] {event.host}: {event.task}: "
+                        f"{event.message}", highlight=False, soft_wrap=True,
+                    )  # fmt: skip
+                live.update(progress.table())
+
+            result = prov.run(request, on_event)
+    log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        console.print(_summary(result))
+        if check and result.ok:
+            console.print(
+                "nothing to change"
+                if result.changed == 0
+                else f"{result.changed} change(s) pending"
+            )
+        console.print(f"artifacts: {result.artifact_dir} (run {result.ident})", highlight=False)
+    if not result.ok:
+        if not as_json:
+            err_console.print(f"[bold red]provisioning failed[/] (run {result.ident})")
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("provision")(handle_errors(provision))

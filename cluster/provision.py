@@ -1,0 +1,305 @@
+"""Provisioning: run the playbooks in ``playbooks/`` through ansible-runner's Python API.
+
+The one gateway to Ansible. A `ProvisionRequest` is checked and turned into runner arguments
+(`prepare`, pure apart from reading the paths it is given); `run` executes them with an event
+callback per task result and returns a typed `ProvisionResult` built from the runner's stats.
+Every run leaves ansible-runner's artifact directory (status, rc, stdout, job events) under
+``~/.local/state/servectl/provision/<ident>``; its id is logged.
+
+The library never prints: progress goes to the ``on_event`` callback, the CLI renders it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cluster.errors import ConfigError, ServectlError
+
+log = logging.getLogger(__name__)
+
+PLAYBOOK_DIR = Path(__file__).resolve().parents[1] / "playbooks"
+SOURCE_DIR = PLAYBOOK_DIR.parent
+TAGS = ("prereqs", "image", "model", "servectl", "secrets", "units")
+STATE_ROOT = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "servectl"
+
+TaskStatus = Literal["ok", "changed", "failed", "unreachable", "skipped"]
+_EVENT_STATUS: dict[str, TaskStatus] = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+class ProvisionError(ServectlError):
+    """ansible-runner could not run the playbook at all (not: a task failed)."""
+
+
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """What to run. ``remove`` selects remove.yml; ``check`` is Ansible's --check."""
+
+    inventory: Path
+    check: bool = False
+    tags: tuple[str, ...] = ()
+    remove: bool = False
+    source_dir: Path = SOURCE_DIR
+    playbook_dir: Path = PLAYBOOK_DIR
+    extra_vars_files: tuple[Path, ...] = ()
+    vault_password_file: Path | None = None
+    state_root: Path = STATE_ROOT / "provision"
+    wheelhouse_cache: Path = Path.home() / ".cache/servectl/wheelhouse"
+    ident: str | None = None
+
+    @property
+    def playbook(self) -> str:
+        return "remove.yml" if self.remove else "site.yml"
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    ident: str
+    private_data_dir: Path
+    kwargs: dict[str, Any] = field(repr=False)
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.private_data_dir / "artifacts" / self.ident
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """One task result on one host, as the CLI shows it."""
+
+    host: str
+    task: str
+    status: TaskStatus
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HostStats:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    @property
+    def good(self) -> bool:
+        return self.failed == 0 and self.unreachable == 0
+
+
+@dataclass(frozen=True)
+class ProvisionResult:
+    ident: str
+    artifact_dir: Path
+    playbook: str
+    check: bool
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    rc: int
+    hosts: tuple[HostStats, ...]
+    failures: tuple[TaskEvent, ...]
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and self.status == "successful" and all(h.good for h in self.hosts)
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ident": self.ident,
+            "artifact_dir": str(self.artifact_dir),
+            "playbook": self.playbook,
+            "check": self.check,
+            "status": self.status,
+            "rc": self.rc,
+            "ok": self.ok,
+            "changed": self.changed,
+            "duration_s": round(self.duration_s, 1),
+            "hosts": [h.__dict__ for h in self.hosts],
+            "failures": [f.__dict__ for f in self.failures],
+        }
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def parse_tags(text: str | None) -> tuple[str, ...]:
+    """``"model,units"`` -> ("model", "units"); unknown tags are a ConfigError."""
+    if not text:
+        return ()
+    tags = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in tags if t not in TAGS]
+    if unknown:
+        raise ConfigError(
+            f"unknown tag(s) {', '.join(unknown)}", key="--tags", hint=f"valid: {', '.join(TAGS)}"
+        )
+    return tags
+
+
+def prepare(request: ProvisionRequest, python: str = sys.executable) -> PreparedRun:
+    """Check the request and build ansible_runner.run()'s arguments (nothing runs)."""
+    inventory = request.inventory.resolve()
+    if not inventory.is_file():
+        raise ConfigError("no such inventory file", file=str(request.inventory))
+    playbook = request.playbook_dir / request.playbook
+    if not playbook.is_file():
+        raise ConfigError(f"playbook {playbook} is missing", hint="run from a servectl checkout")
+    if not (request.source_dir / "pyproject.toml").is_file():
+        raise ConfigError(
+            f"{request.source_dir} is not a servectl source tree (no pyproject.toml)",
+            key="--source",
+            hint="the node wheelhouse is built from the source",
+        )
+    for f in (*request.extra_vars_files, *filter(None, [request.vault_password_file])):
+        if not f.is_file():
+            raise ConfigError("no such file", file=str(f))
+    parse_tags(",".join(request.tags))
+    ident = request.ident or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    private = request.state_root / ident
+    cmdline = ["--check", "--diff"] if request.check else []
+    for f in request.extra_vars_files:
+        cmdline += ["--extra-vars", f"@{f.resolve()}"]
+    if request.vault_password_file:
+        cmdline += ["--vault-password-file", str(request.vault_password_file.resolve())]
+    bindir = str(Path(python).parent)
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private),
+        "project_dir": str(request.playbook_dir),
+        "playbook": request.playbook,
+        "inventory": str(inventory),
+        "ident": ident,
+        "extravars": {
+            "servectl_source_dir": str(request.source_dir.resolve()),
+            "servectl_control_python": python,
+            "servectl_wheelhouse_cache": str(request.wheelhouse_cache),
+        },
+        "envvars": {
+            "ANSIBLE_CONFIG": str(request.playbook_dir / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+        },
+        "quiet": True,
+    }
+    if request.tags:
+        kwargs["tags"] = ",".join(request.tags)
+    if cmdline:
+        kwargs["cmdline"] = " ".join(_shell_quote(a) for a in cmdline)
+    return PreparedRun(ident, private, kwargs)
+
+
+def _shell_quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def task_event(raw: Mapping[str, Any]) -> TaskEvent | None:
+    """An ansible-runner job event -> a TaskEvent (None for events that are not task results).
+    Loop items are folded into their task's final result."""
+    status = _EVENT_STATUS.get(str(raw.get("event", "")))
+    data = raw.get("event_data") or {}
+    if status is None or not data.get("host"):
+        return None
+    res = data.get("res") or {}
+    if status == "ok" and res.get("changed"):
+        status = "changed"
+    message = ""
+    if status in ("failed", "unreachable"):
+        if data.get("ignore_errors"):
+            return TaskEvent(data["host"], str(data.get("task", "")), "ok")
+        message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "")[:2000]
+    return TaskEvent(data["host"], str(data.get("task", "")), status, message)
+
+
+def host_stats(stats: Mapping[str, Any] | None) -> tuple[HostStats, ...]:
+    """ansible-runner's ``runner.stats`` ({counter: {host: n}}) -> one HostStats per host."""
+    stats = stats or {}
+    hosts = sorted({h for counter in stats.values() if isinstance(counter, dict) for h in counter})
+    names = {
+        "ok": "ok",
+        "changed": "changed",
+        "failures": "failed",
+        "dark": "unreachable",
+        "skipped": "skipped",
+        "rescued": "rescued",
+        "ignored": "ignored",
+    }
+    return tuple(
+        HostStats(
+            h, **{ours: int((stats.get(theirs) or {}).get(h, 0)) for theirs, ours in names.items()}
+        )
+        for h in hosts
+    )
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def run(
+    request: ProvisionRequest, on_event: Callable[[TaskEvent], None] | None = None
+) -> ProvisionResult:
+    """Run the playbook; task failures are in the result (``ok`` false), not raised."""
+    import ansible_runner
+
+    prepared = prepare(request)
+    prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    failures: list[TaskEvent] = []
+
+    def handler(raw: dict[str, Any]) -> bool:
+        event = task_event(raw)
+        if event is not None:
+            if event.status in ("failed", "unreachable"):
+                failures.append(event)
+            if on_event is not None:
+                on_event(event)
+        return True  # keep every event in the artifact directory
+
+    log.info(
+        "provision %s (%s%s): artifacts in %s",
+        prepared.ident,
+        request.playbook,
+        " --check" if request.check else "",
+        prepared.artifact_dir,
+    )
+    start = time.monotonic()
+    try:
+        runner = ansible_runner.run(event_handler=handler, **prepared.kwargs)
+    except Exception as exc:  # noqa: BLE001 - ansible-runner raises bare exceptions
+        raise ProvisionError(f"ansible-runner could not start: {exc}") from exc
+    result = ProvisionResult(
+        ident=prepared.ident,
+        artifact_dir=Path(runner.config.artifact_dir),
+        playbook=request.playbook,
+        check=request.check,
+        status=str(runner.status),
+        rc=int(runner.rc if runner.rc is not None else -1),
+        hosts=host_stats(runner.stats),
+        failures=tuple(failures),
+        duration_s=time.monotonic() - start,
+    )
+    log.info(
+        "provision %s: %s rc=%d changed=%d in %.1fs",
+        result.ident,
+        result.status,
+        result.rc,
+        result.changed,
+        result.duration_s,
+    )
+    return result

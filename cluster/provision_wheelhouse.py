@@ -1,0 +1,339 @@
+"""An offline wheelhouse for one node platform, built on the control machine.
+
+The nodes have no package index, and the field's nodes (aarch64 Grace, CPython 3.x) need not
+match the control machine (often x86_64). So the wheelhouse is built *for the target*:
+
+* servectl's own wheel, built from a copy of the source tree with ``SOURCE_DATE_EPOCH`` fixed, so
+  the same source gives the same bytes (and a second provisioning run has nothing to install);
+* its runtime dependencies, resolved here (markers evaluated for the target, versions pinned to
+  requirements/constraints.txt when listed there), each downloaded with ``pip download --no-deps
+  --only-binary=:all: --platform ... --python-version ... --abi ...``;
+* a dependency with no wheel for the target is fetched as an sdist and built here if, and only
+  if, it builds a pure-Python (``py3-none-any``) wheel; otherwise it is reported as missing.
+
+Run on the control machine (the playbook does, delegated to localhost)::
+
+    python -m cluster.provision_wheelhouse --python-version 3.11 --machine aarch64 \
+        --glibc 2.39 --source /path/to/servectl --cache ~/.cache/servectl/wheelhouse
+
+It prints one JSON document: ``dir``, ``id`` (a digest of the wheels), ``wheels``,
+``built_from_sdist``, ``missing``. Exit 0 when complete, 1 when a dependency has no wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
+SOURCE_ITEMS = ("pyproject.toml", "README.md", "cluster", "watchdog")
+_SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+Runner = Callable[[list[str], dict[str, str] | None], subprocess.CompletedProcess[str]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The node's interpreter and platform (from the node itself, never assumed)."""
+
+    python_version: str  # "3.11"
+    machine: str  # "x86_64", "aarch64"
+    glibc: str = "2.17"  # the node's glibc: manylinux tags up to it are accepted
+
+    @property
+    def key(self) -> str:
+        return f"cp{self.python_version.replace('.', '')}-{self.machine}-glibc{self.glibc}"
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python_version.replace(".", "")
+
+    def platforms(self) -> list[str]:
+        """manylinux tags this node can run, newest first (pip takes several ``--platform``)."""
+        major, minor = (int(x) for x in self.glibc.split(".")[:2])
+        tags = [f"manylinux_{major}_{m}_{self.machine}" for m in range(minor, 16, -1)]
+        return [*tags, f"manylinux2014_{self.machine}", f"linux_{self.machine}"]
+
+    def marker_env(self) -> dict[str, str]:
+        env = default_environment()
+        env.update(
+            python_version=self.python_version,
+            python_full_version=self.python_version + ".0",
+            platform_machine=self.machine,
+            platform_system="Linux",
+            sys_platform="linux",
+            os_name="posix",
+            implementation_name="cpython",
+            platform_python_implementation="CPython",
+        )
+        return env
+
+
+@dataclass
+class Wheelhouse:
+    dir: Path
+    wheels: list[str] = field(default_factory=list)
+    built_from_sdist: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        """Digest of the wheels' names and bytes: what a node's install marker records."""
+        h = hashlib.sha256()
+        for name in sorted(self.wheels):
+            h.update(name.encode() + b"\0" + _sha256(self.dir / name).encode() + b"\n")
+        return h.hexdigest()[:16]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "dir": str(self.dir),
+            "id": self.id,
+            "wheels": sorted(self.wheels),
+            "built_from_sdist": self.built_from_sdist,
+            "missing": self.missing,
+        }
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def read_constraints(text: str) -> dict[str, str]:
+    """``name==version`` lines -> {canonical name: version}."""
+    pins: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)", line)
+        if m:
+            pins[canonicalize_name(m.group(1))] = m.group(2)
+    return pins
+
+
+def runtime_requirements(pyproject: str) -> list[Requirement]:
+    """``[project].dependencies`` of a pyproject.toml (extras are not installed on nodes)."""
+    doc = tomllib.loads(pyproject)
+    return [Requirement(r) for r in doc["project"].get("dependencies", [])]
+
+
+def resolve(
+    roots: list[Requirement],
+    target: Target,
+    pins: dict[str, str],
+    requires_of: Callable[[str], list[str] | None],
+) -> dict[str, str | None]:
+    """Walk the dependency tree for ``target``: {canonical name: pinned version or None}.
+
+    ``requires_of(name)`` gives a distribution's own requirements (from the control machine's
+    installed metadata); None when it is not installed here (then it is pinned from
+    constraints or left to pip, and its own dependencies cannot be followed: reported)."""
+    env = target.marker_env()
+    out: dict[str, str | None] = {}
+    todo = [r for r in roots if r.marker is None or r.marker.evaluate(env | {"extra": ""})]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in out:
+            continue
+        out[name] = pins.get(name)
+        for text in requires_of(name) or []:
+            sub = Requirement(text)
+            if sub.marker is not None and not sub.marker.evaluate(env | {"extra": ""}):
+                continue
+            todo.append(sub)
+    return dict(sorted(out.items()))
+
+
+def source_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in _source_files(root):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+# --- I/O --------------------------------------------------------------------------------------
+
+
+def _source_files(root: Path) -> list[Path]:
+    files: list[Path] = []
+    for item in SOURCE_ITEMS:
+        p = root / item
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            files.extend(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not _SKIP_PARTS & set(f.parts) and f.suffix != ".pyc"
+            )
+    return sorted(files)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _installed_requires(name: str) -> list[str] | None:
+    import importlib.metadata as md
+
+    try:
+        return md.requires(name) or []
+    except md.PackageNotFoundError:
+        return None
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+
+
+def _pip() -> list[str]:
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+
+
+def build_servectl_wheel(source: Path, out: Path, run: Runner = _run) -> Path:
+    """Build servectl's wheel from a private copy of ``source`` (the tree is not written to)."""
+    digest = source_digest(source)
+    out.mkdir(parents=True, exist_ok=True)
+    done = out / f".servectl-{digest}"
+    if done.is_file():
+        return out / done.read_text().strip()
+    with tempfile.TemporaryDirectory(prefix="servectl-src-") as tmp:
+        for f in _source_files(source):
+            dst = Path(tmp) / f.relative_to(source)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst)
+        wheel_dir = Path(tmp) / "_wheel"
+        env = dict(os.environ, SOURCE_DATE_EPOCH=SOURCE_DATE_EPOCH, PYTHONHASHSEED="0")
+        done_run = run([*_pip(), "wheel", "--no-deps", "-q", "-w", str(wheel_dir), tmp], env)
+        if done_run.returncode != 0:
+            raise RuntimeError(f"building the servectl wheel failed: {done_run.stderr[-2000:]}")
+        (wheel,) = wheel_dir.glob("servectl-*.whl")
+        for old in out.glob("servectl-*.whl"):
+            old.unlink()
+        shutil.copyfile(wheel, out / wheel.name)
+    for old in out.glob(".servectl-*"):
+        old.unlink()
+    done.write_text(wheel.name + "\n")
+    return out / wheel.name
+
+
+def _download_args(target: Target) -> list[str]:
+    args = ["--no-deps", "--only-binary=:all:", "--implementation", "cp"]
+    args += ["--python-version", target.python_version, "--abi", target.abi, "--abi", "abi3"]
+    args += ["--abi", "none"]
+    for tag in target.platforms():
+        args += ["--platform", tag]
+    return args
+
+
+def fetch_dependencies(
+    reqs: dict[str, str | None], target: Target, deps_dir: Path, run: Runner = _run
+) -> tuple[list[str], list[str]]:
+    """Download a wheel per requirement; returns (built_from_sdist, missing)."""
+    specs = [f"{n}=={v}" if v else n for n, v in reqs.items()]
+    done = run([*_pip(), "download", "-q", "-d", str(deps_dir), *_download_args(target), *specs])
+    if done.returncode == 0:
+        return [], []
+    built, missing = [], []
+    for spec in specs:  # one by one, to name the ones without a wheel
+        one = run([*_pip(), "download", "-q", "-d", str(deps_dir), *_download_args(target), spec])
+        if one.returncode == 0:
+            continue
+        if _pure_python_wheel(spec, deps_dir, run):
+            built.append(spec)
+        else:
+            missing.append(spec)
+    return built, missing
+
+
+def _pure_python_wheel(spec: str, deps_dir: Path, run: Runner) -> bool:
+    with tempfile.TemporaryDirectory(prefix="servectl-sdist-") as tmp:
+        got = run([*_pip(), "wheel", "--no-deps", "--no-binary=:all:", "-q", "-w", tmp, spec])
+        wheels = list(Path(tmp).glob("*-none-any.whl")) if got.returncode == 0 else []
+        if not wheels:
+            return False
+        shutil.copyfile(wheels[0], deps_dir / wheels[0].name)
+        return True
+
+
+def build(target: Target, source: Path, cache: Path, run: Runner = _run) -> Wheelhouse:
+    """Assemble ``cache/<target.key>/wheels`` for ``target`` (deps are downloaded once)."""
+    pyproject = (source / "pyproject.toml").read_text()
+    constraints = source / "requirements" / "constraints.txt"
+    pins = read_constraints(constraints.read_text()) if constraints.is_file() else {}
+    reqs = resolve(runtime_requirements(pyproject), target, pins, _installed_requires)
+    base = cache / target.key
+    deps_dir, wheels = base / "deps", base / "wheels"
+    deps_dir.mkdir(parents=True, exist_ok=True)
+    wheels.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(json.dumps(reqs, sort_keys=True).encode()).hexdigest()[:16]
+    stamp = deps_dir / f".deps-{key}.json"
+    if stamp.is_file():
+        report = json.loads(stamp.read_text())
+    else:
+        built, missing = fetch_dependencies(reqs, target, deps_dir, run)
+        report = {"built_from_sdist": built, "missing": missing}
+        if not missing:
+            stamp.write_text(json.dumps(report))
+    servectl = build_servectl_wheel(source, base / "servectl", run)
+    wanted = {canonicalize_name(n) for n in reqs}
+    house = Wheelhouse(wheels, built_from_sdist=report["built_from_sdist"])
+    house.missing = report["missing"]
+    keep = {servectl.name}
+    for whl in deps_dir.glob("*.whl"):
+        if canonicalize_name(whl.name.split("-")[0]) in wanted:
+            keep.add(whl.name)
+            _link(whl, wheels / whl.name)
+    _link(servectl, wheels / servectl.name)
+    for stale in wheels.glob("*.whl"):
+        if stale.name not in keep:
+            stale.unlink()
+    house.wheels = sorted(keep)
+    return house
+
+
+def _link(src: Path, dst: Path) -> None:
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size and _sha256(dst) == _sha256(src):
+        return
+    dst.unlink(missing_ok=True)
+    shutil.copyfile(src, dst)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cluster.provision_wheelhouse")
+    ap.add_argument("--python-version", required=True, help="node's X.Y, e.g. 3.11")
+    ap.add_argument("--machine", required=True, help="node's uname -m, e.g. aarch64")
+    ap.add_argument("--glibc", default="2.17", help="node's glibc version, e.g. 2.36")
+    ap.add_argument("--source", type=Path, required=True, help="servectl source tree")
+    ap.add_argument("--cache", type=Path, required=True, help="wheelhouse cache directory")
+    args = ap.parse_args(argv)
+    if not re.fullmatch(r"\d+\.\d+", args.python_version):
+        ap.error(f"--python-version {args.python_version!r}: expected X.Y")
+    target = Target(args.python_version, args.machine, args.glibc)
+    try:
+        house = build(target, args.source.resolve(), args.cache.expanduser())
+    except (OSError, RuntimeError, KeyError, subprocess.TimeoutExpired) as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}", "target": target.key}))
+        return 1
+    print(json.dumps({"target": target.key, **house.to_json()}))
+    return 1 if house.missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Jinja filters for the servectl playbooks (loaded by Ansible from this directory)."""
+
+from __future__ import annotations
+
+
+def systemd_quote(value: object) -> str:
+    """One argument of a systemd ExecStart= line, double-quoted: backslash and quote escaped,
+    % and $ doubled so systemd neither expands specifiers nor variables in it."""
+    text = str(value)
+    if any(c in text for c in "\n\r\0"):
+        raise ValueError(f"a unit argument cannot hold a newline or NUL: {text!r}")
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{text}"'
+
+
+def systemd_argv(argv: list[object]) -> str:
+    """An ExecStart= command line from an argv list (each argument quoted)."""
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def systemd_dir_under(path: str, base: str) -> str:
+    """``/var/lib/servectl/watchdog`` under ``/var/lib`` -> ``servectl/watchdog``; '' if not
+    under it (then the unit uses ReadWritePaths= instead of StateDirectory=/LogsDirectory=)."""
+    base = base.rstrip("/") + "/"
+    path = path.rstrip("/")
+    return path[len(base) :] if path.startswith(base) and len(path) > len(base) else ""
+
+
+class FilterModule:
+    def filters(self) -> dict[str, object]:
+        return {
+            "systemd_quote": systemd_quote,
+            "systemd_argv": systemd_argv,
+            "systemd_dir_under": systemd_dir_under,
+        }

@@ -1,0 +1,162 @@
+"""`servectl provision` on the lab's four systemd nodes: install, idempotence, --check, services
+running, the clock cap back after a node restart, and removal back to the state before.
+
+The node wheel is built from a snapshot of the source taken once (the tree may be edited while
+the tests run; a changed source would rightly reinstall). Uses the session `lab` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.lab import host, nodes, rootfs
+from cluster.lab.paths import NODE_NAMES
+
+pytestmark = pytest.mark.lab
+
+SERVECTL = str(Path(sys.executable).parent / "servectl")
+ROOT = Path(__file__).resolve().parents[2]
+LISTED = ["/opt", "/etc/systemd/system", "/var/lib/servectl", "/etc/servectl", "/var/log/servectl"]
+COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "cluster.collector", "show"]
+
+
+def listing(lab, node: str) -> list[str]:
+    done = lab.ssh(node, ["find", *LISTED, "-maxdepth", "3"])
+    return sorted(done.stdout.split())
+
+
+def provision(lab, source: Path, *args: str) -> dict:
+    argv = [SERVECTL, "provision", "-i", str(lab.inventory), "--source", str(source), "--json"]
+    done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=600)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    doc["exit"] = done.returncode
+    return doc
+
+
+def _describe(doc: dict) -> str:
+    return json.dumps(
+        {k: doc[k] for k in ("status", "changed", "hosts", "failures", "artifact_dir")}
+    )
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def cap_mhz(lab, node: str) -> int | None:
+    done = lab.ssh(node, COLLECTOR)
+    return json.loads(done.stdout)["gpus"][0]["locked_clock_max_mhz"]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    snap = tmp_path_factory.mktemp("servectl-src")
+    for item in ("pyproject.toml", "README.md", "requirements", "cluster", "watchdog"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.is_file():
+            shutil.copy2(src, snap / item)
+    return snap
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab, source):
+    """Listings before, then the first provisioning run (removal is the last test)."""
+    before = {n: listing(lab, n) for n in NODE_NAMES}
+    first = provision(lab, source)
+    yield {"before": before, "first": first}
+    provision(lab, source, "--remove")  # no-op when test_remove already ran
+
+
+def test_provision_succeeds(provisioned):
+    doc = provisioned["first"]
+    assert doc["exit"] == 0 and doc["ok"], _describe(doc)
+    assert sorted(h["host"] for h in doc["hosts"]) == sorted(NODE_NAMES)
+    assert Path(doc["artifact_dir"]).is_dir() and (Path(doc["artifact_dir"]) / "status").is_file()
+
+
+def test_second_run_changes_nothing(lab, source, provisioned):
+    doc = provision(lab, source)
+    assert doc["exit"] == 0 and doc["changed"] == 0, _describe(doc)
+
+
+def test_check_on_provisioned_lab_reports_nothing(lab, source, provisioned):
+    doc = provision(lab, source, "--check")
+    assert doc["exit"] == 0 and doc["changed"] == 0, _describe(doc)
+
+
+def test_agents_run_and_write_samples(lab, provisioned):
+    def sizes(node: str) -> int:
+        out = lab.ssh(node, ["find", "/var/log/servectl/thermal", "-type", "f", "-printf", "%s\n"])
+        return sum(int(x) for x in out.stdout.split())
+
+    first = {n: sizes(n) for n in NODE_NAMES}
+    for n in NODE_NAMES:
+        state = lab.ssh(n, ["systemctl", "is-active", "servectl-thermal.service"]).stdout.strip()
+        assert state == "active", f"{n}: servectl-thermal is {state}"
+    for n in NODE_NAMES:
+        wait_for(lambda n=n: sizes(n) > first[n], 20, f"{n}'s agent to write a sample")
+    head = lab.ssh("node1", ["systemctl", "is-active", "servectl-watchdog.service"]).stdout.strip()
+    assert head == "active"
+    for n in NODE_NAMES[1:]:
+        has = lab.ssh(n, ["systemctl", "cat", "servectl-watchdog.service"], timeout_s=10)
+        assert has.rc != 0, f"{n} must not run the watchdog"
+    verify = lab.ssh(
+        "node1",
+        ["systemd-analyze", "verify"]
+        + [
+            f"/etc/systemd/system/servectl-{u}.service"
+            for u in ("thermal", "watchdog", "clock-cap")
+        ],
+    )
+    assert verify.rc == 0, verify.stderr
+
+
+def test_clock_cap_back_after_node_restart(lab, provisioned):
+    node = lab.paths.node("node2")
+    assert cap_mhz(lab, "node2") == 2000
+    host.stop_group(node.pidfile, nodes.STOP_GRACE_S)  # clean poweroff of the machine
+    lower = rootfs.rootfs_path(rootfs.NODE_ROOTFS, lab.paths.cache)
+    nvml = lab.paths.cache / "nvml" / "libnvidia-ml.so.1"
+    assets = nodes.find_assets(lower, lab.paths, nvml if nvml.is_file() else None)
+    nodes.prepare(node, assets)  # a boot resets the simulated GPU clocks
+    nodes.start(node, lab.paths, assets)
+    nodes.wait_ready(node, lab.paths)
+
+    def capped() -> bool:
+        done = lab.ssh("node2", ["systemctl", "is-active", "servectl-clock-cap.service"])
+        return done.stdout.strip() == "active" and cap_mhz(lab, "node2") == 2000
+
+    wait_for(capped, 60, "the clock cap after the restart")
+    wait_for(
+        lambda: (
+            lab.ssh("node2", ["systemctl", "is-active", "servectl-thermal.service"]).stdout.strip()
+            == "active"
+        ),
+        30,
+        "the thermal agent after the restart",
+    )
+
+
+def test_remove_restores_nodes(lab, source, provisioned):
+    doc = provision(lab, source, "--remove")
+    assert doc["exit"] == 0, _describe(doc)
+    after = {n: listing(lab, n) for n in NODE_NAMES}
+    assert after == provisioned["before"]
+    for n in NODE_NAMES:
+        units = lab.ssh(n, ["systemctl", "list-units", "--all", "--plain", "servectl*"]).stdout
+        assert "servectl-" not in units, f"{n}: {units}"

@@ -1,0 +1,155 @@
+"""Pure parts of operating the agents over SSH: unit facts, start/stop plans, status and live
+rows, the node-side status and the zipapp's contents. No network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+from typer.testing import CliRunner
+
+from cluster.cli.thermal import app
+from watchdog.thermal.bundle import build_zipapp
+from watchdog.thermal.fetch import wanted
+from watchdog.thermal.nodeapp import node_status
+from watchdog.thermal.remote import (
+    AGENT_PATH,
+    PERMANENT_UNIT,
+    TRANSIENT_UNIT,
+    UnitFacts,
+    last_record,
+    live_row,
+    newest_file,
+    parse_units,
+    plan_start,
+    plan_stop,
+    status_row,
+)
+
+SHOW = f"""Id={PERMANENT_UNIT}
+LoadState=not-found
+ActiveState=inactive
+SubState=dead
+MainPID=0
+NRestarts=
+
+Id={TRANSIENT_UNIT}
+LoadState=loaded
+ActiveState=active
+SubState=running
+MainPID=4242
+NRestarts=2
+"""
+THERMAL = SimpleNamespace(
+    interval_s=1.0, dir="/var/log/servectl/thermal", disk_budget_mb=512, metrics_port=9411,
+    alert_margin_c=10.0,
+)  # fmt: skip
+SPEC = SimpleNamespace(thermal=THERMAL)
+NODE = SimpleNamespace(name="node2", role="worker")
+
+
+def test_parse_units_recorded_systemctl_show() -> None:
+    u = parse_units(SHOW)
+    assert not u[PERMANENT_UNIT].loaded and not u[PERMANENT_UNIT].active
+    t = u[TRANSIENT_UNIT]
+    assert t.loaded and t.active and t.main_pid == 4242 and t.restarts == 2
+
+
+def test_start_plan_copies_the_zipapp_and_restarts_the_transient_unit() -> None:
+    plan = plan_start(SPEC, NODE, parse_units(SHOW))
+    assert plan.unit == TRANSIENT_UNIT
+    puts = [s.put for s in plan.steps if s.put]
+    assert puts == [AGENT_PATH + ".new"]
+    argvs = [s.argv for s in plan.steps if s.argv]
+    assert ("systemctl", "stop", TRANSIENT_UNIT) in argvs
+    run = argvs[-1]
+    assert run[:3] == ("systemd-run", "--unit", TRANSIENT_UNIT)
+    assert "--property=Restart=on-failure" in run
+    i = run.index("python3")
+    assert run[i : i + 3] == ("python3", AGENT_PATH, "agent")
+    assert run[run.index("--node") + 1] == "node2" and run[run.index("--interval") + 1] == "1"
+    assert all(isinstance(a, str) for s in plan.steps for a in s.argv)  # argv lists, no shell
+
+
+def test_start_plan_prefers_the_installed_unit_and_stops_a_transient_one() -> None:
+    units = {PERMANENT_UNIT: UnitFacts("loaded"), TRANSIENT_UNIT: UnitFacts("loaded", "active")}
+    plan = plan_start(SPEC, NODE, units)
+    assert plan.unit == PERMANENT_UNIT and not any(s.put for s in plan.steps)
+    assert [s.argv for s in plan.steps] == [
+        ("systemctl", "stop", TRANSIENT_UNIT),
+        ("systemctl", "start", PERMANENT_UNIT),
+    ]
+
+
+def test_stop_plan_stops_whichever_runs_and_nothing_when_idle() -> None:
+    assert plan_stop(NODE, {}).steps == ()
+    units = {PERMANENT_UNIT: UnitFacts("loaded", "active")}
+    assert [s.argv for s in plan_stop(NODE, units).steps] == [("systemctl", "stop", PERMANENT_UNIT)]
+
+
+def test_status_row_from_facts() -> None:
+    doc = {"now": 100.0, "latest": {"ts": 97.5, "errors": []}, "samples_today": 7,
+           "bytes_used": 1000, "dropped_today": 3, "error": None}  # fmt: skip
+    row = status_row("node2", parse_units(SHOW), doc, 2**20)
+    assert row.running and row.unit == TRANSIENT_UNIT and row.restarts == 2
+    assert row.last_sample_age_s == 2.5 and row.samples_today == 7 and row.dropped_today == 3
+    idle = status_row("node2", {}, {"now": 1.0, "latest": None}, 1)
+    assert not idle.running and idle.state == "not running" and idle.last_sample_age_s is None
+
+
+def test_newest_file_and_torn_tail() -> None:
+    names = ["thermal-node2-20260101.jsonl", "thermal-node2-20260102.jsonl",
+             "thermal-node2-20260102-1.jsonl", "thermal-node22-20260103.jsonl", "x"]  # fmt: skip
+    assert newest_file(names, "node2") == "thermal-node2-20260102-1.jsonl"
+    assert last_record(b'{"a":1}\n{"a":2}\n{"a":') == {"a": 2}
+
+
+def test_live_row_hottest_zone_margin_and_events() -> None:
+    rec = {"ts": 10.0, "gpus": [{"temp_c": 61.0, "clock_event_reasons": ["sw_thermal_slowdown"]}],
+           "zones": [{"name": "thermal_zone0", "type": "acpitz", "temp_c": 70.0,
+                      "trips": [{"type": "critical", "temp_c": 104.8}]},
+                     {"name": "thermal_zone1", "type": "cpu", "temp_c": None, "trips": []}]}  # fmt: skip
+    r = live_row("node1", rec, 12.0)
+    assert (r.gpu_temp_c, r.hottest_zone, r.margin_c, r.age_s) == (61.0, "acpitz", 34.8, 2.0)
+    assert r.reasons == ("sw_thermal_slowdown",)
+    assert live_row("node1", None, 1.0).note == "no samples yet"
+
+
+def test_fetch_wants_the_nodes_files_in_the_window() -> None:
+    days = {"20260102"}
+    assert wanted("thermal-node2-20260102-1.jsonl", 5000.0, "node2", days, 1000.0)
+    assert not wanted("thermal-node22-20260102.jsonl", 5000.0, "node2", days, 1000.0)
+    assert not wanted("thermal-node2-20260101.jsonl", 5000.0, "node2", days, 1000.0)
+    assert not wanted("thermal-node2-20260102.jsonl", 10.0, "node2", days, 1000.0)  # older
+
+
+def test_node_status_counts_today_and_drops(tmp_path: Path) -> None:
+    day = tmp_path / "thermal-n1-19700101.jsonl"
+    day.write_text('{"ts": 1.0}\n{"ts": 2.0, "dropped_records": 4}\n{"ts": 3')
+    doc = node_status("n1", tmp_path, 10.0)
+    assert doc["samples_today"] == 2 and doc["dropped_today"] == 4
+    assert doc["latest"]["ts"] == 2.0 and doc["bytes_used"] == day.stat().st_size
+    assert node_status("n1", tmp_path / "none", 10.0)["files"] == 0
+
+
+def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Path) -> None:
+    pyz, sha = build_zipapp(tmp_path / "a.pyz")
+    assert build_zipapp(tmp_path / "b.pyz")[1] == sha  # reproducible
+    names = set(zipfile.ZipFile(pyz).namelist())
+    assert {"cluster/gpu.py", "cluster/errors.py", "watchdog/thermal/nodeapp.py",
+            "prometheus_client/__init__.py", "__main__.py"} <= names  # fmt: skip
+    assert not any(n.startswith(("cluster/cli", "cluster/ssh", "watchdog/daemon")) for n in names)
+    (tmp_path / "d").mkdir()
+    out = subprocess.run([sys.executable, "-I", "-S", str(pyz), "status", "--node", "n1",
+                          "--dir", str(tmp_path / "d")], capture_output=True, text=True,
+                         check=True, timeout=30).stdout  # fmt: skip
+    assert json.loads(out)["files"] == 0
+
+
+def test_report_needs_exactly_one_source() -> None:
+    res = CliRunner().invoke(app, ["report"])
+    assert res.exit_code == 2

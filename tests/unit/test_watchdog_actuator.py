@@ -1,0 +1,112 @@
+"""The watchdog's actuator wiring: ApplyResult -> success/failure, and restart fencing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
+
+from cluster.cli.watchdog import _raise_unless_applied, _result_doc
+from cluster.errors import ServectlError
+
+
+def _spec(*names: str) -> Any:
+    return SimpleNamespace(nodes=[SimpleNamespace(name=n) for n in names])
+
+
+def _result(ok: bool, *outcomes: tuple[str, bool]) -> Any:
+    return SimpleNamespace(
+        ok=ok,
+        plan=SimpleNamespace(config_hash="abc"),
+        outcomes=[SimpleNamespace(node=n, ok=o, message="m") for n, o in outcomes],
+    )
+
+
+def test_all_nodes_started_is_applied() -> None:
+    doc = _result_doc(_result(True, ("n1", True), ("n2", True)), _spec("n1", "n2"))
+    assert doc["ok"]
+    _raise_unless_applied(doc)
+
+
+def test_a_node_without_an_outcome_is_a_failure() -> None:
+    # apply() stops after a failed wave: the later waves' nodes have no outcome at all
+    doc = _result_doc(_result(True, ("n1", True)), _spec("n1", "n2"))
+    assert not doc["ok"] and doc["missing"] == ["n2"]
+    with pytest.raises(ServectlError, match="n2: not started"):
+        _raise_unless_applied(doc)
+
+
+def test_a_failed_node_is_named() -> None:
+    doc = _result_doc(_result(False, ("n1", False), ("n2", True)), _spec("n1", "n2"))
+    with pytest.raises(ServectlError, match="n1: m"):
+        _raise_unless_applied(doc)
+
+
+def test_a_job_error_is_a_failure() -> None:
+    with pytest.raises(ServectlError, match="Drift"):
+        _raise_unless_applied({"ok": False, "error": "Drift: x"})
+
+
+class StartedActuator(FakeActuator):
+    def __init__(self, state_path: str, started_at: float | None) -> None:
+        super().__init__(state_path)
+        self.started_at = started_at
+
+    def server_started_at(self) -> float | None:
+        return self.started_at
+
+
+def _fail_three_times(tmp_path: Path, started_at_offset: float | None):
+    wd, prober, _ = make(tmp_path)
+    act = StartedActuator(wd.config.state_path, None)
+    wd._actuator = act
+    wd.tick()
+    prober.next = REFUSED
+    first_failure = prober.clock.now + prober.step_s
+    if started_at_offset is not None:
+        act.started_at = first_failure + started_at_offset
+    for _ in range(3):
+        wd.tick()
+    return wd, act
+
+
+def test_restart_made_by_someone_else_since_the_failures_began_is_not_repeated(
+    tmp_path: Path,
+) -> None:
+    wd, act = _fail_three_times(tmp_path, started_at_offset=+10)
+    assert act.restarts == []
+    ks = kinds(wd.config)
+    assert "restart_skipped" in ks and "restart_end" not in ks
+    assert wd.state.phase.value == "booting" and wd.state.restart_times == ()
+
+
+def test_refusals_of_a_boot_that_began_just_before_the_first_failure_are_fenced(
+    tmp_path: Path,
+) -> None:
+    # another actor restarted the server a moment before this watchdog's first refused probe
+    wd, act = _fail_three_times(tmp_path, started_at_offset=-5)
+    assert act.restarts == []
+
+
+def test_an_old_server_is_restarted(tmp_path: Path) -> None:
+    wd, act = _fail_three_times(tmp_path, started_at_offset=-100_000)
+    assert len(act.restarts) == 1
+    wd2, act2 = _fail_three_times(tmp_path / "x", started_at_offset=None)  # unknown: restart
+    assert len(act2.restarts) == 1
+
+
+def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
+    from cluster.cli.watchdog import watchdog_line
+    from watchdog.policy import Phase, PolicyState
+    from watchdog.state import StateStore
+
+    assert watchdog_line(str(tmp_path))[0] is None
+    StateStore(str(tmp_path / "state.json")).save(
+        PolicyState(phase=Phase.SUSPECT, consecutive_failures=2, restart_times=(1.0,))
+    )
+    doc, text = watchdog_line(str(tmp_path))
+    assert doc is not None and doc["state"]["phase"] == "suspect"
+    assert "suspect" in text and "2 failure(s)" in text and "not running" in text

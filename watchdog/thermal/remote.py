@@ -1,0 +1,347 @@
+"""Operating the agents on every node over SSH: start/stop plans, status facts, latest samples.
+
+Plan, then apply: ``plan_start``/``plan_stop`` are pure functions of the inventory and the
+observed unit facts, returning typed steps (argv lists and file copies, never shell strings);
+``apply`` runs them on all nodes in parallel. Facts are a command plus a pure parser
+(``parse_units`` for ``systemctl show``, ``status_row`` for the node-side ``status`` JSON).
+A node that cannot be reached is a row with a reason, never an exception out of these helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cluster.errors import ServectlError
+
+AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
+TRANSIENT_UNIT = "servectl-thermal-agent.service"
+PERMANENT_UNIT = "servectl-thermal.service"  # installed by provisioning
+TAIL_BYTES = 32 * 1024
+T = TypeVar("T")
+
+
+# -- facts ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UnitFacts:
+    load_state: str = "not-found"
+    active_state: str = "inactive"
+    sub_state: str = "dead"
+    main_pid: int = 0
+    restarts: int = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_state == "loaded"
+
+    @property
+    def active(self) -> bool:
+        return self.active_state in ("active", "activating", "reloading")
+
+
+def units_argv() -> list[str]:
+    return ["systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,MainPID,NRestarts",
+            "--", PERMANENT_UNIT, TRANSIENT_UNIT]  # fmt: skip
+
+
+def parse_units(text: str) -> dict[str, UnitFacts]:
+    """``systemctl show`` output (blocks of KEY=VALUE per unit) -> unit id -> facts."""
+    out: dict[str, UnitFacts] = {}
+    for block in re.split(r"\n\s*\n", text.strip()):
+        kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if "Id" not in kv:
+            continue
+        out[kv["Id"]] = UnitFacts(
+            load_state=kv.get("LoadState", "not-found"),
+            active_state=kv.get("ActiveState", "inactive"),
+            sub_state=kv.get("SubState", "dead"),
+            main_pid=int(kv.get("MainPID") or 0),
+            restarts=int(kv.get("NRestarts") or 0) if (kv.get("NRestarts") or "").isdigit() else 0,
+        )
+    return out
+
+
+# -- plans ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One action on one node: run ``argv``, or copy the agent zipapp to ``put``."""
+
+    what: str
+    argv: tuple[str, ...] = ()
+    put: str | None = None
+    check: bool = True
+
+    def render(self) -> str:
+        import shlex
+
+        return f"copy agent zipapp -> {self.put}" if self.put else shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    unit: str | None
+    steps: tuple[Step, ...]
+
+
+def agent_argv(spec: Any, node: Any) -> list[str]:
+    """The agent's command line on ``node`` (``spec`` is a ClusterSpec)."""
+    th = spec.thermal
+    budget_mb = float(th.disk_budget_mb)
+    argv = [
+        "python3", AGENT_PATH, "agent",
+        "--node", node.name,
+        "--dir", th.dir,
+        "--interval", f"{th.interval_s:g}",
+        "--metrics-port", str(th.metrics_port),
+        "--role", node.role,
+        "--alert-margin", f"{th.alert_margin_c:g}",
+        "--budget-mb", f"{budget_mb:g}",
+        "--max-file-mb", f"{min(64.0, budget_mb / 8):g}",
+    ]  # fmt: skip
+    return argv
+
+
+def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
+    """Permanent unit installed -> start it; else copy the zipapp and run a transient unit."""
+    transient = units.get(TRANSIENT_UNIT, UnitFacts())
+    steps: list[Step] = []
+    if units.get(PERMANENT_UNIT, UnitFacts()).loaded:
+        if transient.active:
+            steps.append(Step("stop the transient agent", ("systemctl", "stop", TRANSIENT_UNIT)))
+        steps.append(Step("start the installed unit", ("systemctl", "start", PERMANENT_UNIT)))
+        return NodePlan(node.name, PERMANENT_UNIT, tuple(steps))
+    steps += [
+        Step("agent directory", ("mkdir", "-p", "--", posixpath.dirname(AGENT_PATH))),
+        Step("copy the agent", put=AGENT_PATH + ".new"),
+        Step("install the agent", ("mv", "-f", "--", AGENT_PATH + ".new", AGENT_PATH)),
+    ]
+    if transient.active:
+        steps.append(Step("stop the running agent", ("systemctl", "stop", TRANSIENT_UNIT)))
+    if transient.loaded:
+        steps.append(Step("clear a failed unit", ("systemctl", "reset-failed", TRANSIENT_UNIT),
+                          check=False))  # fmt: skip
+    steps.append(
+        Step(
+            "start the agent",
+            ("systemd-run", "--unit", TRANSIENT_UNIT, "--description", "servectl thermal agent",
+             "--property=Restart=on-failure", "--property=RestartSec=1",
+             "--property=StartLimitIntervalSec=0", *agent_argv(spec, node)),
+        )
+    )  # fmt: skip
+    return NodePlan(node.name, TRANSIENT_UNIT, tuple(steps))
+
+
+def plan_stop(node: Any, units: dict[str, UnitFacts]) -> NodePlan:
+    steps = [
+        Step(f"stop {u}", ("systemctl", "stop", u))
+        for u in (PERMANENT_UNIT, TRANSIENT_UNIT)
+        if units.get(u, UnitFacts()).active
+    ]
+    if units.get(TRANSIENT_UNIT, UnitFacts()).load_state == "loaded":
+        steps.append(Step("forget the transient unit",
+                          ("systemctl", "reset-failed", TRANSIENT_UNIT), check=False))  # fmt: skip
+    return NodePlan(node.name, None, tuple(steps))
+
+
+# -- fan-out --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Outcome:
+    node: str
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    unreachable: bool = False
+
+
+def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[Outcome]:
+    """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
+
+    def one(node: Any) -> Outcome:
+        from cluster.errors import NodeUnreachable
+
+        try:
+            return Outcome(node.name, True, fn(node))
+        except NodeUnreachable as exc:
+            return Outcome(node.name, False, error=exc.reason, unreachable=True)
+        except (ServectlError, OSError) as exc:
+            return Outcome(node.name, False, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - e.g. a transport dying mid-SFTP: one node's row
+            return Outcome(node.name, False, error=f"{type(exc).__name__}: {exc}", unreachable=True)
+
+    if not nodes:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as ex:
+        return list(ex.map(one, nodes))
+
+
+def read_units(session: Any, timeout_s: float) -> dict[str, UnitFacts]:
+    return parse_units(session.run(units_argv(), timeout=timeout_s, check=True).stdout)
+
+
+def apply_plan(session: Any, plan: NodePlan, zipapp: Path, timeout_s: float) -> list[str]:
+    """Run a node's steps in order; returns what was done. Raises on the first failed step."""
+    done: list[str] = []
+    for step in plan.steps:
+        if step.put:
+            session.put(str(zipapp), step.put, mode=0o644)
+        else:
+            session.run(list(step.argv), timeout=timeout_s, sudo=True, check=step.check)
+        done.append(step.what)
+    return done
+
+
+# -- status ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StatusRow:
+    node: str
+    reachable: bool
+    reason: str | None = None
+    unit: str | None = None
+    running: bool = False
+    state: str = "-"
+    restarts: int = 0
+    last_sample_age_s: float | None = None
+    samples_today: int | None = None
+    bytes_used: int | None = None
+    budget_bytes: int | None = None
+    dropped_today: int | None = None
+    errors_in_latest: tuple[str, ...] = field(default_factory=tuple)
+
+
+def status_row(
+    node: str, units: dict[str, UnitFacts], doc: dict[str, Any] | None, budget_bytes: int
+) -> StatusRow:
+    """Pure: unit facts + the node-side status JSON -> one row."""
+    perm, trans = units.get(PERMANENT_UNIT, UnitFacts()), units.get(TRANSIENT_UNIT, UnitFacts())
+    unit, facts = (
+        (PERMANENT_UNIT, perm) if perm.active or not trans.loaded else (TRANSIENT_UNIT, trans)
+    )
+    if not facts.loaded and not perm.loaded:
+        unit = None
+    latest = (doc or {}).get("latest") or None
+    age = None
+    if latest and isinstance(latest.get("ts"), int | float) and doc:
+        age = round(max(0.0, float(doc["now"]) - float(latest["ts"])), 1)
+    errors = tuple(
+        f"{e.get('source')}: {e.get('error')}" for e in (latest or {}).get("errors") or []
+    )
+    return StatusRow(
+        node=node,
+        reachable=True,
+        reason=(doc or {}).get("error"),
+        unit=unit,
+        running=facts.active,
+        state=f"{facts.active_state}/{facts.sub_state}" if unit else "not running",
+        restarts=facts.restarts,
+        last_sample_age_s=age,
+        samples_today=(doc or {}).get("samples_today"),
+        bytes_used=(doc or {}).get("bytes_used"),
+        budget_bytes=budget_bytes,
+        dropped_today=(doc or {}).get("dropped_today"),
+        errors_in_latest=errors,
+    )
+
+
+def node_status_doc(session: Any, spec: Any, node: Any, zipapp: Callable[[], Path],
+                    timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    """Run the node-side ``status`` (the installed zipapp, else a temporary copy)."""
+    args = ["status", "--node", node.name, "--dir", spec.thermal.dir]
+    if session.exists(AGENT_PATH):
+        res = session.run(["python3", AGENT_PATH, *args], timeout=timeout_s, check=True)
+    else:
+        res = session.run_script(str(zipapp()), args, interpreter=["python3"],
+                                 timeout=timeout_s, check=True)  # fmt: skip
+    return json.loads(res.stdout)
+
+
+# -- latest sample, for watch ---------------------------------------------------------------------
+_FILE = re.compile(r"thermal-(?P<node>.+)-(?P<day>\d{8})(?:-(?P<n>\d+))?\.jsonl")
+
+
+def newest_file(names: Sequence[str], node: str) -> str | None:
+    keyed = []
+    for name in names:
+        m = _FILE.fullmatch(name)
+        if m and m["node"] == node:
+            keyed.append((m["day"], int(m["n"] or 0), name))
+    return max(keyed)[2] if keyed else None
+
+
+def last_record(data: bytes) -> dict[str, Any] | None:
+    """The last whole JSON line of a file's tail (a torn last line is skipped)."""
+    for raw in reversed(data.split(b"\n")):
+        if raw.strip():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                return rec
+    return None
+
+
+def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> dict[str, Any] | None:
+    """The newest record on the node: SFTP list + a read of the newest file's tail only."""
+    sftp = session.sftp()
+    sftp.get_channel().settimeout(timeout_s)
+    try:
+        name = newest_file(sftp.listdir(directory), node)
+        if name is None:
+            return None
+        with sftp.open(posixpath.join(directory, name), "rb") as f:
+            size = f.stat().st_size or 0
+            f.seek(max(0, size - TAIL_BYTES))
+            return last_record(f.read(TAIL_BYTES))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        from cluster.errors import NodeUnreachable
+
+        raise NodeUnreachable(node, f"SFTP read of {directory}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    node: str
+    age_s: float | None = None
+    gpu_temp_c: float | None = None
+    hottest_zone: str | None = None
+    hottest_zone_c: float | None = None
+    margin_c: float | None = None
+    reasons: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def live_row(node: str, rec: dict[str, Any] | None, now: float) -> LiveRow:
+    """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events."""
+    if rec is None:
+        return LiveRow(node, note="no samples yet")
+    temps = [g.get("temp_c") for g in rec.get("gpus") or [] if g.get("temp_c") is not None]
+    reasons = sorted({r for g in rec.get("gpus") or [] for r in g.get("clock_event_reasons") or []})
+    best: tuple[float, str, float | None] | None = None
+    for z in rec.get("zones") or []:
+        t = z.get("temp_c")
+        if t is None:
+            continue
+        crit = [p.get("temp_c") for p in z.get("trips") or [] if p.get("type") == "critical"]
+        margin = round(crit[0] - t, 1) if crit and crit[0] is not None else None
+        if best is None or t > best[0]:
+            best = (t, z.get("type") or z.get("name") or "?", margin)
+    errs = [e.get("error", "") for e in rec.get("errors") or []]
+    return LiveRow(
+        node,
+        age_s=round(max(0.0, now - float(rec.get("ts", now))), 1),
+        gpu_temp_c=max(temps) if temps else None,
+        hottest_zone=best[1] if best else None,
+        hottest_zone_c=best[0] if best else None,
+        margin_c=best[2] if best else None,
+        reasons=tuple(reasons),
+        note="; ".join(errs) or None,
+    )
