@@ -256,7 +256,12 @@ def run(
     request: ProvisionRequest, on_event: Callable[[TaskEvent], None] | None = None
 ) -> ProvisionResult:
     """Run the playbook; task failures are in the result (``ok`` false), not raised."""
-    import ansible_runner
+    try:
+        import ansible_runner
+    except ImportError:  # only the control machine needs Ansible
+        from cluster.errors import ServectlError
+
+        raise ServectlError("provisioning needs Ansible: pip install 'servectl[control]'") from None
 
     prepared = prepare(request)
     prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

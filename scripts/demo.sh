@@ -1,10 +1,100 @@
 #!/usr/bin/env bash
-# The main job, narrated: set up, then show what servectl would run on the field report's cluster.
+# The main job on the built-in lab, narrated, as one command on a fresh Debian 12 machine (root):
+#   lab up -> provision -> up (boot progress) -> watchdog armed -> a worker rank lost (/health
+#   still 200) -> the watchdog restarts the whole server -> healthy -> status -> thermal report.
+# It leaves the lab and the watchdog running for you to explore and prints how to stop them.
+# Exit status is non-zero if any step failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-S=.venv/bin/servectl
-echo "==> servectl inventory check -i inventory.example.yml"
-$S inventory check -i inventory.example.yml
-echo "==> servectl plan -i inventory.example.yml"
-$S plan -i inventory.example.yml
+
+S=(.venv/bin/servectl)
+PY=.venv/bin/python
+LAB=${SERVECTL_LAB_ROOT:-/var/lib/servectl-lab}
+INV=$LAB/inventory.yml
+DEMO=$LAB/demo
+WD=$DEMO/watchdog
+mkdir -p "$DEMO"
+step() { printf '\n\033[1;36m== %s\033[0m\n' "$*"; }
+say() { printf '\033[2m   %s\033[0m\n' "$*"; }
+run() { printf '\033[1m$ servectl %s\033[0m\n' "$*"; "${S[@]}" "$@"; }
+# wait_for SECONDS DESCRIPTION PYTHON-EXPRESSION-THAT-EXITS-0-WHEN-TRUE
+wait_for() {
+  local t=$1 what=$2 code=$3 end=$((SECONDS + $1))
+  until "$PY" -c "$code" 2>/dev/null; do
+    if [ $SECONDS -ge $end ]; then echo "timed out after ${t}s waiting for: $what" >&2; return 1; fi
+    sleep 1
+  done
+}
+
+# The lab is one per machine: do not run the demo while the lab tests hold it.
+exec 9>/run/lock/servectl-lab.lock
+flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/servectl-lab.lock)" >&2; exit 1; }
+
+# A watchdog left from an earlier demo run is stopped first (its state is kept).
+if [ -f "$WD/pid" ] && kill -0 "$(cat "$WD/pid")" 2>/dev/null; then kill "$(cat "$WD/pid")"; sleep 1; fi
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+
+step "1/9 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14, the host's Docker engine, an NVML stand-in and 7 ACPI zones each"
+run lab up
+say "inventory for the lab: $INV (same schema as inventory.example.yml)"
+
+step "2/9 Provision with Ansible: servectl installed offline on every node, the thermal agent and the clock cap as systemd units"
+run provision -i "$INV"
+
+step "3/9 Bring up the 4-node tensor-parallel server (simulated vLLM 0.33, DFlash drafter k=3) and follow its boot"
+run plan -i "$INV" | tail -n 4
+run up -i "$INV" --replace --timeout 600
+
+step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
+mkdir -p "$WD"
+setsid nohup "${S[@]}" watchdog run -i "$INV" --state-dir "$WD" >"$WD/watchdog.log" 2>&1 </dev/null &
+echo $! >"$WD/pid"
+wait_for 120 "the watchdog's first good probe" "
+import json,sys; d=json.load(open('$WD/state.json'))['policy']
+sys.exit(0 if (d.get('last_probe') or {}).get('outcome')=='ok' and d.get('phase')=='ready' else 1)"
+run watchdog status -i "$INV" --state-dir "$WD"
+
+step "5/9 Fault: the worker rank on node3 is lost (its container paused). /health still answers 200"
+run lab fault pause node3
+"$PY" - "$INV" <<'EOF'
+import sys, httpx
+from cluster.inventory import load_inventory
+base = load_inventory(sys.argv[1]).api_base
+print(f"   GET {base}/health -> {httpx.get(base + '/health', timeout=5).status_code}")
+try:
+    httpx.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, timeout=3)
+    print("   a 1-token completion answered")
+except httpx.TimeoutException:
+    print("   a 1-token completion did not answer within 3 s: generation is hung")
+EOF
+run status -i "$INV" || say "status exits 1: the server is not healthy"
+
+step "6/9 The watchdog tells a hang from load (flat token counters with work queued) and restarts the whole server"
+wait_for 240 "the watchdog's restart" "
+import json,sys
+ev=[json.loads(l) for l in open('$WD/events.jsonl') if l.strip()]
+sys.exit(0 if any(e.get('kind')=='restart_end' and e.get('ok') for e in ev) else 1)"
+run watchdog history -i "$INV" --state-dir "$WD" --limit 12
+
+step "7/9 Healthy again"
+wait_for 300 "a healthy server" "
+import subprocess,sys; sys.exit(subprocess.run(['${S[0]}','status','-i','$INV'],capture_output=True).returncode)"
+run status -i "$INV"
+
+step "8/9 Thermal report for this run: every node's samples pulled over SFTP and merged"
+run thermal report -i "$INV" --since "$START" --plot "$DEMO/thermal.png" --csv "$DEMO/thermal.csv"
+say "plot: $DEMO/thermal.png   samples: $DEMO/thermal.csv"
+
+step "9/9 Where to look next"
+cat <<EOF
+   The lab and the watchdog are still running. Try:
+     servectl status -i $INV --watch
+     servectl lab fault --help                    (cut a node off, heat a GPU, fill a log disk, ...)
+     servectl rollout -i $INV --set drafter.num_speculative_tokens=7 --bench quick --yes
+     servectl bench sweep -i $INV --concurrency 1,4,8
+     servectl thermal watch -i $INV
+     docs/runbook.md                              (symptom by symptom, rehearsable here)
+   Stop everything:
+     kill \$(cat $WD/pid); servectl down -i $INV; servectl lab down
+EOF

@@ -42,11 +42,12 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-if ! cmp -s requirements/constraints.txt .venv/.constraints 2>/dev/null || ! .venv/bin/python -c "import cluster" 2>/dev/null; then
+want=$(cat requirements/constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import cluster" 2>/dev/null; then
   log "installing servectl and pinned dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -c requirements/constraints.txt -e '.[test]'
-  cp requirements/constraints.txt .venv/.constraints
+  .venv/bin/pip install -q -c requirements/constraints.txt -e '.[control,test]'
+  echo "$want" > .venv/.installed
 fi
 
 if [ "${SERVECTL_SKIP_VLLM:-0}" != 1 ]; then

@@ -141,8 +141,10 @@ def _mount_optional() -> None:
         control.register(app)
     importlib.import_module("cluster.cli.provision").register(app)
     from cluster.cli import rollout
+    from cluster.cli.examples import add_examples
 
     rollout.register(app)
+    add_examples(app)
 
 
 _mount_optional()

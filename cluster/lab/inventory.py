@@ -67,6 +67,9 @@ def inventory_doc(paths: LabPaths) -> dict:
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": str(paths.key),
                 "ansible_ssh_common_args": ssh_args,
+                # The lab's watchdog runs on this machine, where the lab's SSH key and
+                # known_hosts live, so `servectl provision` installs no watchdog unit on a node.
+                "servectl_watchdog_host": "control",
                 "servectl": servectl,
             },
         }

@@ -129,7 +129,12 @@ def write_plot(
     rep: FieldReport, records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]
 ) -> Path:
     """PNG: GPU temperature and hottest zone over time, one line per node (matplotlib, Agg)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # nodes install servectl without the control machine's extras
+        from cluster.errors import ServectlError
+
+        raise ServectlError("the plot needs matplotlib: pip install 'servectl[control]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
