@@ -13,7 +13,7 @@ PY=.venv/bin/python
 LAB=${SERVECTL_LAB_ROOT:-/var/lib/servectl-lab}
 INV=$LAB/inventory.yml
 DEMO=$LAB/demo
-WD=$DEMO/watchdog
+WD=$LAB/watchdog   # the lab inventory's watchdog.state_dir: `servectl status` shows it
 mkdir -p "$DEMO"
 step() { printf '\n\033[1;36m== %s\033[0m\n' "$*"; }
 say() { printf '\033[2m   %s\033[0m\n' "$*"; }
@@ -31,10 +31,10 @@ wait_for() {
 exec 9>/run/lock/servectl-lab.lock
 flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/servectl-lab.lock)" >&2; exit 1; }
 
-# A watchdog left from an earlier demo run is stopped first (its state is kept).
+# A watchdog left from an earlier demo run is stopped, and its state cleared: each demo starts
+# with the full restart budget.
 if [ -f "$WD/pid" ] && kill -0 "$(cat "$WD/pid")" 2>/dev/null; then kill "$(cat "$WD/pid")"; sleep 1; fi
-START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-
+rm -rf "$WD"
 step "1/9 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14, the host's Docker engine, an NVML stand-in and 7 ACPI zones each"
 run lab up
 say "inventory for the lab: $INV (same schema as inventory.example.yml)"
@@ -42,18 +42,20 @@ say "inventory for the lab: $INV (same schema as inventory.example.yml)"
 step "2/9 Provision with Ansible: servectl installed offline on every node, the thermal agent and the clock cap as systemd units"
 run provision -i "$INV"
 
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)   # the thermal agents sample from here on
+
 step "3/9 Bring up the 4-node tensor-parallel server (simulated vLLM 0.33, DFlash drafter k=3) and follow its boot"
 run plan -i "$INV" | tail -n 4
 run up -i "$INV" --replace --timeout 600
 
 step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
-setsid nohup "${S[@]}" watchdog run -i "$INV" --state-dir "$WD" >"$WD/watchdog.log" 2>&1 </dev/null &
+setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null &
 echo $! >"$WD/pid"
 wait_for 120 "the watchdog's first good probe" "
 import json,sys; d=json.load(open('$WD/state.json'))['policy']
 sys.exit(0 if (d.get('last_probe') or {}).get('outcome')=='ok' and d.get('phase')=='ready' else 1)"
-run watchdog status -i "$INV" --state-dir "$WD"
+run watchdog status -i "$INV"
 
 step "5/9 Fault: the worker rank on node3 is lost (its container paused). /health still answers 200"
 run lab fault pause node3
@@ -75,7 +77,7 @@ wait_for 240 "the watchdog's restart" "
 import json,sys
 ev=[json.loads(l) for l in open('$WD/events.jsonl') if l.strip()]
 sys.exit(0 if any(e.get('kind')=='restart_end' and e.get('ok') for e in ev) else 1)"
-run watchdog history -i "$INV" --state-dir "$WD" --limit 12
+run watchdog history -i "$INV" --limit 12
 
 step "7/9 Healthy again"
 wait_for 300 "a healthy server" "

@@ -69,7 +69,15 @@ class WatchdogMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP server; returns the bound port (useful with port 0)."""
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            from cluster.errors import ServectlError
+
+            raise ServectlError(
+                f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc} "
+                "(another watchdog? set servectl.watchdog.metrics_port)"
+            ) from None
         return int(self._server.server_port)
 
     def close(self) -> None:

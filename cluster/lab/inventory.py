@@ -48,7 +48,14 @@ def inventory_doc(paths: LabPaths) -> dict:
             # value locally; the simulator's key handling is covered by tests/sim.
             "hf_token": {"file": str(paths.hf_token)},
         },
-        "watchdog": {"interval_s": 2, "timeout_s": 2, "failures": 3, "boot_deadline_s": 120},
+        # The lab's watchdog runs on this machine (see servectl_watchdog_host below).
+        "watchdog": {
+            "interval_s": 2,
+            "timeout_s": 2,
+            "failures": 3,
+            "boot_deadline_s": 120,
+            "state_dir": str(paths.root / "watchdog"),
+        },
         "thermal": {"interval_s": 1, "dir": "/var/log/servectl/thermal"},
         # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).
         "bench": {

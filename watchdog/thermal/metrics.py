@@ -141,7 +141,14 @@ class MetricsServer:
 
     def start(self) -> int:
         """Start listening; returns the bound port (useful with port 0)."""
-        server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        try:
+            server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as exc:
+            from cluster.errors import ServectlError
+
+            raise ServectlError(
+                f"cannot serve /metrics on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
         self._server = server
         self.port = server.server_port
         return self.port

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster.errors import ServectlError
+
 log = logging.getLogger("servectl.thermal")
 
 DEFAULT_DIR = "/var/log/servectl/thermal"
@@ -102,7 +104,11 @@ def run_agent(opts: AgentOptions) -> Any:
                 ThermalCollector(agent, time.time), "127.0.0.1", opts.metrics_port
             )
             log.info("metrics on http://127.0.0.1:%d/metrics", server.start())
-        except (ImportError, OSError) as exc:  # /metrics is optional; the samples are not
+        except (
+            ImportError,
+            OSError,
+            ServectlError,
+        ) as exc:  # /metrics is optional; samples are not
             log.error("no /metrics (%s); sampling goes on", exc)
             server = None
     log.info("thermal agent %s: every %g s into %s", opts.node, opts.interval_s, opts.directory)
