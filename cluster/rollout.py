@@ -44,6 +44,9 @@ class Measurement:
 class Cluster(Protocol):
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool: ...
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]: ...
+    # --via watchdog: stop the server, then wait for the watchdog to bring it back
+    def stop(self, spec: ClusterSpec, why: str) -> None: ...
+    def wait_running(self, spec: ClusterSpec, timeout_s: float) -> bool: ...
 
 
 class Holder(Protocol):
@@ -57,6 +60,10 @@ class RolloutPorts:
     holder: Holder
     measure: Callable[[ClusterSpec, str], Measurement] | None  # None: --bench none
     clock: Callable[[], float] = time.time
+    # "direct": restart through cluster control while the watchdog is held. "watchdog": as the
+    # field report did it: change the launcher config, stop the server, and let the (not held)
+    # watchdog restart it on the new config.
+    via: str = "direct"
     on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
 
 
@@ -77,6 +84,7 @@ class RolloutRecord:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
     finished_at: float | None = None
+    via: str = "direct"
 
 
 class RolloutStore:
@@ -184,6 +192,7 @@ class Rollout:
             new_hash=new_spec.config_hash(),
             started_at=now,
             guards=[str(g) for g in guards],
+            via=self.ports.via,
         )
 
     # -- the sequence ------------------------------------------------------------------------------
@@ -198,6 +207,8 @@ class Rollout:
             m = baseline or self.ports.measure(old_spec, "before")
             record.baseline = _m_json(m)
         self._step(record, "baseline_measured")
+        if self.ports.via == "watchdog":
+            return self._apply(record, old_spec, new_spec, guards, deadline_s)
         hold_for = deadline_s * 2 + 1800  # two boots (rollback included) and the measurements
         self.ports.holder.hold(f"rollout {record.id}", self.ports.clock() + hold_for)
         try:
@@ -240,9 +251,12 @@ class Rollout:
         write_inventory(record.inventory, self.store.revision_text(record.new_revision))
         self._step(record, "inventory_written")
         self._step(record, "restarting")
-        ok = self.ports.cluster.restart(
-            new_spec, f"rollout {record.id}: {_summary(record)}", deadline_s
-        )
+        why = f"rollout {record.id}: {_summary(record)}"
+        if self.ports.via == "watchdog":
+            self.ports.cluster.stop(new_spec, why)
+            ok = self.ports.cluster.wait_running(new_spec, deadline_s)
+        else:
+            ok = self.ports.cluster.restart(new_spec, why, deadline_s)
         if not ok:
             return self._rollback(
                 record, old_spec, f"new config not answering within {deadline_s:.0f} s"
@@ -270,6 +284,17 @@ class Rollout:
         record.reason = why
         self._step(record, "rolling_back")
         write_inventory(record.inventory, self.store.revision_text(record.old_revision))
+        if self.ports.via == "watchdog":
+            # Roll back directly, with the watchdog held, rather than race it.
+            held = self.ports.clock() + old_spec.watchdog.boot_deadline_s + 900
+            self.ports.holder.hold(f"rollback of {record.id}", held)
+            try:
+                return self._restart_old(record, old_spec, why)
+            finally:
+                self.ports.holder.release()
+        return self._restart_old(record, old_spec, why)
+
+    def _restart_old(self, record: RolloutRecord, old_spec: ClusterSpec, why: str) -> RolloutRecord:
         ok = self.ports.cluster.restart(
             old_spec, f"rollback of {record.id}: {why}", old_spec.watchdog.boot_deadline_s
         )

@@ -38,6 +38,24 @@ class ControllerCluster:
             ok, latency_ms, error = ctl.probe()
         return ok, f"{latency_ms:.0f} ms" if ok and latency_ms is not None else str(error)
 
+    def stop(self, spec: ClusterSpec, why: str) -> None:
+        """`--via watchdog`: take the server down; the watchdog sees it and restarts it."""
+        with Controller(spec, on_event=self.on_event) as ctl:
+            ctl.events.append({"ts": time.time(), "event": "stop", "who": self.who, "why": why})
+            ctl.down()
+
+    def wait_running(self, spec: ClusterSpec, timeout_s: float, poll_s: float = 2.0) -> bool:
+        """Until every node runs `spec`'s config hash and a 1-token completion answers."""
+        want = spec.config_hash()
+        deadline = time.monotonic() + timeout_s
+        with Controller(spec) as ctl:
+            while time.monotonic() < deadline:
+                st = ctl.status(with_gpus=False)
+                if st.ok and all(n.config_hash == want for n in st.nodes):
+                    return True
+                time.sleep(poll_s)
+        return False
+
 
 class WatchdogHolder:
     """Time-limited hold of the watchdog for the rollout's duration, written where a watchdog

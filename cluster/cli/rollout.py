@@ -52,7 +52,7 @@ def _store(inventory: Path) -> RolloutStore:
     return RolloutStore(Path(base) / "rollout" / spec.name)
 
 
-def _ports(inventory: Path, bench: str) -> RolloutPorts:
+def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
     from cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
 
     spec = load(inventory)
@@ -70,6 +70,7 @@ def _ports(inventory: Path, bench: str) -> RolloutPorts:
         WatchdogHolder(spec),
         bench_measurer(bench, str(inventory)),
         on_event=on_event,
+        via=via,
     )
 
 
@@ -97,6 +98,14 @@ def rollout(
     abort: Annotated[
         bool, typer.Option("--abort", help="Roll an interrupted rollout back.")
     ] = False,
+    via: Annotated[
+        str,
+        typer.Option(
+            "--via",
+            help="direct: restart through cluster control, watchdog held; watchdog: stop the "
+            "server and let the watchdog restart it on the new config (as the field report did).",
+        ),
+    ] = "direct",
 ) -> None:
     """Change settings with --set, restart on them, verify with a 1-token probe, measure before and
     after (--bench), and roll back by itself if the new server does not come up or a --guard fails."""
@@ -104,13 +113,15 @@ def rollout(
         return
     if bench not in ("none", "quick", "full"):
         raise ConfigError(f"--bench {bench!r}", hint="none, quick or full")
+    if via not in ("direct", "watchdog"):
+        raise ConfigError(f"--via {via!r}", hint="direct or watchdog")
     store = _store(inventory)
     guards = [parse_guard(g) for g in guard]
     current = store.current()
     if resume or abort:
         if not current or current.step in TERMINAL:
             raise ConfigError("no interrupted rollout to resume or abort")
-        ro = Rollout(store, _ports(inventory, bench))
+        ro = Rollout(store, _ports(inventory, bench, current.via))
         result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
         raise typer.Exit(_render(result))
     if current and current.step not in TERMINAL:
@@ -126,7 +137,10 @@ def rollout(
             hint="give --set KEY=VALUE, e.g. --set drafter.num_speculative_tokens=3",
         )
     changes = [parse_set(s) for s in set_]
-    ro = Rollout(store, _ports(inventory, bench) if not dry_run else RolloutPorts(None, None, None))  # type: ignore[arg-type]
+    ports = (
+        _ports(inventory, bench, via) if not dry_run else RolloutPorts(None, None, None, via=via)
+    )  # type: ignore[arg-type]
+    ro = Rollout(store, ports)
     record = ro.prepare(str(inventory), changes, guards)
     old_text = store.revision_text(record.old_revision)
     new_text = store.revision_text(record.new_revision)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -151,3 +152,73 @@ def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
     finally:
         with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
             ctl.down()
+
+
+@pytest.fixture
+def watched(inv, tmp_path):
+    """A watchdog (the real daemon, a subprocess) armed on the private inventory copy."""
+    wd = tmp_path / "wd"
+    text = inv.read_text()
+    text = re.sub(r"state_dir: \S+", f"state_dir: {wd}", text, count=1)
+    inv.write_text(text)
+    wd.mkdir()
+    log = open(tmp_path / "watchdog.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*SERVECTL, "watchdog", "run", "-i", str(inv)],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = wd / "state.json"
+        if state.exists() and json.loads(state.read_text())["policy"]["phase"] == "ready":
+            break
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        pytest.fail(
+            "the watchdog never became ready: " + (tmp_path / "watchdog.log").read_text()[-2000:]
+        )
+    yield wd
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    log.close()
+
+
+def _wd_events(wd):
+    return [
+        json.loads(line) for line in (wd / "events.jsonl").read_text().splitlines() if line.strip()
+    ]
+
+
+def test_direct_rollout_holds_the_watchdog_and_releases_it(lab, inv, watched):
+    result = _servectl(
+        "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=4", "--yes"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    kinds = [e["kind"] for e in _wd_events(watched)]
+    assert "restart_begin" not in kinds  # the watchdog saw the restart and left it alone
+    hold = json.loads((watched / "hold.json").read_text())
+    assert hold["hold"] is None and hold["released_at"]  # held during, released after
+    ok, hashes = _healthy_hash(inv)
+    assert ok and hashes == {load_inventory(inv).config_hash()}
+
+
+def test_rollout_via_watchdog(lab, inv, watched):
+    result = _servectl(
+        "rollout",
+        "-i",
+        str(inv),
+        "--set",
+        "drafter.num_speculative_tokens=5",
+        "--via",
+        "watchdog",
+        "--yes",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    ends = [e for e in _wd_events(watched) if e["kind"] == "restart_end"]
+    assert len(ends) == 1 and ends[0]["ok"]  # the watchdog restarted it, once
+    ok, hashes = _healthy_hash(inv)
+    assert ok and hashes == {load_inventory(inv).config_hash()}
+    assert "num_speculative_tokens: 5" in inv.read_text()

@@ -40,6 +40,21 @@ class FakeCluster:
     def probe(self, spec):
         return (self.running == spec.config_hash(), "probe")
 
+    def stop(self, spec, why):
+        self.restarts.append(("stop", why))
+        self.running = None
+
+    def wait_running(self, spec, timeout_s):
+        # the watchdog restarts the server on whatever the inventory says now
+        from cluster.inventory import load_inventory
+
+        current = load_inventory(spec.source_file)
+        self.restarts.append(("watchdog", current.serving.drafter.num_speculative_tokens))
+        if current.config_hash() in self.fail_hashes:
+            return False
+        self.running = current.config_hash()
+        return self.running == spec.config_hash()
+
 
 class FakeHolder:
     def __init__(self):
@@ -196,3 +211,28 @@ def load_inventory_hash(text):
     from cluster.inventory import parse_inventory
 
     return parse_inventory(text).config_hash()
+
+
+def test_via_watchdog_stops_and_lets_the_watchdog_restart(tmp_path, inv):
+    cluster = FakeCluster()
+    holder = FakeHolder()
+    store = RolloutStore(tmp_path / "state")
+    ports = RolloutPorts(cluster, holder, None, clock=lambda: 1_767_000_000.0, via="watchdog")
+    ro = Rollout(store, ports)
+    result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
+    assert result.step == "done" and result.via == "watchdog"
+    assert [r[0] for r in cluster.restarts] == ["stop", "watchdog"] and cluster.restarts[1][1] == 3
+    assert holder.calls == []  # the watchdog must act: it is not held
+
+
+def test_via_watchdog_rollback_holds_the_watchdog(tmp_path, inv):
+    new_hash = load_inventory_hash(
+        apply_changes(inv.read_text(), [parse_set("drafter.num_speculative_tokens=3")], str(inv))
+    )
+    cluster = FakeCluster(fail_hashes={new_hash})
+    holder = FakeHolder()
+    ports = RolloutPorts(cluster, holder, None, clock=lambda: 1_767_000_000.0, via="watchdog")
+    ro = Rollout(RolloutStore(tmp_path / "state"), ports)
+    result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
+    assert result.step == "rolled_back" and "num_speculative_tokens: 7" in inv.read_text()
+    assert [c[0] for c in holder.calls] == ["hold", "release"]

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
 
 from cluster.cli.watchdog import _raise_unless_applied, _result_doc
 from cluster.errors import ServectlError
+from tests.unit.test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
 
 
 def _spec(*names: str) -> Any:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_watchdog_daemon import REFUSED, make  # noqa: I001
 from typer.testing import CliRunner
 
 from cluster.cli.watchdog import app, parse_duration
+from tests.unit.test_watchdog_daemon import REFUSED, make  # noqa: I001
 from watchdog.state import read_hold
 
 
