@@ -119,6 +119,11 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     backend = spec.serving.parallel.backend
     containers = tuple(_container(spec, node, config_hash) for node in spec.nodes)
     warnings: list[str] = []
+    if backend == "ray":
+        warnings.append(
+            "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
+            "vLLM); vLLM >= 0.18 no longer installs it"
+        )
     table = flag_table(spec.serving.vllm_version)
     if table is None:
         warnings.append(

@@ -107,3 +107,22 @@ def test_refuses_when_server_is_down(lab, tmp_path):
         with pytest.raises(BenchError, match="not healthy"):
             runner.run(BenchOptions(kind="sweep", levels=(1,), client_image=CLIENT_LATEST))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.timeout(600)
+def test_prefill_ttft_grows_with_input_length(ctl, tmp_path):
+    """`servectl bench prefill`: one long random prompt at a time; TTFT and prefill tok/s."""
+    runner = BenchRunner(ctl, tmp_path / "runs")
+    opts = BenchOptions(
+        kind="prefill", levels=(2048, 16384), output_len=1, num_prompts=1,
+        backend="openai", client_image=CLIENT_LATEST,
+    )  # fmt: skip
+    run = runner.run(opts)
+    _, table = load_run(run.dir)
+    rows = {r["level"]: r for r in table["rows"]}
+    assert set(rows) == {2048, 16384}
+    for row in rows.values():
+        assert row["completed"] == 1 and row["ttft_p50_ms"] > 0 and row["prefill_tok_s"] > 0
+    # the simulator charges prefill per prompt token: 8x the input takes clearly longer
+    assert rows[16384]["ttft_p50_ms"] > 2 * rows[2048]["ttft_p50_ms"], rows
+    assert not _bench_containers()
