@@ -50,7 +50,7 @@ run up -i "$INV" --replace --timeout 600
 
 step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
-setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null &
+setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null 9>&- &  # 9: the lab lock stays with this script
 echo $! >"$WD/pid"
 wait_for 120 "the watchdog's first good probe" "
 import json,sys; d=json.load(open('$WD/state.json'))['policy']

@@ -113,7 +113,11 @@ def lab() -> Lab:
 
 def _lab_session():
     paths = LabPaths.from_env()
-    before = host_snapshot() if not lablib.status(paths).up else {}
+    if lablib.status(paths).up:
+        # A lab left running (a rehearsal, an earlier demo): start this run from a clean host,
+        # so "lab down leaves the host as before" compares against a host without a lab.
+        lablib.down(paths)
+    before = host_snapshot()
     handle = Lab(paths, before, 0.0)
     handle.first_up_s = handle.up()
     try:
