@@ -27,6 +27,7 @@ EXAMPLES: dict[str, str] = {
     "lab fault pause": "servectl lab fault pause node3",
     "lab fault unpause": "servectl lab fault unpause node3",
     "lab fault kill": "servectl lab fault kill node1",
+    "lab fault cool": "servectl lab fault cool node2",
     "lab fault clear": "servectl lab fault clear",
     "watchdog run": f"servectl watchdog run {INV}",
     "watchdog status": f"servectl watchdog status {INV} --json",

@@ -188,6 +188,12 @@ def unpause(node: str = typer.Argument(..., callback=_node)) -> None:
 
 
 @fault_app.command()
+def cool(node: str = typer.Argument(..., callback=_node)) -> None:
+    """End NODE's heat overrides now: its sensors restart from idle values."""
+    _run(lambda: faults.cool(_paths(), node), f"{node}: heat overrides ended")
+
+
+@fault_app.command()
 def kill(node: str = typer.Argument(..., callback=_node)) -> None:
     """docker kill NODE's serving container."""
     _container("kill", node)

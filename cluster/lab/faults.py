@@ -67,6 +67,11 @@ def heat(
     return doc
 
 
+def cool(paths: LabPaths, name: str) -> None:
+    """End every heat override of the node (the sensor daemon sees heat.json go)."""
+    paths.node(name).heat.unlink(missing_ok=True)
+
+
 def fill_logs(paths: LabPaths, name: str) -> int:
     """Fill the node's /var/log/servectl until ENOSPC; return the bytes written."""
     target = paths.node(name).logfs / FILL_NAME

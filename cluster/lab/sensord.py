@@ -73,6 +73,8 @@ class HeatWatcher:
         try:
             mtime = self.node.heat.stat().st_mtime
         except FileNotFoundError:
+            if self.seen is not None:  # heat.json removed (`lab fault cool`): end the overrides
+                driver.cool(self.node.name)
             self.seen = None
             return
         if mtime == self.seen:

@@ -371,6 +371,11 @@ class SensorDriver:
         state = self.states.get(name) or idle_state(self._node(name).is_head, self.gpu)
         self.states[name] = with_heat(state, target, temp_c, duration_s)
 
+    def cool(self, name: str) -> None:
+        """Undo a heat fault now: the node's sensors restart from their idle values (a rehearsal
+        must not leave a hot node behind for the next one), then follow the load again."""
+        self.states[name] = idle_state(self._node(name).is_head, self.gpu)
+
     def tick(self) -> None:
         now = self.clock()
         dt = 0.0 if self._last_s is None else max(now - self._last_s, 0.0)

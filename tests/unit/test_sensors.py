@@ -178,3 +178,21 @@ def test_metrics_load_source_unreachable_is_idle() -> None:
         "http://x/metrics", ["node1"], transport=httpx.MockTransport(lambda r: httpx.Response(503))
     )
     assert failing() == {"node1": 0.0}
+
+
+def test_cool_ends_a_heat_override_before_it_expires(tmp_path: Path) -> None:
+    node = s.NodeSensorPaths("node2", tmp_path / "state", tmp_path / "thermal", False)
+    now = [0.0]
+    loads = {"node2": 1.0}
+    driver = s.SensorDriver([node], lambda: loads, clock=lambda: now[0])
+    driver.boot("node2")
+    driver.heat("node2", "gpu", 50.0, 600.0)
+    for t in range(0, 600, 60):  # full load, but the override pins 50 C
+        now[0] = float(t)
+        driver.tick()
+    assert int(s.read_gpu_state(node.gpu_state_path)["temp_c"]) == 50
+    driver.cool("node2")
+    for t in range(600, 1800, 60):
+        now[0] = float(t)
+        driver.tick()
+    assert int(s.read_gpu_state(node.gpu_state_path)["temp_c"]) > 55  # load heats it again
