@@ -9,8 +9,6 @@ must not be mistaken for the model's.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import statistics
 import time
@@ -19,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
 
 
 class Phase(StrEnum):
@@ -425,14 +425,6 @@ def phase_durations(phase_times: Mapping[Phase, float], ended_at: float) -> dict
     return out
 
 
-def default_state_dir() -> Path:
-    base = os.environ.get("SERVECTL_STATE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(xdg) / "servectl"
-
-
 class BootHistory:
     """Durations of earlier successful boots, one JSON line each (`boots.jsonl`)."""
 
@@ -441,18 +433,7 @@ class BootHistory:
         self.keep = keep
 
     def records(self, cluster: str | None = None) -> list[dict[str, Any]]:
-        try:
-            lines = self.path.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from a killed writer
-            if cluster is None or rec.get("cluster") == cluster:
-                out.append(rec)
+        out = [r for r in read_jsonl(self.path) if cluster is None or r.get("cluster") == cluster]
         return out[-self.keep :]
 
     def medians(self, cluster: str | None = None) -> dict[Phase, float]:
@@ -473,7 +454,6 @@ class BootHistory:
         total_s: float,
         now: float | None = None,
     ) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         rec = {
             "ts": now if now is not None else time.time(),
             "cluster": cluster,
@@ -481,7 +461,4 @@ class BootHistory:
             "total_s": round(total_s, 3),
             "phases": {k: round(v, 3) for k, v in phases.items()},
         }
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.path, rec)

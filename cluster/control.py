@@ -32,13 +32,13 @@ from cluster.boot import (
     BootProgress,
     BootTracker,
     Phase,
-    default_state_dir,
     phase_durations,
 )
 from cluster.collector import build_zipapp
 from cluster.control_plan import Action, ControlPlan, Drift, plan_down, plan_restart, plan_up
 from cluster.docker_gw import ContainerInfo, DockerGateway, LogStream
 from cluster.errors import CommandFailed, ConfigError, DockerError, NodeUnreachable, ServectlError
+from cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
 from cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
 from cluster.spec import ClusterSpec, NodeSpec
 from cluster.ssh import NodeSession, SshPool
@@ -117,24 +117,10 @@ class EventLog:
         self.path = Path(path) if path else default_state_dir() / "events.jsonl"
 
     def append(self, record: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(record), sort_keys=True, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.path, record)
 
     def read(self) -> list[dict[str, Any]]:
-        try:
-            lines = self.path.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+        return read_jsonl(self.path)
 
 
 def _who() -> str:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from cluster.errors import ConfigError, ServectlError
 from cluster.inventory import parse_inventory
+from cluster.jsonl import append_jsonl, read_jsonl
 from cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
 from cluster.spec import ClusterSpec
 
@@ -113,23 +114,10 @@ class RolloutStore:
 
     def finish(self, record: RolloutRecord) -> None:
         self.save(record)
-        with open(self.history_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record.__dict__, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.history_path, record.__dict__)
 
     def history(self) -> list[dict[str, Any]]:
-        try:
-            lines = self.history_path.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line from a crash
-        return out
+        return read_jsonl(self.history_path)
 
     def save_revision(self, text: str) -> str:
         """Store an inventory text; returns its revision id (content hash)."""

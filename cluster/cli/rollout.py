@@ -12,7 +12,6 @@ Examples:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -45,11 +44,9 @@ app = typer.Typer(
 
 
 def _store(inventory: Path) -> RolloutStore:
-    base = os.environ.get("SERVECTL_STATE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".local", "state", "servectl"
-    )
-    spec = load(inventory)
-    return RolloutStore(Path(base) / "rollout" / spec.name)
+    from cluster.jsonl import default_state_dir
+
+    return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 
 
 def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
