@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from cluster.control import Controller
-from cluster.inventory import load_inventory
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
 
 
 def main() -> None:

@@ -21,9 +21,8 @@ import threading
 import time
 
 import httpx
-
-from watchdog.config import WatchdogConfig
-from watchdog.policy import (
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.policy import (
     Observation,
     Phase,
     Policy,
@@ -32,7 +31,7 @@ from watchdog.policy import (
     Restart,
     detection_window_s,
 )
-from watchdog.probe import Outcome, Prober
+from servectl.watchdog.probe import Outcome, Prober
 
 
 def load_worker(cfg: WatchdogConfig, model: str, prompt_words: int, stop: threading.Event) -> None:

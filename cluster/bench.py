@@ -30,21 +30,20 @@ import docker.errors
 import httpx
 import paramiko
 import requests
-
-from cluster import __version__
-from cluster import bench_manifest as bm
-from cluster.bench_parse import (
+from servectl.cluster import __version__
+from servectl.cluster import bench_manifest as bm
+from servectl.cluster.bench_parse import (
     LevelResult,
     load_result_text,
     parse_result,
     spec_counters,
     spec_delta,
 )
-from cluster.control import Controller
-from cluster.docker_gw import DockerGateway, create_kwargs
-from cluster.errors import DockerError, ServectlError
-from cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
-from cluster.spec import ClusterSpec
+from servectl.cluster.control import Controller
+from servectl.cluster.docker_gw import DockerGateway, create_kwargs
+from servectl.cluster.errors import DockerError, ServectlError
+from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from servectl.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "bench" / "prompts" / "ko-mixed-20.jsonl"

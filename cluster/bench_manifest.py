@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-
-from cluster.bench_parse import kv_cache_facts
-from cluster.errors import ServectlError
-from cluster.launch import plan_cluster
-from cluster.spec import ClusterSpec, _jsonable, looks_like_secret
+from servectl.cluster.bench_parse import kv_cache_facts
+from servectl.cluster.errors import ServectlError
+from servectl.cluster.launch import plan_cluster
+from servectl.cluster.spec import ClusterSpec, _jsonable, looks_like_secret
 
 if TYPE_CHECKING:
-    from cluster.control import Controller
+    from servectl.cluster.control import Controller
 
 MANIFEST_VERSION = 1
 NODE_SCRIPT = Path(__file__).with_name("bench_node.py")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cluster.status import parse_metrics
+from servectl.cluster.status import parse_metrics
 
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",

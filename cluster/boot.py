@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
+from servectl.cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
 
 
 class Phase(StrEnum):

@@ -33,7 +33,7 @@ COLLECTOR_VERSION = 1
 
 def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
     try:
-        from cluster import gpu  # imported lazily: pynvml may be absent on the node
+        from servectl.cluster import gpu  # imported lazily: pynvml may be absent on the node
     except ImportError as e:
         return {
             "nvml": {
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                     nvml.lock_clocks(args.mhz)
                 else:
                     nvml.reset_clocks()
-                from cluster import gpu
+                from servectl.cluster import gpu
 
                 doc.update(gpu.collect_json(nvml))
             else:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if doc["ok"] else 1
 
 
-_MAIN = "import sys\nfrom cluster.collector import main\nsys.exit(main())\n"
+_MAIN = "import sys\nfrom servectl.cluster.collector import main\nsys.exit(main())\n"
 _INIT = '"""servectl node-side collector package (zipapp)."""\n'
 
 
@@ -132,11 +132,16 @@ def build_zipapp(dest: str | Path) -> Path:
     here = Path(__file__).resolve().parent
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, text in (("__main__.py", _MAIN), ("cluster/__init__.py", _INIT)):
+        stubs = (
+            ("__main__.py", _MAIN),
+            ("servectl/__init__.py", _INIT),
+            ("servectl/cluster/__init__.py", _INIT),
+        )
+        for name, text in stubs:
             z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), text)
         for module in ("errors.py", "gpu.py", "collector.py"):
             z.writestr(
-                zipfile.ZipInfo(f"cluster/{module}", (2020, 1, 1, 0, 0, 0)),
+                zipfile.ZipInfo(f"servectl/cluster/{module}", (2020, 1, 1, 0, 0, 0)),
                 (here / module).read_text(),
             )
     dest = Path(dest)

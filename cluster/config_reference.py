@@ -1,5 +1,5 @@
 """Render the configuration reference (docs/configuration.md) from the typed spec itself, so the
-documentation cannot drift from what the loader accepts. `python -m cluster.config_reference`."""
+documentation cannot drift from what the loader accepts. `python -m servectl.cluster.config_reference`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-
-from cluster.spec import ServectlSettings, parse_size
+from servectl.cluster.spec import ServectlSettings, parse_size
 
 HEADER = """# Configuration reference
 
-Generated from `cluster/spec.py` by `python -m cluster.config_reference > docs/configuration.md`;
+Generated from `cluster/spec.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
 a unit test fails when this file and the spec diverge.
 
 All keys live under `all.vars.servectl` of the Ansible inventory. Unknown keys are errors.
@@ -36,7 +35,7 @@ def _type_name(annotation: Any) -> str:
     text = str(annotation).replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
-    return text.replace("cluster.spec.", "").replace("|", "\\|")
+    return text.replace("servectl.cluster.spec.", "").replace("|", "\\|")
 
 
 def _metadata(annotation: Any) -> list[Any]:

@@ -3,7 +3,7 @@
 The `Controller` holds one SSH session and one Docker gateway per node for the duration of one
 servectl command and fans out over nodes with a thread pool. It never prints: it returns typed
 results and reports progress through an `on_event` callback. Planning is pure
-(`cluster.control_plan`), the verdict is pure (`cluster.status.derive_verdict`).
+(`servectl.cluster.control_plan`), the verdict is pure (`servectl.cluster.status.derive_verdict`).
 """
 
 from __future__ import annotations
@@ -26,23 +26,35 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-
-from cluster.boot import (
+from servectl.cluster.boot import (
     BootHistory,
     BootProgress,
     BootTracker,
     Phase,
     phase_durations,
 )
-from cluster.collector import build_zipapp
-from cluster.control_plan import Action, ControlPlan, Drift, plan_down, plan_restart, plan_up
-from cluster.docker_gw import ContainerInfo, DockerGateway, LogStream
-from cluster.errors import CommandFailed, ConfigError, DockerError, NodeUnreachable, ServectlError
-from cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
-from cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
-from cluster.spec import ClusterSpec, NodeSpec
-from cluster.ssh import NodeSession, SshPool
-from cluster.status import (
+from servectl.cluster.collector import build_zipapp
+from servectl.cluster.control_plan import (
+    Action,
+    ControlPlan,
+    Drift,
+    plan_down,
+    plan_restart,
+    plan_up,
+)
+from servectl.cluster.docker_gw import ContainerInfo, DockerGateway, LogStream
+from servectl.cluster.errors import (
+    CommandFailed,
+    ConfigError,
+    DockerError,
+    NodeUnreachable,
+    ServectlError,
+)
+from servectl.cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
+from servectl.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
+from servectl.cluster.spec import ClusterSpec, NodeSpec
+from servectl.cluster.ssh import NodeSession, SshPool
+from servectl.cluster.status import (
     ClusterStatus,
     NodeStatus,
     ServerStatus,

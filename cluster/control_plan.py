@@ -1,6 +1,6 @@
 """Pure planning for `up` / `down`: observed containers + the launch plan -> what to do.
 
-No I/O here: `cluster.control` gathers the facts (containers by label on each node) and applies
+No I/O here: `servectl.cluster.control` gathers the facts (containers by label on each node) and applies
 the plan this module returns, so `--dry-run` is free and every decision is unit-tested.
 """
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from cluster.errors import ServectlError
+from servectl.cluster.errors import ServectlError
 
 if TYPE_CHECKING:
-    from cluster.docker_gw import ContainerInfo
-    from cluster.launch import ClusterPlan, ContainerPlan
+    from servectl.cluster.docker_gw import ContainerInfo
+    from servectl.cluster.launch import ClusterPlan, ContainerPlan
 
 
 class Drift(ServectlError):

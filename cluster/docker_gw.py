@@ -4,7 +4,7 @@ Host-key checking over ssh://: docker-py's own paramiko adapter (`SSHHTTPAdapter
 `load_system_host_keys()` (only ~/.ssh/known_hosts) with `RejectPolicy`, reads identity files
 only from ~/.ssh/config, and connects without a timeout, in its constructor. None of that can be
 pointed at the inventory's known_hosts file. So we hand docker-py the paramiko client our SSH
-gateway already connected and verified (`cluster.ssh.NodeSession`): a small adapter subclass
+gateway already connected and verified (`servectl.cluster.ssh.NodeSession`): a small adapter subclass
 overrides the two hooks that create and connect the client. Checks are never disabled, the
 docker API rides on the same verified SSH transport as every other command (one connection per
 node), and a dropped connection reconnects through the gateway, which verifies the key again.
@@ -30,12 +30,11 @@ import paramiko
 import requests
 from docker.transport.sshconn import SSHHTTPAdapter
 from docker.types import DeviceRequest, Mount
-
-from cluster.errors import DockerError, NodeUnreachable
+from servectl.cluster.errors import DockerError, NodeUnreachable
 
 if TYPE_CHECKING:
-    from cluster.launch import ContainerPlan
-    from cluster.ssh import NodeSession
+    from servectl.cluster.launch import ContainerPlan
+    from servectl.cluster.ssh import NodeSession
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
 import pynvml
-
-from cluster.errors import NvmlError
+from servectl.cluster.errors import NvmlError
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
-
-from cluster.errors import ConfigError
-from cluster.spec import (
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.spec import (
     ClusterSpec,
     NodeSpec,
     ServectlSettings,

@@ -13,8 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from cluster.errors import ConfigError
-from cluster.spec import ClusterSpec, NodeSpec, SecretRef
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.spec import ClusterSpec, NodeSpec, SecretRef
 
 LABEL_PREFIX = "io.servectl."
 LABEL_CLUSTER = LABEL_PREFIX + "cluster"

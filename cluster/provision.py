@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cluster.errors import ConfigError, ServectlError
+from servectl.cluster.errors import ConfigError, ServectlError
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def run(
     try:
         import ansible_runner
     except ImportError:  # only the control machine needs Ansible
-        from cluster.errors import ServectlError
+        from servectl.cluster.errors import ServectlError
 
         raise ServectlError("provisioning needs Ansible: pip install 'servectl[control]'") from None
 

@@ -13,7 +13,7 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 
 Run on the control machine (the playbook does, delegated to localhost)::
 
-    python -m cluster.provision_wheelhouse --python-version 3.11 --machine aarch64 \
+    python -m servectl.cluster.provision_wheelhouse --python-version 3.11 --machine aarch64 \
         --glibc 2.39 --source /path/to/servectl --cache ~/.cache/servectl/wheelhouse
 
 It prints one JSON document: ``dir``, ``id`` (a digest of the wheels), ``wheels``,
@@ -316,7 +316,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cluster.provision_wheelhouse")
+    ap = argparse.ArgumentParser(prog="python -m servectl.cluster.provision_wheelhouse")
     ap.add_argument("--python-version", required=True, help="node's X.Y, e.g. 3.11")
     ap.add_argument("--machine", required=True, help="node's uname -m, e.g. aarch64")
     ap.add_argument("--glibc", default="2.17", help="node's glibc version, e.g. 2.36")

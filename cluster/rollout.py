@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cluster.errors import ConfigError, ServectlError
-from cluster.inventory import parse_inventory
-from cluster.jsonl import append_jsonl, read_jsonl
-from cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
-from cluster.spec import ClusterSpec
+from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.inventory import parse_inventory
+from servectl.cluster.jsonl import append_jsonl, read_jsonl
+from servectl.cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
+from servectl.cluster.spec import ClusterSpec
 
 TERMINAL = ("done", "rolled_back", "failed", "abandoned")
 Rows = dict[int, dict[str, float]]

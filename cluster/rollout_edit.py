@@ -12,11 +12,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
-
-from cluster.errors import ConfigError
-from cluster.inventory import parse_inventory
-from cluster.launch import plan_cluster
-from cluster.spec import ClusterSpec
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.inventory import parse_inventory
+from servectl.cluster.launch import plan_cluster
+from servectl.cluster.spec import ClusterSpec
 
 SETTINGS_PATH = ("all", "vars", "servectl")
 

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cluster.control import Controller
-from cluster.errors import ServectlError
-from cluster.rollout import Measurement
-from cluster.spec import ClusterSpec
+from servectl.cluster.control import Controller
+from servectl.cluster.errors import ServectlError
+from servectl.cluster.rollout import Measurement
+from servectl.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class WatchdogHolder:
         blob = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         wrote = False
         if os.path.isdir(self.spec.watchdog.state_dir):
-            from watchdog.state import atomic_write_json
+            from servectl.watchdog.state import atomic_write_json
 
             atomic_write_json(self.path, doc)
             wrote = True
@@ -121,7 +121,7 @@ def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Me
 
 def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) -> Measurement:
     """One `vllm bench serve` sweep from the client container (cluster.bench), as rows."""
-    from cluster.bench import BenchOptions, BenchRunner  # imported only when measuring
+    from servectl.cluster.bench import BenchOptions, BenchRunner  # imported only when measuring
 
     opts = BenchOptions(
         kind="sweep",

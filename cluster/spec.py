@@ -1,6 +1,6 @@
 """The typed cluster spec: what the inventory says, validated once.
 
-`cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`.
+`servectl.cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`.
 The `servectl` settings (under `all.vars.servectl`) are pydantic models with `extra="forbid"`
 and strict types, so a typo or a wrong type is an error at load time, never a surprise on a node.
 Per-host facts (address, SSH user, `vllm_host_ip`) become `NodeSpec`s.

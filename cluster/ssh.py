@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import paramiko
-
-from cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
+from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
 
 if TYPE_CHECKING:
-    from cluster.spec import NodeSpec, SshSpec
+    from servectl.cluster.spec import NodeSpec, SshSpec
 
 log = logging.getLogger(__name__)
 # paramiko's transport thread logs connect failures with tracebacks; with no handler installed

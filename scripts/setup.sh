@@ -43,7 +43,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 want=$(cat requirements/constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import cluster" 2>/dev/null; then
+if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import servectl.cluster" 2>/dev/null; then
   log "installing servectl and pinned dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -c requirements/constraints.txt -e '.[control,test]'

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.errors import ConfigError
+from servectl.cluster.errors import ConfigError
 
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time

@@ -20,12 +20,11 @@ from typing import Any, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
-
-from watchdog.alert import Alerter
-from watchdog.config import WatchdogConfig
-from watchdog.events import EventLog
-from watchdog.exporter import WatchdogMetrics
-from watchdog.policy import (
+from servectl.watchdog.alert import Alerter
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.events import EventLog
+from servectl.watchdog.exporter import WatchdogMetrics
+from servectl.watchdog.policy import (
     Alert,
     BootProgress,
     Decision,
@@ -37,14 +36,14 @@ from watchdog.policy import (
     Restart,
     decision_name,
 )
-from watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from watchdog.state import FileLock, StateStore, WatchdogLocked, read_hold
+from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, read_hold
 
 log = logging.getLogger(__name__)
 
 
 class Actuator(Protocol):
-    """Cluster control as the watchdog sees it (implemented in `cluster.control`)."""
+    """Cluster control as the watchdog sees it (implemented in `servectl.cluster.control`)."""
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         """Restart the whole server (all ranks). Raises on failure."""
@@ -63,7 +62,7 @@ def as_boot_progress(obj: Any) -> BootProgress | None:
     """Normalize what the actuator returns to the policy's (phase, counter) pair.
 
     Accepts the policy's own `BootProgress`, anything with `phase` + `progress`, or
-    `cluster.boot.BootProgress`, whose counter is built from concrete evidence only (shards and
+    `servectl.cluster.boot.BootProgress`, whose counter is built from concrete evidence only (shards and
     drafter shards loaded, CUDA-graph percent), never from its time-based `fraction`/ETA.
     """
     if obj is None or isinstance(obj, BootProgress):
@@ -373,7 +372,7 @@ def build_watchdog(
     """The production wiring: real prober, files under `state_dir`, hooks from the config."""
     import time
 
-    from watchdog.probe import Prober
+    from servectl.watchdog.probe import Prober
 
     clock = clock or time.time
     return Watchdog(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
-
-from watchdog.policy import Phase
+from servectl.watchdog.policy import Phase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 
@@ -72,7 +71,7 @@ class WatchdogMetrics:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            from cluster.errors import ServectlError
+            from servectl.cluster.errors import ServectlError
 
             raise ServectlError(
                 f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc} "

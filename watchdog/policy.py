@@ -72,8 +72,8 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from watchdog.config import WatchdogConfig
-from watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, ProbeResult
 
 
 class Phase(enum.StrEnum):

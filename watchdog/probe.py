@@ -18,7 +18,7 @@ A 4xx is not restart-worthy: restarting the server does not fix a wrong key or m
 the server *did* answer. But it blinds the watchdog, so the policy alerts once per incident.
 
 `scrape_metrics()` reads `GET /metrics` (short timeout) and sums the engine counters over all
-label sets; the pure rule that compares two snapshots lives in `watchdog.policy`.
+label sets; the pure rule that compares two snapshots lives in `servectl.watchdog.policy`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
-from watchdog.config import WatchdogConfig
+from servectl.watchdog.config import WatchdogConfig
 
 log = logging.getLogger(__name__)
 

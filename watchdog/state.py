@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.errors import ServectlError
-from watchdog.policy import OperatorHold, PolicyState
+from servectl.cluster.errors import ServectlError
+from servectl.watchdog.policy import OperatorHold, PolicyState
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,8 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-
-from cluster import __version__
-from cluster.cli.common import (
+from servectl.cluster import __version__
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -87,7 +86,7 @@ def plan(
 
     Example: servectl plan -i inventory.example.yml --json
     """
-    from cluster.launch import plan_cluster
+    from servectl.cluster.launch import plan_cluster
 
     spec = load(inventory)
     cluster_plan = plan_cluster(spec)
@@ -120,10 +119,10 @@ def _mount_optional() -> None:
     import importlib
 
     for module, name in (
-        ("cluster.cli.lab", "lab"),
-        ("cluster.cli.watchdog", "watchdog"),
-        ("cluster.cli.thermal", "thermal"),
-        ("cluster.cli.bench", "bench"),
+        ("servectl.cluster.cli.lab", "lab"),
+        ("servectl.cluster.cli.watchdog", "watchdog"),
+        ("servectl.cluster.cli.thermal", "thermal"),
+        ("servectl.cluster.cli.bench", "bench"),
     ):
         try:
             sub = importlib.import_module(module)
@@ -133,15 +132,15 @@ def _mount_optional() -> None:
             continue
         app.add_typer(sub.app, name=name)
     try:
-        control = importlib.import_module("cluster.cli.control")
+        control = importlib.import_module("servectl.cluster.cli.control")
     except ModuleNotFoundError as exc:
-        if exc.name != "cluster.cli.control":
+        if exc.name != "servectl.cluster.cli.control":
             raise
     else:
         control.register(app)
-    importlib.import_module("cluster.cli.provision").register(app)
-    from cluster.cli import rollout
-    from cluster.cli.examples import add_examples
+    importlib.import_module("servectl.cluster.cli.provision").register(app)
+    from servectl.cluster.cli import rollout
+    from servectl.cluster.cli.examples import add_examples
 
     rollout.register(app)
     add_examples(app)

@@ -1,5 +1,5 @@
-"""`python -m cluster.cli` == `servectl`."""
+"""`python -m servectl.cluster.cli` == `servectl`."""
 
-from cluster.cli import app
+from servectl.cluster.cli import app
 
 app(prog_name="servectl")

@@ -13,8 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-
-from cluster.cli.common import (
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -66,7 +65,7 @@ def _fmt(fmt: str, v: Any) -> str:
 
 
 def _levels(text: str) -> tuple[int, ...]:
-    from cluster.bench_parse import parse_size_token
+    from servectl.cluster.bench_parse import parse_size_token
 
     try:
         return tuple(parse_size_token(x) for x in text.split(",") if x.strip())
@@ -102,8 +101,8 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
 
 
 def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
-    from cluster.bench import BenchRunner, client_plan
-    from cluster.control import Controller
+    from servectl.cluster.bench import BenchRunner, client_plan
+    from servectl.cluster.control import Controller
 
     spec = load(inventory)
     if dry_run:
@@ -147,7 +146,7 @@ def sweep(
     as_json: JsonOption = False,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
-    from cluster.bench import DEFAULT_PROMPTS, BenchOptions
+    from servectl.cluster.bench import DEFAULT_PROMPTS, BenchOptions
 
     opts = BenchOptions(
         kind="sweep",
@@ -176,7 +175,7 @@ def prefill(
     as_json: JsonOption = False,
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
-    from cluster.bench import BenchOptions
+    from servectl.cluster.bench import BenchOptions
 
     opts = BenchOptions(
         kind="prefill",
@@ -198,8 +197,8 @@ def compare(
 ) -> None:
     """Two runs side by side with % changes, and the recorded differences that could explain
     them (clock caps, drafter k, KV cache, thinking default, versions, busy processes)."""
-    from cluster.bench import compare_rows, load_run
-    from cluster.bench_manifest import manifest_diff
+    from servectl.cluster.bench import compare_rows, load_run
+    from servectl.cluster.bench_manifest import manifest_diff
 
     ma, ta = load_run(run_a)
     mb, tb = load_run(run_b)

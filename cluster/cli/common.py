@@ -14,8 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-
-from cluster.errors import ConfigError, ServectlError
+from servectl.cluster.errors import ConfigError, ServectlError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -56,6 +55,6 @@ def handle_errors(func: F) -> F:
 
 
 def load(inventory: Path):  # -> ClusterSpec
-    from cluster.inventory import load_inventory
+    from servectl.cluster.inventory import load_inventory
 
     return load_inventory(inventory)

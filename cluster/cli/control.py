@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
-from cluster.cli.common import (
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -23,10 +22,10 @@ from cluster.cli.common import (
     handle_errors,
     load,
 )
-from cluster.cli.watchdog import watchdog_line
-from cluster.control import ApplyResult, BootResult, ControlEvent, Controller
-from cluster.control_plan import Action, ControlPlan
-from cluster.status import ClusterStatus
+from servectl.cluster.cli.watchdog import watchdog_line
+from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
+from servectl.cluster.control_plan import Action, ControlPlan
+from servectl.cluster.status import ClusterStatus
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True

@@ -9,11 +9,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from cluster.errors import LabError
-from cluster.lab import faults
-from cluster.lab import lab as lablib
-from cluster.lab.paths import NODE_NAMES, LabPaths
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import faults
+from servectl.cluster.lab import lab as lablib
+from servectl.cluster.lab.paths import NODE_NAMES, LabPaths
 
 app = typer.Typer(
     help="The lab: a simulated 4-node cluster on this machine (needs root).", no_args_is_help=True

@@ -2,7 +2,7 @@
 
 Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
 summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
-input); the work is in ``cluster.provision``.
+input); the work is in ``servectl.cluster.provision``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Annotated
 import typer
 from rich.live import Live
 from rich.table import Table
-
-from cluster.cli.common import (
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -109,7 +108,7 @@ def provision(
         servectl provision -i inventory.yml --tags units
         servectl provision -i inventory.yml --remove
     """
-    from cluster import provision as prov
+    from servectl.cluster import provision as prov
 
     spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
     request = prov.ProvisionRequest(

@@ -17,8 +17,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-
-from cluster.cli.common import (
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -27,8 +26,8 @@ from cluster.cli.common import (
     handle_errors,
     load,
 )
-from cluster.errors import ConfigError
-from cluster.rollout import (
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.rollout import (
     TERMINAL,
     Rollout,
     RolloutPorts,
@@ -36,7 +35,7 @@ from cluster.rollout import (
     RolloutStore,
     rollback_to,
 )
-from cluster.rollout_edit import argv_diff, parse_guard, parse_set, text_diff
+from servectl.cluster.rollout_edit import argv_diff, parse_guard, parse_set, text_diff
 
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back."
@@ -44,13 +43,13 @@ app = typer.Typer(
 
 
 def _store(inventory: Path) -> RolloutStore:
-    from cluster.jsonl import default_state_dir
+    from servectl.cluster.jsonl import default_state_dir
 
     return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 
 
 def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
-    from cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
+    from servectl.cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
 
     spec = load(inventory)
 
@@ -141,7 +140,7 @@ def rollout(
     record = ro.prepare(str(inventory), changes, guards)
     old_text = store.revision_text(record.old_revision)
     new_text = store.revision_text(record.new_revision)
-    from cluster.inventory import parse_inventory
+    from servectl.cluster.inventory import parse_inventory
 
     console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
     for node, lines in argv_diff(parse_inventory(old_text), parse_inventory(new_text)).items():

@@ -1,7 +1,7 @@
 """`servectl thermal ...`: the thermal agent on one node and the morning report.
 
 Mounted by the lead as ``servectl thermal``. This layer parses options, renders tables and
-sets exit codes; the work lives in ``watchdog.thermal``.
+sets exit codes; the work lives in ``servectl.watchdog.thermal``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def agent(
     ),
 ) -> None:
     """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
-    from watchdog.thermal.nodeapp import AgentOptions, run_agent
+    from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -121,8 +121,8 @@ def report(
     local directory (--from-dir). Exit 1 when a node could not be read."""
     import tempfile
 
-    from watchdog.thermal.export import report_from_dir, write_csv, write_plot
-    from watchdog.thermal.report import report_to_json
+    from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
+    from servectl.watchdog.thermal.report import report_to_json
 
     if (inventory is None) == (from_dir is None):
         raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
@@ -132,8 +132,8 @@ def report(
     with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
         directory = from_dir
         if inventory is not None:
-            from cluster.cli.common import load
-            from watchdog.thermal.fetch import fetch_files
+            from servectl.cluster.cli.common import load
+            from servectl.watchdog.thermal.fetch import fetch_files
 
             spec = _load_or_exit(inventory, load)
             directory = keep or Path(tmp)
@@ -182,7 +182,7 @@ def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
 
 
 def _load_or_exit(inventory: Path, load: Any) -> Any:
-    from cluster.errors import ConfigError
+    from servectl.cluster.errors import ConfigError
 
     try:
         return load(inventory)
@@ -250,7 +250,7 @@ def _node_timeout(spec: Any) -> float:
 
 
 def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
-    from watchdog.thermal.remote import fan_out, read_units
+    from servectl.watchdog.thermal.remote import fan_out, read_units
 
     t = _node_timeout(spec)
     return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
@@ -259,9 +259,9 @@ def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
 def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
     import tempfile
 
-    from cluster.ssh import SshPool
-    from watchdog.thermal.bundle import build_zipapp
-    from watchdog.thermal.remote import apply_plan, fan_out
+    from servectl.cluster.ssh import SshPool
+    from servectl.watchdog.thermal.bundle import build_zipapp
+    from servectl.watchdog.thermal.remote import apply_plan, fan_out
 
     console = Console()
     with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
@@ -310,8 +310,8 @@ def start(
 ) -> None:
     """Start the agent on every node: the installed servectl-thermal.service if present, else
     a copied zipapp as the transient unit servectl-thermal-agent (Restart=on-failure)."""
-    from cluster.cli.common import load
-    from watchdog.thermal.remote import plan_start
+    from servectl.cluster.cli.common import load
+    from servectl.watchdog.thermal.remote import plan_start
 
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
@@ -324,8 +324,8 @@ def stop_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Stop the agent on every node (whichever unit runs it)."""
-    from cluster.cli.common import load
-    from watchdog.thermal.remote import plan_stop
+    from servectl.cluster.cli.common import load
+    from servectl.watchdog.thermal.remote import plan_stop
 
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_stop(n, u), dry_run, as_json, "stop")
@@ -345,10 +345,10 @@ def status(
     import dataclasses
     import tempfile
 
-    from cluster.cli.common import load
-    from cluster.ssh import SshPool
-    from watchdog.thermal.bundle import build_zipapp
-    from watchdog.thermal.remote import (
+    from servectl.cluster.cli.common import load
+    from servectl.cluster.ssh import SshPool
+    from servectl.watchdog.thermal.bundle import build_zipapp
+    from servectl.watchdog.thermal.remote import (
         StatusRow,
         fan_out,
         node_status_doc,
@@ -413,10 +413,9 @@ def watch(
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
     from rich.live import Live
-
-    from cluster.cli.common import load
-    from cluster.ssh import SshPool
-    from watchdog.thermal.remote import LiveRow, fan_out, live_row, read_latest
+    from servectl.cluster.cli.common import load
+    from servectl.cluster.ssh import SshPool
+    from servectl.watchdog.thermal.remote import LiveRow, fan_out, live_row, read_latest
 
     spec = _load_or_exit(inventory, load)
     t = _node_timeout(spec)

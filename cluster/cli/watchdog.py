@@ -29,8 +29,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.table import Table
-
-from cluster.cli.common import (
+from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -38,10 +37,10 @@ from cluster.cli.common import (
     handle_errors,
     load,
 )
-from cluster.errors import ConfigError, ServectlError
-from watchdog.config import MAX_HOLD_S, WatchdogConfig
-from watchdog.events import EventLog, read_events
-from watchdog.state import StateStore, lock_holder, read_hold, write_hold, write_release
+from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.watchdog.config import MAX_HOLD_S, WatchdogConfig
+from servectl.watchdog.events import EventLog, read_events
+from servectl.watchdog.state import StateStore, lock_holder, read_hold, write_hold, write_release
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -62,7 +61,7 @@ EVIDENCE_MAX_CHARS = 8000  # per node, and for the /metrics snapshot
 
 
 class ControllerActuator:
-    """`watchdog.daemon.Actuator` over `cluster.control.Controller`.
+    """`servectl.watchdog.daemon.Actuator` over `servectl.cluster.control.Controller`.
 
     * `restart()` is exactly an operator's `servectl restart --no-wait`: `Controller.restart()`
       (same plan, same `events.jsonl` record, who=servectl-watchdog), run in a detached child
@@ -76,7 +75,7 @@ class ControllerActuator:
     """
 
     def __init__(self, spec: Any, control_state_dir: str | None = None) -> None:
-        from cluster.control import Controller
+        from servectl.cluster.control import Controller
 
         self.spec = spec
         self.control_state_dir = control_state_dir
@@ -90,7 +89,7 @@ class ControllerActuator:
             result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
             _raise_unless_applied(_result_doc(result, self.spec))
             return
-        argv = [sys.executable, "-m", "cluster.cli.watchdog", "restart-job", source, why]
+        argv = [sys.executable, "-m", "servectl.cluster.cli.watchdog", "restart-job", source, why]
         if self.control_state_dir:
             argv.append(str(self.control_state_dir))
         proc = subprocess.Popen(
@@ -170,7 +169,7 @@ def _raise_unless_applied(doc: dict[str, Any]) -> None:
 def restart_job(inventory: str, why: str, control_state_dir: str | None = None) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
     one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error)."""
-    from cluster.control import Controller
+    from servectl.cluster.control import Controller
 
     try:
         spec = load(Path(inventory))
@@ -295,7 +294,7 @@ def run(
     verbose: Annotated[bool, typer.Option("-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM/SIGINT."""
-    from watchdog.daemon import build_watchdog
+    from servectl.watchdog.daemon import build_watchdog
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -413,7 +412,11 @@ def history(
         console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")
 
 
-if __name__ == "__main__":  # the restart job: python -m cluster.cli.watchdog restart-job ...
+if (
+    __name__ == "__main__"
+):  # the restart job: python -m servectl.cluster.cli.watchdog restart-job ...
     if len(sys.argv) >= 4 and sys.argv[1] == "restart-job":
         sys.exit(restart_job(*sys.argv[2:5]))
-    sys.exit("usage: python -m cluster.cli.watchdog restart-job INVENTORY WHY [CONTROL_STATE_DIR]")
+    sys.exit(
+        "usage: python -m servectl.cluster.cli.watchdog restart-job INVENTORY WHY [CONTROL_STATE_DIR]"
+    )

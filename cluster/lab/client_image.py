@@ -26,9 +26,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from cluster.errors import LabError
-from cluster.lab import host
-from cluster.lab.paths import StepCallback, no_steps
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import host
+from servectl.cluster.lab.paths import StepCallback, no_steps
 
 CLIENT_REPO = "servectl-lab/vllm-client"
 CLIENT_LATEST = f"{CLIENT_REPO}:latest"

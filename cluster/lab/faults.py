@@ -15,11 +15,10 @@ from pathlib import Path
 
 import docker
 import docker.errors
-
-from cluster.errors import LabError
-from cluster.lab import nodes, sensord
-from cluster.lab.host import write_atomic
-from cluster.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import nodes, sensord
+from servectl.cluster.lab.host import write_atomic
+from servectl.cluster.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
 
 FILL_NAME = ".servectl-lab-fill"
 SIM_KINDS = ("boot_stuck_at", "boot_crash_at", "http_5xx", "engine_dead", "hang", "slow_steps")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cluster.errors import LabError
+from servectl.cluster.errors import LabError
 
 
 def run(

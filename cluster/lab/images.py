@@ -17,10 +17,9 @@ from pathlib import Path
 
 import docker
 import docker.errors
-
-from cluster.errors import LabError
-from cluster.lab import host, rootfs
-from cluster.lab.paths import StepCallback, no_steps
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import host, rootfs
+from servectl.cluster.lab.paths import StepCallback, no_steps
 
 BASE_REPO = "servectl-lab/base"
 SIM_REPO = "servectl-lab/vllm-sim"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import io
 
 from ruamel.yaml import YAML
-
-from cluster.lab.images import SIM_LATEST
-from cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
+from servectl.cluster.lab.images import SIM_LATEST
+from servectl.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
 
 def inventory_doc(paths: LabPaths) -> dict:

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import docker
 import docker.errors
-
-from cluster.errors import LabError
-from cluster.lab import client_image, host, images, models, nodes, rootfs
-from cluster.lab.inventory import render_inventory
-from cluster.lab.paths import (
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import client_image, host, images, models, nodes, rootfs
+from servectl.cluster.lab.inventory import render_inventory
+from servectl.cluster.lab.paths import (
     CLUSTER_LABEL,
     CLUSTER_NAME,
     NODE_LABEL,
@@ -75,7 +74,7 @@ def _check_host() -> None:
 def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
     """Hook: the NVML stand-in (cluster.lab.nvml.build); None if it cannot be built here."""
     try:
-        from cluster.lab.nvml.build import build_nvml_stub
+        from servectl.cluster.lab.nvml.build import build_nvml_stub
     except ImportError as exc:
         on_step("nvml", f"WARNING: no NVML stub module ({exc}); nodes get no libnvidia-ml")
         return None
@@ -142,7 +141,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
         ),
     }
     pid = host.start_detached(
-        [sys.executable, "-m", "cluster.lab.sensord", str(paths.root)],
+        [sys.executable, "-m", "servectl.cluster.lab.sensord", str(paths.root)],
         paths.sensord_log,
         paths.sensord_pid,
         env=env,

@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.errors import LabError
-from cluster.lab import host, sensord, sshc
-from cluster.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import host, sensord, sshc
+from servectl.cluster.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
 
 LOG_FS_SIZE = "16m"
 READY_TIMEOUT_S = 120

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.errors import LabError
+from servectl.cluster.errors import LabError
 
 DEFAULT_ROOT = Path("/var/lib/servectl-lab")
 ROOT_ENV = "SERVECTL_LAB_ROOT"

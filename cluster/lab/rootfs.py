@@ -14,9 +14,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.errors import LabError
-from cluster.lab import host
-from cluster.lab.paths import StepCallback, no_steps
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import host
+from servectl.cluster.lab.paths import StepCallback, no_steps
 
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 _BUILD_TIMEOUT_S = 1800

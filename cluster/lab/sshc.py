@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
-
-from cluster.errors import LabError
+from servectl.cluster.errors import LabError
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,11 @@ import time
 import uuid
 
 import pytest
-
-from cluster.docker_gw import DockerGateway
-from cluster.errors import HostKeyError
-from cluster.launch import ContainerPlan, Mount
-from cluster.spec import SecretRef
-from cluster.ssh import SshOptions, SshPool, SshTarget
+from servectl.cluster.docker_gw import DockerGateway
+from servectl.cluster.errors import HostKeyError
+from servectl.cluster.launch import ContainerPlan, Mount
+from servectl.cluster.spec import SecretRef
+from servectl.cluster.ssh import SshOptions, SshPool, SshTarget
 
 
 def _plan(image: str, cluster: str, name: str) -> ContainerPlan:

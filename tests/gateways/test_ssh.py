@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
-from cluster.ssh import CommandTimeout, SshOptions, SshPool, SshTarget
+from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
+from servectl.cluster.ssh import CommandTimeout, SshOptions, SshPool, SshTarget
 
 
 def _target(sshd, node: str = "node1") -> SshTarget:

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from cluster.lab import lab as lablib
-from cluster.lab import sshc
-from cluster.lab.paths import LabPaths, node_ip
+from servectl.cluster.lab import lab as lablib
+from servectl.cluster.lab import sshc
+from servectl.cluster.lab.paths import LabPaths, node_ip
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:22\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"

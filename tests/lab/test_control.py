@@ -7,12 +7,11 @@ import os
 import time
 
 import pytest
-
-from cluster.control import Controller
-from cluster.control_plan import Action, Drift
-from cluster.inventory import load_inventory
-from cluster.lab import faults
-from cluster.status import Verdict
+from servectl.cluster.control import Controller
+from servectl.cluster.control_plan import Action, Drift
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
+from servectl.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import docker
 import paramiko
 import pytest
-
-from cluster.lab.paths import NODE_NAMES, node_ip
+from servectl.cluster.lab.paths import NODE_NAMES, node_ip
 
 pytestmark = pytest.mark.lab
 

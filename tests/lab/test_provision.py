@@ -15,16 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cluster.lab import host, nodes, rootfs
-from cluster.lab.paths import NODE_NAMES
+from servectl.cluster.lab import host, nodes, rootfs
+from servectl.cluster.lab.paths import NODE_NAMES
 
 pytestmark = pytest.mark.lab
 
 SERVECTL = str(Path(sys.executable).parent / "servectl")
 ROOT = Path(__file__).resolve().parents[2]
 LISTED = ["/opt", "/etc/systemd/system", "/var/lib/servectl", "/etc/servectl", "/var/log/servectl"]
-COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "cluster.collector", "show"]
+COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "servectl.cluster.collector", "show"]
 
 
 def listing(lab, node: str) -> list[str]:

@@ -15,13 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cluster.control import Controller
-from cluster.inventory import load_inventory
-from cluster.lab import faults
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
 
 pytestmark = pytest.mark.lab
-SERVECTL = [sys.executable, "-m", "cluster.cli"]
+SERVECTL = [sys.executable, "-m", "servectl.cluster.cli"]
 
 
 @pytest.fixture

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cluster.control import Controller
-from cluster.inventory import load_inventory
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
 
 pytestmark = pytest.mark.lab
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
@@ -54,7 +53,7 @@ def _run(cmd: str, inv: Path) -> None:
     argv = shlex.split(cmd.replace("$INV", str(inv)))
     assert argv[0] == "servectl", cmd
     result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *argv[1:]],
+        [sys.executable, "-m", "servectl.cluster.cli", *argv[1:]],
         capture_output=True,
         text=True,
         timeout=300,
@@ -64,7 +63,7 @@ def _run(cmd: str, inv: Path) -> None:
 
 def _status(inv: Path) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "status", "-i", str(inv), "--json"],
+        [sys.executable, "-m", "servectl.cluster.cli", "status", "-i", str(inv), "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return json.loads(result.stdout)

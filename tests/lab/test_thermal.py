@@ -17,14 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+from servectl.cluster.cli.thermal import app
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
+from servectl.watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
+from servectl.watchdog.thermal.writer import read_records
 from typer.testing import CliRunner
-
-from cluster.cli.thermal import app
-from cluster.control import Controller
-from cluster.inventory import load_inventory
-from cluster.lab import faults
-from watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
-from watchdog.thermal.writer import read_records
 
 pytestmark = pytest.mark.lab
 NODES = ("node1", "node2", "node3", "node4")

@@ -24,15 +24,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from cluster.cli.watchdog import WATCHDOG_WHO, build_actuator, build_config
-from cluster.control import Controller
-from cluster.inventory import load_inventory
-from cluster.lab import faults
-from cluster.lab.paths import HEAD
-from watchdog.daemon import Watchdog, build_watchdog
-from watchdog.events import read_events
-from watchdog.policy import Phase
+from servectl.cluster.cli.watchdog import WATCHDOG_WHO, build_actuator, build_config
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
+from servectl.cluster.lab.paths import HEAD
+from servectl.watchdog.daemon import Watchdog, build_watchdog
+from servectl.watchdog.events import read_events
+from servectl.watchdog.policy import Phase
 
 pytestmark = pytest.mark.lab
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from cluster.lab import lab as lablib
+from servectl.cluster.lab import lab as lablib
 
 pytestmark = pytest.mark.lab
 

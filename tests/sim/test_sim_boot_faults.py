@@ -68,7 +68,15 @@ def test_boot_log_and_late_rank(sim_factory):
 
 def test_unknown_flag_exits_2():
     proc = subprocess.run(
-        [sys.executable, "-m", "cluster.lab.vllm_sim", "serve", "m", "--no-such-flag", "1"],
+        [
+            sys.executable,
+            "-m",
+            "servectl.cluster.lab.vllm_sim",
+            "serve",
+            "m",
+            "--no-such-flag",
+            "1",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

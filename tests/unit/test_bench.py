@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from cluster.bench import (
+from servectl.cluster.bench import (
     BenchOptions,
     bench_argv,
     client_image,
@@ -18,8 +17,8 @@ from cluster.bench import (
     container_facts,
     sharegpt_json,
 )
-from cluster.bench_manifest import manifest_diff, redact_argv, summary_facts
-from cluster.bench_parse import (
+from servectl.cluster.bench_manifest import manifest_diff, redact_argv, summary_facts
+from servectl.cluster.bench_parse import (
     ResultFormatError,
     kv_cache_facts,
     load_result_text,
@@ -28,7 +27,7 @@ from cluster.bench_parse import (
     spec_counters,
     spec_delta,
 )
-from cluster.inventory import load_inventory
+from servectl.cluster.inventory import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 PROMPTS = Path(__file__).parents[2] / "bench" / "prompts" / "ko-mixed-20.jsonl"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from cluster.boot import (
+from servectl.cluster.boot import (
     BootHistory,
     BootTracker,
     Phase,

@@ -1,9 +1,8 @@
 """Every command's --help carries an example, and --help works for all of them."""
 
+from servectl.cluster.cli import app
 from typer.main import get_command
 from typer.testing import CliRunner
-
-from cluster.cli import app
 
 
 def _commands(cmd, path=()):

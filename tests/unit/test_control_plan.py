@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cluster.control_plan import Action, Drift, plan_down, plan_restart, plan_up
-from cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
-from cluster.launch import ClusterPlan, ContainerPlan
+from servectl.cluster.control_plan import Action, Drift, plan_down, plan_restart, plan_up
+from servectl.cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
+from servectl.cluster.launch import ClusterPlan, ContainerPlan
 
 
 def _cplan(nodes=("node1", "node2", "node3", "node4"), h="h1", backend="native") -> ClusterPlan:

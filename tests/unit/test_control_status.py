@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cluster.control import _gpu_problems
-from cluster.status import (
+from servectl.cluster.control import _gpu_problems
+from servectl.cluster.status import (
     NodeStatus,
     ServerStatus,
     Verdict,

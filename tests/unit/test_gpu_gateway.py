@@ -1,4 +1,4 @@
-"""cluster.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
+"""servectl.cluster.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
 
 pynvml and the dynamic loader keep one NVML library per process, so every check that loads the
 stub runs in a child process; in-process tests only use loaders that fail.
@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from cluster.errors import NvmlError
-from cluster.gpu import Nvml, collect_json, decode_clock_event_reasons
-from cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from servectl.cluster.errors import NvmlError
+from servectl.cluster.gpu import Nvml, collect_json, decode_clock_event_reasons
+from servectl.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = """\
@@ -63,8 +62,8 @@ def gateway(node: Path, code: str, *, state: Path | None = None, user: int | Non
         textwrap.dedent(
             f"""
         import json
-        from cluster.errors import NvmlError
-        from cluster.gpu import Nvml, collect_json, library_from
+        from servectl.cluster.errors import NvmlError
+        from servectl.cluster.gpu import Nvml, collect_json, library_from
         nvml = Nvml(library_loader=library_from({str(node / LIBRARY_NAME)!r}))
         out = {{}}
         """

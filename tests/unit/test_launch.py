@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from servectl.cluster.cli import app
+from servectl.cluster.inventory import load_inventory, parse_inventory
+from servectl.cluster.launch import LABEL_CONFIG_HASH, LABEL_ROLE, plan_cluster
 from typer.testing import CliRunner
-
-from cluster.cli import app
-from cluster.inventory import load_inventory, parse_inventory
-from cluster.launch import LABEL_CONFIG_HASH, LABEL_ROLE, plan_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory.example.yml"
@@ -104,7 +103,7 @@ def test_cli_bad_inventory_exits_2_with_location(tmp_path):
 
 
 def test_extra_args_checked_against_the_flag_table(tmp_path):
-    from cluster.launch import flag_table
+    from servectl.cluster.launch import flag_table
 
     if flag_table("0.33.0") is None:
         raise AssertionError("cluster/data/vllm_serve_flags_0.33.0.json is missing")

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
-
-from cluster import provision as prov
-from cluster import provision_wheelhouse as wh
-from cluster.errors import ConfigError
+from servectl.cluster import provision as prov
+from servectl.cluster import provision_wheelhouse as wh
+from servectl.cluster.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"

@@ -6,10 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from cluster.errors import ConfigError
-from cluster.inventory import load_inventory
-from cluster.rollout import (
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.rollout import (
     Measurement,
     Rollout,
     RolloutInProgress,
@@ -17,7 +16,7 @@ from cluster.rollout import (
     RolloutStore,
     rollback_to,
 )
-from cluster.rollout_edit import apply_changes, parse_guard, parse_set, text_diff
+from servectl.cluster.rollout_edit import apply_changes, parse_guard, parse_set, text_diff
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +45,7 @@ class FakeCluster:
 
     def wait_running(self, spec, timeout_s):
         # the watchdog restarts the server on whatever the inventory says now
-        from cluster.inventory import load_inventory
+        from servectl.cluster.inventory import load_inventory
 
         current = load_inventory(spec.source_file)
         self.restarts.append(("watchdog", current.serving.drafter.num_speculative_tokens))
@@ -208,7 +207,7 @@ def test_set_quotes_strings_and_keeps_comments(tmp_path, inv):
 
 
 def load_inventory_hash(text):
-    from cluster.inventory import parse_inventory
+    from servectl.cluster.inventory import parse_inventory
 
     return parse_inventory(text).config_hash()
 

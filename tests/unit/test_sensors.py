@@ -7,8 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from cluster.lab import sensors as s
+from servectl.cluster.lab import sensors as s
 
 
 def run(

@@ -8,12 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from watchdog.thermal.agent import ThermalAgent
-from watchdog.thermal.alerts import AlertPolicy
-from watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs, gb10_sample, set_zone_temps
-from watchdog.thermal.metrics import MetricsServer, ThermalCollector
-from watchdog.thermal.zones import SysfsZoneReader
+from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.watchdog.thermal.alerts import AlertPolicy
+from servectl.watchdog.thermal.fakes import (
+    FakeGpuSampler,
+    build_fake_sysfs,
+    gb10_sample,
+    set_zone_temps,
+)
+from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
+from servectl.watchdog.thermal.zones import SysfsZoneReader
 
 
 class FakeClock:

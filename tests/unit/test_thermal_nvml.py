@@ -36,8 +36,8 @@ clock_event_reasons=0x21
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cluster.errors import LabError
-    from cluster.lab.nvml.build import build_nvml_stub
+    from servectl.cluster.errors import LabError
+    from servectl.cluster.lab.nvml.build import build_nvml_stub
 
     cache = os.environ.get("SERVECTL_TEST_NVML_BUILD_DIR")
     out = Path(cache) if cache else tmp_path_factory.getbasetemp() / "nvml-stub"
@@ -53,11 +53,11 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
     code = textwrap.dedent(
         f"""
         import ctypes
-        from cluster.gpu import Nvml
-        from watchdog.thermal.agent import ThermalAgent
-        from watchdog.thermal.fakes import build_fake_sysfs
-        from watchdog.thermal.writer import DurableWriter
-        from watchdog.thermal.zones import SysfsZoneReader
+        from servectl.cluster.gpu import Nvml
+        from servectl.watchdog.thermal.agent import ThermalAgent
+        from servectl.watchdog.thermal.fakes import build_fake_sysfs
+        from servectl.watchdog.thermal.writer import DurableWriter
+        from servectl.watchdog.thermal.zones import SysfsZoneReader
         nvml = Nvml(library_loader=lambda: ctypes.CDLL({str(stub)!r}))
         now = [1_700_000_000.0]
         w = DurableWriter({str(tmp_path / "logs")!r}, "node1")
@@ -92,10 +92,10 @@ def test_agent_without_driver_logs_zones_and_says_why(stub: Path, tmp_path: Path
     code = textwrap.dedent(
         f"""
         import ctypes, json
-        from cluster.gpu import Nvml
-        from watchdog.thermal.agent import ThermalAgent
-        from watchdog.thermal.fakes import build_fake_sysfs
-        from watchdog.thermal.zones import SysfsZoneReader
+        from servectl.cluster.gpu import Nvml
+        from servectl.watchdog.thermal.agent import ThermalAgent
+        from servectl.watchdog.thermal.fakes import build_fake_sysfs
+        from servectl.watchdog.thermal.zones import SysfsZoneReader
         class W:
             def write(self, r):
                 print(json.dumps(r)); return True

@@ -10,13 +10,11 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from typer.testing import CliRunner
-
-from cluster.cli.thermal import app
-from watchdog.thermal.bundle import build_zipapp
-from watchdog.thermal.fetch import wanted
-from watchdog.thermal.nodeapp import node_status
-from watchdog.thermal.remote import (
+from servectl.cluster.cli.thermal import app
+from servectl.watchdog.thermal.bundle import build_zipapp
+from servectl.watchdog.thermal.fetch import wanted
+from servectl.watchdog.thermal.nodeapp import node_status
+from servectl.watchdog.thermal.remote import (
     AGENT_PATH,
     PERMANENT_UNIT,
     TRANSIENT_UNIT,
@@ -29,6 +27,7 @@ from watchdog.thermal.remote import (
     plan_stop,
     status_row,
 )
+from typer.testing import CliRunner
 
 SHOW = f"""Id={PERMANENT_UNIT}
 LoadState=not-found
@@ -140,9 +139,12 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
     pyz, sha = build_zipapp(tmp_path / "a.pyz")
     assert build_zipapp(tmp_path / "b.pyz")[1] == sha  # reproducible
     names = set(zipfile.ZipFile(pyz).namelist())
-    assert {"cluster/gpu.py", "cluster/errors.py", "watchdog/thermal/nodeapp.py",
+    assert {"servectl/cluster/gpu.py", "servectl/cluster/errors.py", "servectl/watchdog/thermal/nodeapp.py",
             "prometheus_client/__init__.py", "__main__.py"} <= names  # fmt: skip
-    assert not any(n.startswith(("cluster/cli", "cluster/ssh", "watchdog/daemon")) for n in names)
+    assert not any(
+        n.startswith(("servectl/cluster/cli", "servectl/cluster/ssh", "servectl/watchdog/daemon"))
+        for n in names
+    )
     (tmp_path / "d").mkdir()
     out = subprocess.run([sys.executable, "-I", "-S", str(pyz), "status", "--node", "n1",
                           "--dir", str(tmp_path / "d")], capture_output=True, text=True,

@@ -9,15 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from servectl.cluster.cli.thermal import app
+from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
+from servectl.watchdog.thermal.fakes import (
+    FakeGpuSampler,
+    build_fake_sysfs,
+    gb10_sample,
+    set_zone_temps,
+)
+from servectl.watchdog.thermal.report import build_report, find_gaps, report_to_json
+from servectl.watchdog.thermal.writer import DurableWriter
+from servectl.watchdog.thermal.zones import SysfsZoneReader
 from typer.testing import CliRunner
-
-from cluster.cli.thermal import app
-from watchdog.thermal.agent import ThermalAgent
-from watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
-from watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs, gb10_sample, set_zone_temps
-from watchdog.thermal.report import build_report, find_gaps, report_to_json
-from watchdog.thermal.writer import DurableWriter
-from watchdog.thermal.zones import SysfsZoneReader
 
 T0 = 1_700_000_000.0  # on a 10 s boundary
 N = 270  # 45 minutes at 10 s

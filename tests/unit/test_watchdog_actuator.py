@@ -7,9 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from servectl.cluster.cli.watchdog import _raise_unless_applied, _result_doc
+from servectl.cluster.errors import ServectlError
 
-from cluster.cli.watchdog import _raise_unless_applied, _result_doc
-from cluster.errors import ServectlError
 from tests.unit.test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
 
 
@@ -99,9 +99,9 @@ def test_an_old_server_is_restarted(tmp_path: Path) -> None:
 
 
 def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
-    from cluster.cli.watchdog import watchdog_line
-    from watchdog.policy import Phase, PolicyState
-    from watchdog.state import StateStore
+    from servectl.cluster.cli.watchdog import watchdog_line
+    from servectl.watchdog.policy import Phase, PolicyState
+    from servectl.watchdog.state import StateStore
 
     assert watchdog_line(str(tmp_path))[0] is None
     StateStore(str(tmp_path / "state.json")).save(

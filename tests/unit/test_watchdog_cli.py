@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from servectl.cluster.cli.watchdog import app, parse_duration
+from servectl.watchdog.state import read_hold
 from typer.testing import CliRunner
 
-from cluster.cli.watchdog import app, parse_duration
 from tests.unit.test_watchdog_daemon import REFUSED, make  # noqa: I001
-from watchdog.state import read_hold
 
 
 def test_parse_duration() -> None:

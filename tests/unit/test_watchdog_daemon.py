@@ -10,15 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-
-from watchdog.alert import Alerter
-from watchdog.config import WatchdogConfig
-from watchdog.daemon import Watchdog
-from watchdog.events import EventLog, read_events
-from watchdog.exporter import WatchdogMetrics
-from watchdog.policy import BootProgress, Phase, PolicyState
-from watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
+from servectl.watchdog.alert import Alerter
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.daemon import Watchdog
+from servectl.watchdog.events import EventLog, read_events
+from servectl.watchdog.exporter import WatchdogMetrics
+from servectl.watchdog.policy import BootProgress, Phase, PolicyState
+from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
 
 OK = ProbeResult(Outcome.OK, 0.3)
 REFUSED = ProbeResult(Outcome.REFUSED, 0.01, "connect failed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from watchdog.policy import (
+from servectl.watchdog.policy import (
     Alert,
     BootProgress,
     CountFailure,
@@ -20,7 +20,7 @@ from watchdog.policy import (
     Restart,
     Verdict,
 )
-from watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
 CFG = PolicyConfig(
     failures=3,

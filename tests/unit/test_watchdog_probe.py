@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-
-from watchdog.config import WatchdogConfig
-from watchdog.policy import progress_signal
-from watchdog.probe import Outcome, Prober, parse_metrics
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.policy import progress_signal
+from servectl.watchdog.probe import Outcome, Prober, parse_metrics
 
 SAMPLE = Path("/work/shared/reference/samples/v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt")
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from servectl.cluster.cli import app
 from typer.testing import CliRunner
 
-from cluster.cli import app
 from tests.vllm_parser.test_real_parser import _check
 
 pytestmark = pytest.mark.vllm_parser

@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.thermal.alerts import AlertPolicy
-from watchdog.thermal.records import (
+from servectl.watchdog.thermal.alerts import AlertPolicy
+from servectl.watchdog.thermal.records import (
     GpuSampler,
     RecordWriter,
     ZoneReader,
     gpu_to_record,
     iso_utc,
 )
-from watchdog.thermal.zones import hwmon_to_record, zone_to_record
+from servectl.watchdog.thermal.zones import hwmon_to_record, zone_to_record
 
 log = logging.getLogger(__name__)
 

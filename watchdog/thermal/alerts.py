@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.thermal.records import THERMAL_REASONS
+from servectl.watchdog.thermal.records import THERMAL_REASONS
 
 
 @dataclass

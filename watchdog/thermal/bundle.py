@@ -1,6 +1,6 @@
 """The self-contained agent zipapp for nodes that have only Debian's python3 (+ pynvml).
 
-It holds ``cluster/errors.py``, ``cluster/gpu.py``, ``watchdog/thermal/*`` and the pure-Python
+It holds ``servectl/cluster/errors.py``, ``servectl/cluster/gpu.py``, ``servectl/watchdog/thermal/*`` and the pure-Python
 ``prometheus_client`` package of this interpreter; package ``__init__`` files are minimal stubs
 so that nothing else of servectl is imported on the node. Byte-for-byte reproducible (fixed
 timestamps, sorted entries), so its sha256 says whether a node runs the current build.
@@ -14,10 +14,11 @@ import zipfile
 from pathlib import Path
 
 _STAMP = (2020, 1, 1, 0, 0, 0)
-_MAIN = "import sys\nfrom watchdog.thermal.nodeapp import main\nsys.exit(main())\n"
+_MAIN = "import sys\nfrom servectl.watchdog.thermal.nodeapp import main\nsys.exit(main())\n"
 _STUBS = {
-    "cluster/__init__.py": '"""servectl (node-side subset)."""\n',
-    "watchdog/__init__.py": '"""servectl (node-side subset)."""\n',
+    "servectl/__init__.py": '"""servectl (node-side subset)."""\n',
+    "servectl/cluster/__init__.py": '"""servectl (node-side subset)."""\n',
+    "servectl/watchdog/__init__.py": '"""servectl (node-side subset)."""\n',
 }
 # Subpackages of prometheus_client for frameworks the agent does not use.
 _SKIP_PROM = {"twisted", "django", "aiohttp"}
@@ -30,9 +31,9 @@ def _sources() -> dict[str, bytes]:
     files: dict[str, bytes] = {"__main__.py": _MAIN.encode()}
     files.update({k: v.encode() for k, v in _STUBS.items()})
     for module in ("errors.py", "gpu.py"):
-        files[f"cluster/{module}"] = (root / "cluster" / module).read_bytes()
+        files[f"servectl/cluster/{module}"] = (root / "cluster" / module).read_bytes()
     for p in sorted((root / "watchdog" / "thermal").glob("*.py")):
-        files[f"watchdog/thermal/{p.name}"] = p.read_bytes()
+        files[f"servectl/watchdog/thermal/{p.name}"] = p.read_bytes()
     prom = Path(prometheus_client.__file__).resolve().parent
     for p in sorted(prom.rglob("*.py")):
         rel = p.relative_to(prom)

@@ -14,15 +14,15 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from watchdog.thermal.records import iso_utc
-from watchdog.thermal.report import (
+from servectl.watchdog.thermal.records import iso_utc
+from servectl.watchdog.thermal.report import (
     GAP_FACTOR,
     FieldReport,
     build_report,
     filter_window,
     report_to_json,
 )
-from watchdog.thermal.writer import ReadStats, read_records
+from servectl.watchdog.thermal.writer import ReadStats, read_records
 
 CSV_GPU_FIELDS = ("temp_c", "sm_clock_mhz", "power_w", "util_pct", "memory_used_mib", "fan_pct")
 
@@ -132,7 +132,7 @@ def write_plot(
     try:
         import matplotlib
     except ImportError:  # nodes install servectl without the control machine's extras
-        from cluster.errors import ServectlError
+        from servectl.cluster.errors import ServectlError
 
         raise ServectlError("the plot needs matplotlib: pip install 'servectl[control]'") from None
 

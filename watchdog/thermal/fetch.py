@@ -55,8 +55,8 @@ def fetch_files(
     """Copy each node's ``thermal-<node>-YYYYMMDD*.jsonl`` for the window into ``dest_dir``
     (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel. cluster.ssh is imported
     here, lazily, so the report itself needs no paramiko."""
-    from cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
-    from watchdog.thermal.remote import fan_out
+    from servectl.cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
+    from servectl.watchdog.thermal.remote import fan_out
 
     remote_dir = remote_dir or getattr(getattr(spec, "thermal", None), "dir", REMOTE_DIR)
     days = _days(since, until)
@@ -74,7 +74,7 @@ def fetch_files(
         except FileNotFoundError:
             return got
         except OSError as exc:
-            from cluster.errors import NodeUnreachable
+            from servectl.cluster.errors import NodeUnreachable
 
             raise NodeUnreachable(node.name, f"SFTP list {remote_dir}: {exc}") from None
         for e in sorted(entries, key=lambda e: e.filename):

@@ -14,9 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from watchdog.thermal.agent import ThermalAgent
-from watchdog.thermal.records import clock_event_mask
+from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.watchdog.thermal.records import clock_event_mask
 
 # (record field, metric name, help); units converted to dcgm-exporter's (W, MHz, C, %).
 _GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -144,7 +143,7 @@ class MetricsServer:
         try:
             server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
         except OSError as exc:
-            from cluster.errors import ServectlError
+            from servectl.cluster.errors import ServectlError
 
             raise ServectlError(
                 f"cannot serve /metrics on {self.host}:{self.port}: {exc.strerror or exc}"

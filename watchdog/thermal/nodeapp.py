@@ -1,5 +1,5 @@
 """The node side of the thermal agent: what runs on a node, with only the standard library,
-pynvml and prometheus_client (the zipapp of ``watchdog.thermal.bundle`` carries the last one).
+pynvml and prometheus_client (the zipapp of ``servectl.watchdog.thermal.bundle`` carries the last one).
 
     python3 thermal-agent.pyz agent --node node1 --dir /var/log/servectl/thermal --interval 10
     python3 thermal-agent.pyz status --node node1 --dir /var/log/servectl/thermal
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.errors import ServectlError
+from servectl.cluster.errors import ServectlError
 
 log = logging.getLogger("servectl.thermal")
 
@@ -57,7 +57,7 @@ class NoGpu:
 
 def gpu_sampler() -> Any:
     try:
-        from cluster.gpu import Nvml
+        from servectl.cluster.gpu import Nvml
     except ImportError as exc:  # pynvml missing: no GPU is a normal state for this agent
         log.warning("NVML unavailable, logging thermal zones only: %s", exc)
         return NoGpu(str(exc))
@@ -70,10 +70,10 @@ def gpu_sampler() -> Any:
 
 def run_agent(opts: AgentOptions) -> Any:
     """Wire sampler, writer, agent and /metrics; run until SIGTERM/SIGINT. Returns AgentStats."""
-    from watchdog.thermal.agent import ThermalAgent
-    from watchdog.thermal.alerts import AlertPolicy
-    from watchdog.thermal.writer import DurableWriter
-    from watchdog.thermal.zones import SysfsZoneReader
+    from servectl.watchdog.thermal.agent import ThermalAgent
+    from servectl.watchdog.thermal.alerts import AlertPolicy
+    from servectl.watchdog.thermal.writer import DurableWriter
+    from servectl.watchdog.thermal.zones import SysfsZoneReader
 
     stop = threading.Event()
     writer = DurableWriter(
@@ -98,7 +98,7 @@ def run_agent(opts: AgentOptions) -> Any:
     server = None
     if opts.metrics_port >= 0:
         try:
-            from watchdog.thermal.metrics import MetricsServer, ThermalCollector
+            from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
 
             server = MetricsServer(
                 ThermalCollector(agent, time.time), "127.0.0.1", opts.metrics_port
@@ -146,7 +146,7 @@ def _last_record(path: Path) -> dict[str, Any] | None:
 
 def node_status(node: str, directory: Path, now: float) -> dict[str, Any]:
     """Files, bytes used, today's sample count, dropped records, the latest record."""
-    from watchdog.thermal.writer import DurableWriter
+    from servectl.watchdog.thermal.writer import DurableWriter
 
     files = DurableWriter(directory, node).files()
     today = time.strftime("%Y%m%d", time.gmtime(now))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from watchdog.thermal.zones import SysfsSnapshot
+from servectl.watchdog.thermal.zones import SysfsSnapshot
 
 # GpuSample fields (cluster/gpu.py), in record order. Most are Reading(value, reason).
 GPU_FIELDS: tuple[str, ...] = (
@@ -41,7 +41,7 @@ THERMAL_REASONS: frozenset[str] = frozenset(
 
 
 class GpuSampler(Protocol):
-    """What the agent needs from cluster.gpu.Nvml."""
+    """What the agent needs from servectl.cluster.gpu.Nvml."""
 
     def sample_all(self) -> Sequence[Any]: ...
 

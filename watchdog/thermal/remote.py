@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.errors import ServectlError
+from servectl.cluster.errors import ServectlError
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
 TRANSIENT_UNIT = "servectl-thermal-agent.service"
@@ -164,7 +164,7 @@ def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[Outcome]:
     """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
 
     def one(node: Any) -> Outcome:
-        from cluster.errors import NodeUnreachable
+        from servectl.cluster.errors import NodeUnreachable
 
         try:
             return Outcome(node.name, True, fn(node))
@@ -302,7 +302,7 @@ def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> di
     except FileNotFoundError:
         return None
     except OSError as exc:
-        from cluster.errors import NodeUnreachable
+        from servectl.cluster.errors import NodeUnreachable
 
         raise NodeUnreachable(node, f"SFTP read of {directory}: {exc}") from None
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from watchdog.thermal.records import THERMAL_REASONS, iso_utc
+from servectl.watchdog.thermal.records import THERMAL_REASONS, iso_utc
 
 GAP_FACTOR = 1.5  # consecutive samples further apart than this many intervals make a gap
 GPU_SUMMARY_FIELDS = (
