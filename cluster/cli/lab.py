@@ -68,7 +68,7 @@ def up() -> None:
 
 @app.command()
 def down() -> None:
-    """Stop nodes, sensors and lab containers; unmount everything (caches are kept)."""
+    """Stop everything the lab started (its watchdog, serving containers, sensors, nodes); caches stay."""
     steps = _Steps()
     try:
         with steps.status:
