@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -26,6 +27,7 @@ from servectl.cluster.cli.watchdog import watchdog_line
 from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
 from servectl.cluster.control_plan import Action, ControlPlan
 from servectl.cluster.status import ClusterStatus
+from servectl.cluster.status_view import REASON_MIN, status_view
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
@@ -168,63 +170,34 @@ def restart(
     raise typer.Exit(_report(result))
 
 
-def _status_table(st: ClusterStatus) -> Table:
-    colour = "green" if st.ok else "red"
-    t = Table(
-        title=f"{st.cluster}: [{colour}]{st.verdict.value}[/] (config {st.config_hash}, "
-        f"{st.elapsed_s:.2f} s)"
-    )
-    for col in (
-        "node",
-        "role",
-        "reach",
-        "container",
-        "up",
-        "config",
-        "GPU °C",
-        "SM MHz",
-        "W",
-        "cap",
-        "events",
-    ):
-        t.add_column(col, overflow="fold")
-    for n in st.nodes:
-        g = n.gpus[0] if n.gpus else {}
-        t.add_row(
-            n.node,
-            n.role,
-            "yes" if n.reachable else f"[red]no[/]: {n.reason}",
-            n.state or "-",
-            _fmt_s(n.uptime_s),
-            "-"
-            if not n.config_hash
-            else (f"[yellow]{n.config_hash} (drift)[/]" if n.drift else n.config_hash),
-            str(g.get("temp_c", "-")),
-            str(g.get("sm_clock_mhz", "-")),
-            str(g.get("power_w", "-")),
-            str(g.get("locked_clock_max_mhz") or "-"),
-            ",".join(g.get("clock_event_reasons") or []) or (n.gpu_reason or "-"),
+def status_renderables(st: ClusterStatus, width: int, wide: bool = False) -> list[Table]:
+    """The status screen for a terminal ``width`` columns wide (see cluster.status_view)."""
+    view = status_view(st, width, wide)
+    colour = "green" if view.ok else "red"
+    title = view.title.replace(st.verdict.value, f"[{colour}]{st.verdict.value}[/]", 1)
+    nodes = Table(title=title, title_justify="left")
+    for key, header in zip(view.keys, view.headers, strict=True):
+        if key == "reason":  # the only column that may wrap, and only between words
+            nodes.add_column(header, overflow="fold", min_width=REASON_MIN)
+        else:
+            nodes.add_column(header, no_wrap=True)
+    for row in view.rows:
+        verdict = row[view.keys.index("verdict")]
+        style = "green" if verdict == "ok" else ("yellow" if verdict == "drift" else "red")
+        nodes.add_row(
+            *(
+                f"[{style}]{c}[/]" if k == "verdict" else Text(c)
+                for k, c in zip(view.keys, row, strict=True)
+            )
         )
-    return t
-
-
-def _server_table(st: ClusterStatus) -> Table:
-    s = st.server
-    t = Table(title="server", show_header=False)
-    t.add_column("k")
-    t.add_column("v")
-    t.add_row("url", s.url)
-    t.add_row("health", str(s.health_status or s.health_error))
-    t.add_row("model", f"{s.model} (max_model_len {s.max_model_len})")
-    t.add_row("drafter k", str(s.drafter_k))
-    t.add_row(
-        "1-token probe", f"{s.probe_latency_ms} ms" if s.probe_ok else f"[red]{s.probe_error}[/]"
-    )
-    t.add_row("running / waiting", f"{s.requests_running} / {s.requests_waiting}")
-    t.add_row("KV cache usage", f"{s.kv_cache_usage_pct} %")
-    for note in st.notes:
-        t.add_row("note", note)
-    return t
+    server = Table(title="server", show_header=False, title_justify="left")
+    server.add_column("k", no_wrap=True)
+    server.add_column("v", overflow="fold")
+    for k, v in view.server:
+        server.add_row(k, Text(v))
+    for note in view.notes:
+        server.add_row("note", Text(note))
+    return [nodes, server]
 
 
 def status(
@@ -232,6 +205,9 @@ def status(
     as_json: JsonOption = False,
     watch: Annotated[float, typer.Option("--watch", help="Refresh every N s (0: once).")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-node seconds.")] = 5.0,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column, however wide the terminal.")
+    ] = False,
 ) -> None:
     """One screen: every node (reachable, container, drift, GPU) and the server; exit 0 only
     if all is well."""
@@ -245,8 +221,8 @@ def status(
             else:
                 if watch:
                     console.clear()
-                console.print(_status_table(st))
-                console.print(_server_table(st))
+                for table in status_renderables(st, console.width, wide):
+                    console.print(table)
                 console.print(wd_text)
             if not watch:
                 break
