@@ -18,6 +18,7 @@ from servectl.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -110,7 +111,15 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
             client_plan(spec, opts, lvl, i, "dry-run").to_json()
             for i, lvl in enumerate(opts.levels)
         ]
-        print(json.dumps(plans, indent=2))
+        if as_json:
+            emit_json(f"bench {opts.kind}", {"ok": True, "dry_run": True, "containers": plans})
+            return
+        table = Table(title=f"bench {opts.kind}: client containers (dry run, none started)")
+        for col in ("node", "container", "image", "command"):
+            table.add_column(col, overflow="fold")
+        for p in plans:
+            table.add_row(p["node"], p["container"], p["image"], " ".join(p.get("command") or []))
+        console.print(table)
         return
     with Controller(spec) as ctl:
         runner = BenchRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(f"[dim]{m}[/]"))
@@ -120,7 +129,7 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
         run = runner.run(opts, pre)
     rows = run.rows()
     if as_json:
-        print(json.dumps({"run_dir": str(run.dir), "rows": rows}, indent=2, default=str))
+        emit_json(f"bench {opts.kind}", {"ok": True, "run_dir": str(run.dir), "rows": rows})
         return
     cols = SWEEP_COLUMNS if opts.kind == "sweep" else PREFILL_COLUMNS
     console.print(_table(f"{run.run_id} ({spec.name}, config {spec.config_hash()})", rows, cols))

@@ -19,6 +19,7 @@ from servectl.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -26,6 +27,7 @@ from servectl.cluster.cli.common import (
 from servectl.cluster.cli.watchdog import watchdog_line
 from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
 from servectl.cluster.control_plan import Action, ControlPlan
+from servectl.cluster.errors import ConfigError
 from servectl.cluster.status import ClusterStatus
 from servectl.cluster.status_view import REASON_MIN, status_view
 
@@ -89,13 +91,49 @@ class _BootView:
         )
 
 
-def _report(result: ApplyResult) -> int:
+def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
+    code = 0 if result.ok else 1
+    if as_json:
+        emit_json(command, apply_json(result))
+        return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
         err_console.print(f"[red]{o.node}[/]: {o.message}")
     if result.boot is not None:
         _report_boot(result.boot)
-    return 0 if result.ok else 1
+    return code
+
+
+def apply_json(result: ApplyResult) -> dict:
+    """What up/down/restart did, as JSON (schema_version in cli.common)."""
+    boot = result.boot
+    return {
+        "ok": result.ok,
+        "dry_run": False,
+        "plan": result.plan.to_json(),
+        "outcomes": [{"node": o.node, "ok": o.ok, "message": o.message} for o in result.outcomes],
+        "boot": None
+        if boot is None
+        else {
+            "ready": boot.ready,
+            "elapsed_s": boot.elapsed_s,
+            "reason": boot.reason,
+            "phase": boot.progress.describe(),
+            "kv_cache_gib": boot.progress.kv_cache_gib,
+            "kv_cache_tokens": boot.progress.kv_cache_tokens,
+        },
+    }
+
+
+def _show_plan(plan: ControlPlan, command: str, as_json: bool) -> None:
+    if as_json:
+        emit_json(command, {"ok": not plan.refused, "dry_run": True, "plan": plan.to_json()})
+    else:
+        _print_plan(plan)
+
+
+def _quiet(_ev: ControlEvent) -> None:
+    """With --json, progress stays off stdout (one JSON document there, nothing else)."""
 
 
 def _report_boot(boot: BootResult) -> None:
@@ -122,29 +160,42 @@ def up(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return once started.")] = False,
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
+    as_json: JsonOption = False,
 ) -> None:
-    """Start the server on every node (idempotent), then follow the boot until it answers."""
+    """Start the server on every node (idempotent), then follow the boot until it answers.
+    With --dry-run, exit 1 when the plan is refused (config drift without --replace)."""
     spec = load(inventory)
     view = _BootView()
-    with Controller(spec, on_event=view) as ctl:
+    with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_up(replace)
         if dry_run:
-            _print_plan(plan)
-            raise typer.Exit(3 if plan.refused else 0)
-        with view.progress:
+            _show_plan(plan, "up", as_json)
+            raise typer.Exit(1 if plan.refused else 0)
+        if as_json:
             result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-    raise typer.Exit(_report(result))
+        else:
+            with view.progress:
+                result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+    raise typer.Exit(_report(result, "up", as_json))
 
 
-def down(inventory: InventoryOption = DEFAULT_INVENTORY, dry_run: DryRun = False) -> None:
+def down(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
     """Stop and remove the serving containers on every node (found by label)."""
     spec = load(inventory)
-    with Controller(spec, on_event=lambda e: console.print(f"[dim]{e.node}[/] {e.message}")) as ctl:
+
+    def show(e: ControlEvent) -> None:
+        console.print(f"[dim]{e.node}[/] {e.message}")
+
+    with Controller(spec, on_event=_quiet if as_json else show) as ctl:
         plan = ctl.plan_down()
         if dry_run or not plan.changes:
-            _print_plan(plan)
+            _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        raise typer.Exit(_report(ctl.down(plan)))
+        raise typer.Exit(_report(ctl.down(plan), "down", as_json))
 
 
 def restart(
@@ -154,20 +205,31 @@ def restart(
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
     no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Down + up with one plan; the restart is recorded in the event log."""
+    """Down + up with one plan; the restart is recorded in the event log. --json needs --yes
+    (or --dry-run): a prompt would corrupt the JSON on stdout."""
+    if as_json and not (yes or dry_run):
+        raise ConfigError("restart --json asks nothing", key="--json", hint="add --yes")
     spec = load(inventory)
     view = _BootView()
-    with Controller(spec, on_event=view) as ctl:
+    with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_restart()
-        _print_plan(plan)
+        if dry_run or not as_json:
+            _show_plan(plan, "restart", as_json)
         if dry_run:
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        with view.progress:
+        if as_json:
             result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-    raise typer.Exit(_report(result))
+        else:
+            with view.progress:
+                result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+    raise typer.Exit(_report(result, "restart", as_json))
+
+
+WIDE_WIDTH = 400
 
 
 def status_renderables(st: ClusterStatus, width: int, wide: bool = False) -> list[Table]:
@@ -200,6 +262,17 @@ def status_renderables(st: ClusterStatus, width: int, wide: bool = False) -> lis
     return [nodes, server]
 
 
+def _print_status(st: ClusterStatus, wide: bool) -> None:
+    width = console.width
+    try:
+        if wide:  # the natural width even on a narrow terminal: rich would squeeze every cell
+            console.width = WIDE_WIDTH
+        for table in status_renderables(st, width, wide):
+            console.print(table, crop=not wide)
+    finally:
+        console.width = width
+
+
 def status(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
@@ -217,12 +290,11 @@ def status(
             st = ctl.status(timeout_s=timeout)
             wd_doc, wd_text = watchdog_line(spec.watchdog.state_dir)
             if as_json:
-                print(json.dumps({**st.to_json(), "watchdog": wd_doc}, default=str))
+                emit_json("status", {**st.to_json(), "watchdog": wd_doc})
             else:
                 if watch:
                     console.clear()
-                for table in status_renderables(st, console.width, wide):
-                    console.print(table)
+                _print_status(st, wide)
                 console.print(wd_text)
             if not watch:
                 break
