@@ -143,6 +143,7 @@ def _mount_optional() -> None:
     from servectl.cluster.cli.examples import add_examples
 
     rollout.register(app)
+    importlib.import_module("servectl.cluster.cli.report").register(app)
     add_examples(app)
 
 

@@ -47,6 +47,8 @@ EXAMPLES: dict[str, str] = {
     "clocks cap": f"servectl clocks cap 2000 {INV}",
     "clocks reset": f"servectl clocks reset {INV}",
     "rollout history": f"servectl rollout history {INV} --json",
+    "report": f"servectl report {INV} --since 22:00 --until 07:30 --tz Asia/Seoul --html night.html",
+    "thermal zones": f"servectl thermal zones {INV} --minutes 10",
 }
 
 
