@@ -18,6 +18,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from servectl.cluster.cli.common import SCHEMA_VERSION
+from servectl.watchdog.thermal.localtime import local_iso
 
 app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 log = logging.getLogger("servectl.thermal")
@@ -116,17 +118,30 @@ def report(
     ] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    tz: str | None = typer.Option(
+        None, "--tz", help="Show times in this zone, e.g. Asia/Seoul (default UTC)."
+    ),
+    zone_role: Annotated[
+        list[str], typer.Option("--zone-role", help="INDEX=ROLE (adds to the inventory's map).")
+    ] = [],  # noqa: B006
 ) -> None:
     """Peaks, margins to critical, throttle episodes and gaps: every node's files (-i) or a
     local directory (--from-dir). Exit 1 when a node could not be read."""
     import tempfile
 
+    from servectl.cluster.cli.report import _zone_roles
     from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
+    from servectl.watchdog.thermal.localtime import parse_tz, parse_window
     from servectl.watchdog.thermal.report import report_to_json
 
     if (inventory is None) == (from_dir is None):
         raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
-    t_since, t_until = parse_time(since), parse_time(until)
+    try:
+        zone = parse_tz(tz)
+        t_since, t_until = parse_window(since, until, zone, time.time())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    zone_roles = _zone_roles(zone_role)
     roles: dict[str, str] | None = None
     unreachable: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
@@ -140,14 +155,16 @@ def report(
             fetched = fetch_files(spec, t_since, t_until, directory)
             unreachable = fetched.unreachable
             roles = {n.name: n.role for n in spec.nodes}
+            zone_roles = {**spec.thermal.zone_roles, **zone_roles}
         assert directory is not None
         rep, records, stats = report_from_dir(
-            directory, since=t_since, until=t_until, roles=roles, head=head
-        )
+            directory, since=t_since, until=t_until, roles=roles, head=head,
+            zone_roles=zone_roles or None,
+        )  # fmt: skip
     if csv_path:
         write_csv(records, csv_path)
     if plot_path:
-        write_plot(rep, records, plot_path)
+        write_plot(rep, records, plot_path, zone, zone_roles or None)
     if as_json:
         doc = report_to_json(rep)
         doc["read"] = {
@@ -156,14 +173,23 @@ def report(
             "truncated_tail": stats.truncated_tail,
         }
         doc["unreachable"] = unreachable
-        typer.echo(json.dumps(doc, indent=2))
+        doc["tz"] = tz or "UTC"
+        doc["since_local"], doc["until_local"] = (
+            local_iso(rep.since, zone),
+            local_iso(rep.until, zone),
+        )
+        for node in rep.nodes:
+            doc.setdefault("throttle_spans_local", {})[node.node] = [
+                [local_iso(a, zone), local_iso(b, zone)] for a, b in node.throttle_spans
+            ]
+        typer.echo(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2))
         raise typer.Exit(1 if unreachable else 0)
     console = Console()
     if not rep.nodes or not records:
         console.print(f"no samples in {directory or from_dir} for this window")
         _print_unreachable(console, unreachable)
         raise typer.Exit(1)
-    _render(console, rep)
+    _render(console, rep, zone)
     if stats.bad_lines:
         console.print(
             f"[yellow]skipped {stats.bad_lines} unreadable line(s) ({stats.truncated_tail} truncated at a file end)[/]"
@@ -191,10 +217,10 @@ def _load_or_exit(inventory: Path, load: Any) -> Any:
         raise typer.Exit(2) from None
 
 
-def _render(console: Console, rep: Any) -> None:
-    t = Table(
-        title=f"Thermal {_iso(rep.since)} .. {_iso(rep.until)} UTC, every {rep.interval_s:g} s"
-    )
+def _render(console: Console, rep: Any, zone: Any = UTC) -> None:
+    from servectl.watchdog.thermal.localtime import local, span_text
+
+    t = Table(title=f"Thermal {span_text(rep.since, rep.until, zone)}, every {rep.interval_s:g} s")
     for col in (
         "node",
         "role",
@@ -211,19 +237,21 @@ def _render(console: Console, rep: Any) -> None:
         t.add_row(
             n.node, n.role, f"{n.samples_received}/{n.samples_expected}",
             _fmt(n.gpu_peak_c) if n.gpu_peak_c is not None else f"- ({n.null_reasons.get('gpu_peak_c', '')})",
-            f"{_fmt(hz.peak_c)} {hz.type}" if hz else "-",
+            f"{_fmt(hz.peak_c)} {hz.role or hz.zone}" if hz else "-",
             _fmt(n.min_margin_c),
             f"{n.throttle.episodes} ({n.throttle.duration_s:g} s)" if n.throttle.episodes else "none",
             str(len(n.gaps)) if n.gaps else "none",
         )  # fmt: skip
     console.print(t)
-    types = sorted({k for n in rep.nodes for k in n.zone_type_peaks})
-    zt = Table(title="Peak per zone type")
-    zt.add_column("node")
-    for ty in types:
-        zt.add_column(ty)
+    # one row per zone role (or zone, without a role map), one column per node: four nodes fit
+    # a phone's 80 columns where seven zone columns did not
+    labels = sorted({k for n in rep.nodes for k in n.role_peaks})
+    zt = Table(title="Peak per zone role")
+    zt.add_column("zone")
     for n in rep.nodes:
-        zt.add_row(n.node, *(_fmt(n.zone_type_peaks.get(ty)) for ty in types))
+        zt.add_column(n.node, no_wrap=True)
+    for label in labels:
+        zt.add_row(label, *(_fmt((n.role_peaks.get(label) or {}).get("peak_c")) for n in rep.nodes))
     console.print(zt)
     hv = rep.head_vs_workers
     if hv:
@@ -236,7 +264,7 @@ def _render(console: Console, rep: Any) -> None:
     for n in rep.nodes:
         for g in n.gaps:
             console.print(
-                f"[yellow]gap[/] {n.node}: {_iso(g.start)} .. {_iso(g.end)} ({g.end - g.start:.0f} s, {g.kind}, ~{g.missing} missing)"
+                f"[yellow]gap[/] {n.node}: {local(g.start, zone)} .. {local(g.end, zone)} ({g.end - g.start:.0f} s, {g.kind}, ~{g.missing} missing)"
             )
 
 
@@ -427,10 +455,15 @@ def watch(
         )
         now = time.time()
         tb = Table(title=f"thermal, {_iso(now)} UTC (every {period:g} s; Ctrl-C ends)")
+        # zone roles (thermal.zone_roles) name the hottest zone: "P-cores", not "acpitz"
         for col in ("node", "age", "GPU", "hottest zone", "to critical", "clock events", "note"):
             tb.add_column(col)
         for o in outs:
-            r = live_row(o.node, o.value, now) if o.ok else LiveRow(o.node, note=o.error)
+            r = (
+                live_row(o.node, o.value, now, spec.thermal.zone_roles)
+                if o.ok
+                else LiveRow(o.node, note=o.error)
+            )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",
                 _fmt(r.gpu_temp_c), f"{_fmt(r.hottest_zone_c)} {r.hottest_zone or ''}",
@@ -452,3 +485,6 @@ def watch(
                 live.update(table(), refresh=True)
         except KeyboardInterrupt:
             pass
+
+
+from servectl.cluster.cli import thermal_zones  # noqa: E402, F401  (registers `thermal zones`)

@@ -139,8 +139,16 @@ def _watchdog(tmp: Path) -> int:
 def _bench(tmp: Path) -> None:
     run = tmp / "night" / "runs" / "20261202T132000Z-sweep"
     started = datetime.fromtimestamp(T0 + 1200 - 300, tz=KST).isoformat()
-    write_json(run / "manifest.json", {"run_id": run.name, "kind": "sweep", "started_at": started,
-               "cluster": {"config_hash": "1f2661cca5ba"}, "server_defaults": {"drafter_k": 3}})
+    write_json(
+        run / "manifest.json",
+        {
+            "run_id": run.name,
+            "kind": "sweep",
+            "started_at": started,
+            "cluster": {"config_hash": "1f2661cca5ba"},
+            "server_defaults": {"drafter_k": 3},
+        },
+    )
     rows = [
         {"level": 1, "aggregate_tok_s": 11.1, "per_stream_tok_s": 11.1, "ttft_p50_ms": 430.0,
          "itl_p50_ms": 90.0, "acceptance_pct": 41.0, "tokens_per_step": 2.23},
@@ -150,8 +158,14 @@ def _bench(tmp: Path) -> None:
     write_json(run / "table.json", {"kind": "sweep", "rows": rows})
     # a run from the afternoon before: outside the window
     old = tmp / "night" / "runs" / "20261202T050000Z-sweep"
-    write_json(old / "manifest.json", {"run_id": old.name, "kind": "sweep",
-               "started_at": datetime.fromtimestamp(T0 - 8 * 3600, tz=KST).isoformat()})
+    write_json(
+        old / "manifest.json",
+        {
+            "run_id": old.name,
+            "kind": "sweep",
+            "started_at": datetime.fromtimestamp(T0 - 8 * 3600, tz=KST).isoformat(),
+        },
+    )
     write_json(old / "table.json", {"kind": "sweep", "rows": rows})
 
 
@@ -255,7 +269,7 @@ def test_plot_marks_every_throttle_episode(night: dict[str, Any]) -> None:
             spans = [p for p in axes[n.node].patches if p.get_gid() == THROTTLE_GID]
             assert len(spans) == n.throttle.episodes
             for patch, (a, b) in zip(spans, n.throttle_spans, strict=True):
-                x0, x1 = sorted(patch.get_path().vertices[:, 0])[:: 3][:2]
+                x0, x1 = sorted(patch.get_path().vertices[:, 0])[::3][:2]
                 got = mdates.num2date(patch.get_x(), tz=KST).timestamp()
                 assert got == pytest.approx(a, abs=1)
                 assert patch.get_width() * 86400 == pytest.approx(b - a, abs=1)
@@ -288,3 +302,47 @@ def test_cli_report_json_html_and_png(night: dict[str, Any], tmp_path: Path) -> 
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0, text.output
     assert "probe_failures" in text.stdout and "P-cores" in text.stdout
+
+
+def test_zone_roles_resolve_by_name_index_then_type() -> None:
+    from servectl.watchdog.thermal.roles import zone_label, zone_role
+
+    roles = {"thermal_zone1": "P-cores", "5": "GPU zone", "acpitz": "ACPI"}
+    assert zone_role("thermal_zone1", "acpitz", roles) == "P-cores"
+    assert zone_role("thermal_zone5", "acpitz", roles) == "GPU zone"
+    assert zone_role("thermal_zone2", "acpitz", roles) == "ACPI"
+    assert zone_role("thermal_zone2", "acpitz", None) is None
+    assert zone_label("thermal_zone2", "acpitz", {}) == "thermal_zone2 (acpitz)"
+
+
+def test_thermal_zones_survey_tells_the_gpu_zone_apart(night: dict[str, Any]) -> None:
+    result = CliRunner().invoke(
+        app, ["thermal", "zones", "--from-dir", str(night["dir"] / "thermal"), "--minutes", "30",
+              "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    node2 = {z["zone"]: z for z in doc["zones"] if z["node"] == "node2"}
+    assert len(node2) == 7 and {z["type"] for z in node2.values()} == {"acpitz"}
+    assert node2["thermal_zone5"]["gpu_corr"] > 0.99  # follows the GPU through the heat fault
+    assert node2["thermal_zone0"]["gpu_corr"] is None  # flat: says nothing
+    assert node2["thermal_zone1"]["trips"]["critical"] == 104.8
+    text = CliRunner().invoke(
+        app, ["thermal", "zones", "--from-dir", str(night["dir"] / "thermal"), "--minutes", "30"]
+    )
+    assert text.exit_code == 0 and "tz5" in text.stdout
+
+
+def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: Path) -> None:
+    args = ["thermal", "report", "--from-dir", str(night["dir"] / "thermal"), "--tz",
+            "Asia/Seoul", "--since", "2026-12-02T22:00", "--until", "2026-12-02T22:20",
+            *[x for k, v in ROLES.items() for x in ("--zone-role", f"{k}={v}")]]  # fmt: skip
+    text = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "t.png")])
+    assert text.exit_code == 0, text.output
+    assert "22:00 - 22:20 KST" in text.stdout and "P-cores" in text.stdout
+    assert "13:0" not in text.stdout  # no UTC time left in the output
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert doc["since_local"] == "2026-12-02T22:00:00+09:00"
+    assert len(doc["throttle_spans_local"]["node2"]) == 2
+    node1 = next(n for n in doc["nodes"] if n["node"] == "node1")
+    assert node1["role_peaks"]["P-cores"]["peak_c"] == 82.0

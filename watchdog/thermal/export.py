@@ -37,6 +37,7 @@ def report_from_dir(
     until: float | None = None,
     roles: Mapping[str, str] | None = None,
     head: str | None = None,
+    zone_roles: Mapping[str, str] | None = None,
 ) -> tuple[FieldReport, list[dict[str, Any]], ReadStats]:
     """Read every ``thermal-*.jsonl`` under ``directory`` and build the report for the window.
     ``head`` names the head node (every other node is then a worker); ``roles`` overrides.
@@ -46,7 +47,8 @@ def report_from_dir(
     if head is not None and roles is None:
         names = {str(r.get("node")) for r in recs} | {head}
         roles = {n: "head" if n == head else "worker" for n in names}
-    return build_report(recs, since=since, until=until, roles=roles), recs, stats
+    rep = build_report(recs, since=since, until=until, roles=roles, zone_roles=zone_roles)
+    return rep, recs, stats
 
 
 def _atomic_target(path: Path) -> tuple[int, str]:
