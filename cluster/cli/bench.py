@@ -38,6 +38,10 @@ ClientImage = Annotated[
     typer.Option("--client-image", help="Client image (default: the serving image)."),
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the client containers; run none.")]
+ClientNode = Annotated[
+    str | None,
+    typer.Option("--client-node", help="Run the client on this node (default: the head)."),
+]
 
 SWEEP_COLUMNS = (
     ("concurrency", "level", "{:d}"),
@@ -153,10 +157,19 @@ def sweep(
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
     as_json: JsonOption = False,
+    client_node: ClientNode = None,
+    dataset: Annotated[
+        str, typer.Option(help="prompts (the prompt set) or random (random tokens).")
+    ] = "prompts",
+    random_input_len: Annotated[
+        int, typer.Option(help="Input tokens per request with --dataset random.")
+    ] = 256,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
     from servectl.cluster.bench import DEFAULT_PROMPTS, BenchOptions
 
+    if dataset not in ("prompts", "random"):
+        raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(
         kind="sweep",
         levels=_levels(concurrency),
@@ -167,6 +180,9 @@ def sweep(
         backend=backend,
         temperature=temperature,
         client_image=client_image,
+        client_node=client_node,
+        dataset=dataset,
+        random_input_len=random_input_len,
     )
     _run(inventory, opts, runs_dir, dry_run, as_json)
 
@@ -182,6 +198,7 @@ def prefill(
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
     as_json: JsonOption = False,
+    client_node: ClientNode = None,
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
     from servectl.cluster.bench import BenchOptions
@@ -193,6 +210,7 @@ def prefill(
         num_prompts=num_prompts,
         backend="openai",
         client_image=client_image,
+        client_node=client_node,
     )
     _run(inventory, opts, runs_dir, dry_run, as_json)
 
