@@ -69,6 +69,9 @@ def agent(
     budget_mb: float = typer.Option(
         1024.0, "--budget-mb", help="Delete the oldest files beyond this total."
     ),
+    zone_role: Annotated[
+        list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")
+    ] = [],  # noqa: B006
 ) -> None:
     """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
     from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
@@ -81,6 +84,7 @@ def agent(
             node=node, directory=directory, interval_s=interval, metrics_port=metrics_port,
             sysfs_root=sysfs_root, role=role, alert_margin_c=alert_margin,
             max_file_bytes=int(max_file_mb * 2**20), budget_bytes=int(budget_mb * 2**20),
+            zone_roles=dict(x.split("=", 1) for x in zone_role if "=" in x) or None,
         )
     )  # fmt: skip
 

@@ -346,3 +346,36 @@ def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: P
     assert len(doc["throttle_spans_local"]["node2"]) == 2
     node1 = next(n for n in doc["nodes"] if n["node"] == "node1")
     assert node1["role_peaks"]["P-cores"]["peak_c"] == 82.0
+
+
+def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
+    from servectl.watchdog.thermal.metrics import ThermalCollector
+    from servectl.watchdog.thermal.remote import agent_argv
+
+    root = build_fake_sysfs(tmp_path / "sys", zones=ZONES)
+    clock = Clock(T0)
+    agent = ThermalAgent("node1", 10.0, FakeGpuSampler(), SysfsZoneReader(root),
+                         DurableWriter(tmp_path / "logs", "node1"), clock, lambda s: None)  # fmt: skip
+    agent.anchor(T0)
+    clock.now = T0 + 0.1
+    agent.tick()
+    metrics = {m.name: m for m in ThermalCollector(agent, clock, zone_roles=ROLES).collect()}
+    info = {
+        (s.labels["zone"], s.labels["role"]) for s in metrics["servectl_thermal_zone_role"].samples
+    }
+    assert info == {("1", "P-cores"), ("3", "E-cores"), ("5", "GPU zone"), ("0", "SoC")}
+    plain = {m.name for m in ThermalCollector(agent, clock).collect()}
+    assert "servectl_thermal_zone_role" not in plain
+
+    class Th:
+        dir, interval_s, metrics_port, alert_margin_c, disk_budget_mb = "/d", 10.0, 9411, 10.0, 512
+        zone_roles = {"5": "GPU zone"}
+
+    class Spec:
+        thermal = Th()
+
+    class Node:
+        name, role = "node1", "head"
+
+    argv = agent_argv(Spec(), Node())
+    assert argv[-2:] == ["--zone-role", "5=GPU zone"]

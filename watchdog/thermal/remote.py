@@ -105,6 +105,8 @@ def agent_argv(spec: Any, node: Any) -> list[str]:
         "--budget-mb", f"{budget_mb:g}",
         "--max-file-mb", f"{min(64.0, budget_mb / 8):g}",
     ]  # fmt: skip
+    for key, role in sorted(getattr(th, "zone_roles", {}).items()):
+        argv += ["--zone-role", f"{key}={role}"]  # only when mapped: argv unchanged otherwise
     return argv
 
 
