@@ -667,10 +667,12 @@ class Controller:
             c = containers[0] if containers else None
             gpus: tuple[Mapping[str, Any], ...] = ()
             gpu_reason = None
+            zones: tuple[Mapping[str, Any], ...] = ()
             if with_gpus:
                 try:
                     doc = self.collector(node, ["show"], timeout=timeout_s)
                     gpus = tuple(doc.get("gpus") or ())
+                    zones = tuple(doc.get("zones") or ())
                     nv = doc.get("nvml") or {}
                     if not nv.get("available", False):
                         gpu_reason = nv.get("reason") or nv.get("state")
@@ -689,6 +691,7 @@ class Controller:
                 gpus=gpus,
                 gpu_reason=gpu_reason,
                 elapsed_s=round(time.monotonic() - t, 3),
+                zones=zones,
             )
 
         ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servectl-server")

@@ -40,10 +40,12 @@ class NodeStatus:
     gpus: tuple[Mapping[str, Any], ...] = ()
     gpu_reason: str | None = None
     elapsed_s: float = 0.0
+    zones: tuple[Mapping[str, Any], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["gpus"] = [dict(g) for g in self.gpus]
+        d["zones"] = [dict(z) for z in self.zones]
         return d
 
 

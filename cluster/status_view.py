@@ -18,6 +18,7 @@ from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus
 DASH = "-"
 HASH_CHARS = 8  # enough to tell two config hashes apart; the full one is in --json
 REASON_MIN = 24  # the reason column never gets fewer cells than this (it wraps on words)
+REASON_SHARE = 0.4  # ...and up to this share of the width before optional columns are kept
 # rich Table with the default box: one border cell per column edge and one padding cell each side
 CELL_OVERHEAD = 3
 
@@ -35,10 +36,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("node", "node", "node", 0),
     Column("role", "role", "role", 6),
     Column("verdict", "verdict", "verdict", 0),
-    Column("state", "container", "ctr", 1),
+    Column("state", "container", "ctr", 3),  # the verdict already says exited, paused, missing
     Column("up", "up", "up", 2),
     Column("config", "config", "cfg", 5),
-    Column("gpu_c", "GPU °C", "°C", 3),
+    Column("gpu_c", "GPU °C", "°C", 1),
+    Column("zone", "hottest zone °C", "zone °C", 4),
     Column("sm_mhz", "SM MHz", "MHz", 7),
     Column("power_w", "W", "W", 8),
     Column("cap_mhz", "cap MHz", "cap", 9),
@@ -93,7 +95,20 @@ def _gpu(n: NodeStatus) -> Mapping[str, Any]:
     return n.gpus[0] if n.gpus else {}
 
 
-def node_cells(n: NodeStatus) -> dict[str, str]:
+def hottest_zone(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> str:
+    """ "82 P-cores": the hottest ACPI zone, named by its role (thermal.zone_roles) when mapped,
+    else by its zone number (every GB10 zone's type is "acpitz", which says nothing)."""
+    from servectl.watchdog.thermal.roles import zone_role
+
+    read = [z for z in n.zones if z.get("temp_c") is not None]
+    if not read:
+        return DASH
+    z = max(read, key=lambda z: z["temp_c"])
+    role = zone_role(z["name"], z.get("type"), zone_roles)
+    return f"{z['temp_c']:.0f} {role or z['name'].replace('thermal_zone', 'tz')}"
+
+
+def node_cells(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> dict[str, str]:
     verdict, reason = node_verdict(n)
     g = _gpu(n)
     config = DASH if not n.config_hash else n.config_hash[:HASH_CHARS] + ("*" if n.drift else "")
@@ -105,6 +120,7 @@ def node_cells(n: NodeStatus) -> dict[str, str]:
         "up": fmt_duration(n.uptime_s),
         "config": config,
         "gpu_c": fmt(g.get("temp_c")),
+        "zone": hottest_zone(n, zone_roles),
         "sm_mhz": fmt(g.get("sm_clock_mhz")),
         "power_w": fmt(g.get("power_w")),
         "cap_mhz": fmt(g.get("locked_clock_max_mhz")),
@@ -135,7 +151,11 @@ def choose_columns(
     REASON_MIN cells: short headers first, then drop by priority. Pure."""
     if wide:
         return [(c, c.header) for c in COLUMNS]
-    budget = width - 1 - max(REASON_MIN, len(REASON.header)) - CELL_OVERHEAD
+    # the reason is what the operator reads at night: give it up to REASON_SHARE of the width
+    # (its full length when shorter) before any optional column
+    longest = max([len(REASON.header), *(len(c[REASON.key]) for c in cells)])
+    reason_w = max(REASON_MIN, min(longest, int(width * REASON_SHARE)))
+    budget = width - 1 - reason_w - CELL_OVERHEAD
     chosen = {c.key: c.header for c in COLUMNS}
 
     def used() -> int:
@@ -169,9 +189,14 @@ def server_rows(s: ServerStatus) -> tuple[tuple[str, str], ...]:
     )
 
 
-def status_view(st: ClusterStatus, width: int, wide: bool = False) -> StatusView:
+def status_view(
+    st: ClusterStatus,
+    width: int,
+    wide: bool = False,
+    zone_roles: Mapping[str, str] | None = None,
+) -> StatusView:
     """The whole screen as strings, laid out for ``width`` columns."""
-    cells = [node_cells(n) for n in st.nodes]
+    cells = [node_cells(n, zone_roles) for n in st.nodes]
     cols = choose_columns(cells, width, wide)
     keys = tuple(c.key for c, _ in cols) + (REASON.key,)
     return StatusView(

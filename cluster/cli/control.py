@@ -232,9 +232,11 @@ def restart(
 WIDE_WIDTH = 400
 
 
-def status_renderables(st: ClusterStatus, width: int, wide: bool = False) -> list[Table]:
+def status_renderables(
+    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict | None = None
+) -> list[Table]:
     """The status screen for a terminal ``width`` columns wide (see cluster.status_view)."""
-    view = status_view(st, width, wide)
+    view = status_view(st, width, wide, zone_roles)
     colour = "green" if view.ok else "red"
     title = view.title.replace(st.verdict.value, f"[{colour}]{st.verdict.value}[/]", 1)
     nodes = Table(title=title, title_justify="left")
@@ -262,12 +264,12 @@ def status_renderables(st: ClusterStatus, width: int, wide: bool = False) -> lis
     return [nodes, server]
 
 
-def _print_status(st: ClusterStatus, wide: bool) -> None:
+def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None) -> None:
     width = console.width
     try:
         if wide:  # the natural width even on a narrow terminal: rich would squeeze every cell
             console.width = WIDE_WIDTH
-        for table in status_renderables(st, width, wide):
+        for table in status_renderables(st, width, wide, zone_roles):
             console.print(table, crop=not wide)
     finally:
         console.width = width
@@ -294,7 +296,7 @@ def status(
             else:
                 if watch:
                     console.clear()
-                _print_status(st, wide)
+                _print_status(st, wide, dict(getattr(spec.thermal, "zone_roles", {}) or {}))
                 console.print(wd_text)
             if not watch:
                 break

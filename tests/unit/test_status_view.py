@@ -41,15 +41,29 @@ def _gpu(temp, mhz, w, reasons=()):
     )
 
 
+def _zones(pcore, gpu_zone):
+    """Seven GB10 zones, all 'acpitz', as the collector reports them."""
+    temps = {0: 48.0, 1: pcore, 3: 60.0, 5: gpu_zone}
+    return tuple(
+        {"name": f"thermal_zone{i}", "type": "acpitz", "temp_c": temps.get(i, 45.0),
+         "critical_c": 104.8}
+        for i in range(7)
+    )  # fmt: skip
+
+
+ZONE_ROLES = {"1": "P-cores", "3": "E-cores", "5": "GPU zone", "0": "SoC"}
+
+
 # What a 3 a.m. page looks like: a worker cut off, another one's container killed, one hot.
 NODES = (
     NodeStatus(
         "node1", "head", True, container="servectl-glm-node1", state="running",
-        uptime_s=34217.0, config_hash=HASH, gpus=_gpu(66, 1998, 87.4),
+        uptime_s=34217.0, config_hash=HASH, gpus=_gpu(66, 1998, 87.4), zones=_zones(82.0, 69.0),
     ),
     NodeStatus(
         "node2", "worker", True, container="servectl-glm-node2", state="running",
         uptime_s=34210.0, config_hash=HASH, gpus=_gpu(91, 1020, 60.2, ["sw_thermal_slowdown"]),
+        zones=_zones(72.0, 94.0),
     ),
     NodeStatus(
         "node3", "worker", False,
@@ -73,7 +87,7 @@ def _status() -> ClusterStatus:
 
 def _render(width: int, wide: bool = False) -> str:
     con = Console(width=width, record=True, color_system=None, file=open(os.devnull, "w"))
-    for r in status_renderables(_status(), width, wide):
+    for r in status_renderables(_status(), width, wide, ZONE_ROLES):
         con.print(r)
     return con.export_text()
 
@@ -160,3 +174,28 @@ def test_none_is_a_dash_everywhere():
     assert ("KV cache usage", "-") in view.server
     assert all("None" not in c for row in view.rows for c in row)
     assert Verdict(_status().verdict) is Verdict.BROKEN or _status().verdict.value in view.title
+
+
+def test_hottest_zone_is_named_by_its_role():
+    from servectl.cluster.status_view import hottest_zone
+
+    assert hottest_zone(NODES[0], ZONE_ROLES) == "82 P-cores"
+    assert hottest_zone(NODES[1], ZONE_ROLES) == "94 GPU zone"
+    assert hottest_zone(NODES[0], None) == "82 tz1"  # every type is acpitz: the number it is
+    assert hottest_zone(NODES[2], ZONE_ROLES) == "-"
+    assert "82 P-cores" in _render(200) and "94 GPU zone" in _render(120)
+
+
+def test_collector_reads_zones_one_bad_zone_spoils_nothing(tmp_path):
+    from servectl.cluster.collector import read_zones
+    from servectl.watchdog.thermal.fakes import build_fake_sysfs
+
+    zones = tuple(("acpitz", 45_000 + 1000 * i) for i in range(12))
+    root = build_fake_sysfs(tmp_path, zones=zones)
+    (root / "class" / "thermal" / "thermal_zone3" / "temp").write_text("garbage\n")
+    got = read_zones(root / "class" / "thermal")
+    assert [z["name"] for z in got][:3] == ["thermal_zone0", "thermal_zone1", "thermal_zone2"]
+    assert got[-1]["name"] == "thermal_zone11" and got[-1]["temp_c"] == 56.0
+    assert got[3]["temp_c"] is None and "ValueError" in got[3]["reason"]
+    assert {z["critical_c"] for z in got} == {104.8}
+    assert read_zones(tmp_path / "nothing") == []
