@@ -234,11 +234,7 @@ def compare(
     rows = compare_rows(ta["rows"], tb["rows"], keys)
     diffs = manifest_diff(ma, mb)
     if as_json:
-        print(
-            json.dumps(
-                {"rows": rows, "differences": [d.__dict__ for d in diffs]}, indent=2, default=str
-            )
-        )
+        emit_json("bench compare", {"rows": rows, "differences": [d.__dict__ for d in diffs]})
         return
     table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
     table.add_column(cols[0][0], justify="right")

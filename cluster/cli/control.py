@@ -6,7 +6,6 @@ Rendering (tables, progress bars, exit codes) lives here and only here.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated
 
@@ -337,19 +336,11 @@ def boot(inventory: InventoryOption = DEFAULT_INVENTORY, timeout: Timeout = 2400
 
 def _clock_report(results, as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "node": r.node,
-                        "ok": r.ok,
-                        "message": r.message,
-                        "gpus": [dict(g) for g in r.gpus],
-                    }
-                    for r in results
-                ]
-            )
-        )
+        nodes = [
+            {"node": r.node, "ok": r.ok, "message": r.message, "gpus": [dict(g) for g in r.gpus]}
+            for r in results
+        ]
+        emit_json("clocks", {"ok": all(r.ok for r in results), "nodes": nodes})
     else:
         t = Table(title="GPU clocks")
         for col in ("node", "GPU", "SM MHz", "max MHz", "cap MHz", "ok"):

@@ -40,7 +40,8 @@ def report(
         str | None, typer.Option("--tz", help="Time zone, e.g. Asia/Seoul (default UTC).")
     ] = None,
     runs_dir: Annotated[
-        Path | None, typer.Option("--runs-dir", help="Bench run directories.")
+        Path | None,
+        typer.Option("--runs-dir", help="Bench run directories (-i: SERVECTL_RUNS_DIR or ./runs)."),
     ] = None,
     head: Annotated[str | None, typer.Option("--head", help="Head node (with --from-dir).")] = None,
     zone_role: Annotated[
@@ -83,8 +84,10 @@ def report(
             problems.update(fetched.unreachable)
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
+            from servectl.cluster.bench import default_runs_dir
+
             src = Sources(
-                Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), None,
+                Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), default_runs_dir(),
                 default_state_dir() / "events.jsonl",
             )  # fmt: skip
         if runs_dir is not None:

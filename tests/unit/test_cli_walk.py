@@ -223,3 +223,14 @@ def test_bench_dry_run_prints_json_only_when_asked():
         json.loads(plain.stdout)
     asked = CliRunner().invoke(app, ["bench", "sweep", "-i", GOOD, "--dry-run", "--json"])
     assert asked.exit_code == 0 and len(_doc(asked)["containers"]) == 5
+
+
+@pytest.mark.parametrize(
+    "args", [["plan", "-i", GOOD, "--json"], ["inventory", "check", "-i", GOOD, "--json"]]
+)
+def test_reporting_commands_carry_the_schema_version(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _doc(result)["command"] == " ".join(
+        a for a in args if not a.startswith("-") and a != GOOD
+    )
