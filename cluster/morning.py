@@ -195,7 +195,7 @@ def probe_gaps(ts: Sequence[float]) -> list[tuple[float, float]]:
     ]
 
 
-def _iso_ts(text: Any) -> float | None:
+def iso_ts(text: Any) -> float | None:
     if isinstance(text, int | float):
         return float(text)
     try:
@@ -212,7 +212,7 @@ def summarize_bench(
     """(manifest, table) of each run directory -> the runs that started in the window."""
     out = []
     for manifest, table in runs:
-        started = _iso_ts(manifest.get("started_at"))
+        started = iso_ts(manifest.get("started_at"))
         if started is None or not _in(started, since, until):
             continue
         defaults = manifest.get("server_defaults") or {}
@@ -264,6 +264,11 @@ def headline(rep: MorningReport) -> str:
         f"{rep.hours:.1f} h",
         f"{watchdog_restarts} watchdog restart(s)",
         f"{wd.false_restart_candidates} false restart candidate(s)",
+        *(
+            [f"{len(wd.restarts) - watchdog_restarts} operator restart(s)"]
+            if len(wd.restarts) > watchdog_restarts
+            else []
+        ),  # fmt: skip
         f"{rep.throttle_episodes} throttle episode(s)",
     ]
     if wd.answering_pct is not None:

@@ -194,7 +194,7 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
     for n in rep.thermal.nodes:
         hz = n.hottest_zone
         hottest = DASH if hz is None else f"{hz.role or hz.zone} {_c(hz.peak_c)}"
-        margin = DASH if n.min_margin_c is None else f"{n.min_margin_c:.1f} °C"
+        margin = _c(n.min_margin_c)
         throttle = (
             f"{n.throttle.episodes} episode(s), {n.throttle.duration_s:g} s"
             if n.throttle.episodes

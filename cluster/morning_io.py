@@ -60,13 +60,13 @@ def operator_restarts(path: Path | None) -> list[dict[str, Any]]:
     if path is None or not path.is_file():
         return []
     from servectl.cluster.jsonl import read_jsonl
-    from servectl.cluster.morning import _iso_ts
+    from servectl.cluster.morning import iso_ts
 
     out = []
     for r in read_jsonl(path):
         if r.get("event") != "restart" or "watchdog" in str(r.get("who") or ""):
             continue
-        ts = _iso_ts(r.get("ts"))
+        ts = iso_ts(r.get("ts"))
         if ts is not None:
             out.append({**r, "ts": ts})
     return out

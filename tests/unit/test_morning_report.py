@@ -169,12 +169,24 @@ def _bench(tmp: Path) -> None:
     write_json(old / "table.json", {"kind": "sweep", "rows": rows})
 
 
+def _control_log(tmp: Path) -> None:
+    """Cluster control's restart log: an operator's restart at 22:17 and the watchdog's own
+    (already in the watchdog's log with its cause, so the report must not count it twice)."""
+    from servectl.cluster.control import EventLog as ControlLog
+
+    log = ControlLog(tmp / "night" / "control-events.jsonl")
+    for minute, who in ((17, "kim@laptop"), (10, "servectl-watchdog")):
+        at = datetime.fromtimestamp(T0 + minute * 60, tz=KST).isoformat()
+        log.append({"ts": at, "event": "restart", "who": who, "why": "driver update", "ok": True})
+
+
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("night")
     _thermal(tmp)
     restarts = _watchdog(tmp)
     _bench(tmp)
+    _control_log(tmp)
     return {"dir": tmp / "night", "restarts": restarts}
 
 
@@ -220,8 +232,12 @@ def test_counts_equal_the_raw_files(night: dict[str, Any]) -> None:
     decisions = [e["decision"] for e in events if e["kind"] == "decision"]
     assert wd.decisions == {d: decisions.count(d) for d in set(decisions)}
     begins = [e for e in events if e["kind"] == "restart_begin"]
-    assert len(wd.restarts) == len(begins) == night["restarts"] == 1
-    r = wd.restarts[0]
+    by_watchdog = [r for r in wd.restarts if r.by == "watchdog"]
+    assert len(by_watchdog) == len(begins) == night["restarts"] == 1
+    assert [(r.by, r.cause) for r in wd.restarts if r.by != "watchdog"] == [
+        ("kim@laptop", "operator")
+    ]
+    r = by_watchdog[0]
     assert r.cause == begins[0]["cause"] == "probe_failures" and r.ok is True
     assert r.back_after_s is not None and r.back_after_s > 0
     assert wd.false_restart_candidates == 0  # the hang was flat: a true restart
@@ -295,7 +311,7 @@ def test_cli_report_json_html_and_png(night: dict[str, Any], tmp_path: Path) -> 
     doc = json.loads(result.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "report"
     assert doc["since_local"].startswith("2026-12-02T22:00") and doc["tz"] == "Asia/Seoul"
-    assert doc["throttle_episodes"] == 2 and len(doc["watchdog"]["restarts"]) == 1
+    assert doc["throttle_episodes"] == 2 and len(doc["watchdog"]["restarts"]) == 2
     page = html.read_text()
     assert "data:image/png;base64," in page and "GPU zone" in page and "KST" in page
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
