@@ -395,3 +395,42 @@ def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> N
 
     argv = agent_argv(Spec(), Node())
     assert argv[-2:] == ["--zone-role", "5=GPU zone"]
+
+
+def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, monkeypatch) -> None:
+    """-i: the watchdog log from the inventory's state_dir, thermal files pulled from the nodes
+    (SFTP replaced by a copy; node3 unreachable), zone roles from thermal.zone_roles."""
+    import shutil
+
+    from servectl.watchdog.thermal import fetch
+    from servectl.watchdog.thermal.fetch import FetchResult
+
+    good = (Path(__file__).parent / "inventories" / "good.yml").read_text()
+    roles = ", ".join(f'"{k}": "{v}"' for k, v in ROLES.items())
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        good.replace("        failures: 3\n",
+                     f"        failures: 3\n        state_dir: {night['dir']}\n")
+        .replace("        interval_s: 10\n", f"        interval_s: 10\n        zone_roles: {{{roles}}}\n")
+    )  # fmt: skip
+
+    def fake_fetch(spec, since, until, dest, remote_dir=None):
+        for f in (night["dir"] / "thermal").glob("thermal-*.jsonl"):
+            if "node3" not in f.name:
+                shutil.copy(f, dest)
+        return FetchResult(unreachable={"node3": "SSH connect timed out"})
+
+    monkeypatch.setattr(fetch, "fetch_files", fake_fetch)
+    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(night["dir"] / "runs"))
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    args = ["report", "-i", str(inv), "--since", str(T0), "--until", str(T0 + 10 * SAMPLES),
+            "--tz", "Asia/Seoul", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output  # a node could not be read
+    doc = json.loads(result.stdout)
+    assert doc["unread"] == {"node3": "SSH connect timed out"}
+    node1 = next(n for n in doc["thermal"]["nodes"] if n["node"] == "node1")
+    assert node1["role"] == "head" and node1["role_peaks"]["P-cores"]["peak_c"] == 82.0
+    node3 = next(n for n in doc["thermal"]["nodes"] if n["node"] == "node3")
+    assert node3["samples_received"] == 0  # named by the inventory, no samples
+    assert len(doc["bench"]) == 1 and doc["watchdog"]["probes"] == 40
