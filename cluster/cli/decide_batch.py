@@ -59,7 +59,7 @@ def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir
         runs=runs,
         concurrency=concurrency,
         permute=permute,
-        calibration_file=None if ctx.fitted is None else "fitted",
+        calibration_file=ctx.calibration_file,
         data_file=str(data),
         data_sha256=runner.sha256_file(data),
     )
@@ -219,6 +219,9 @@ def register(app: typer.Typer) -> None:
             run_dir, docs, _ = _batch(ctx, data, 1, concurrency, False, runs_dir)
         else:
             run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
+        if not any(d.get("verdict") in ("answer", "hold") for d in docs):
+            err_console.print(f"[bold red]error:[/] no item got a decision (see {run_dir})")
+            raise typer.Exit(1)
         result = fm.fit(fm.examples_from_docs(docs), target_accuracy)
         rep, gate = result.report, result.gate
         fitted = fm.Fitted(

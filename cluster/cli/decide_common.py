@@ -44,6 +44,7 @@ class Setup:
     decider: Any
     fitted: Any
     notes: list[str]
+    calibration_file: str | None = None
 
 
 def _api_key(spec) -> str | None:
@@ -79,6 +80,7 @@ def setup(
     spec = load(inventory)
     notes: list[str] = []
     fitted = None
+    cal_path = None
     if not no_calibration:
         cal_path = calibration or fitted_mod.default_path(spec.name)
         fitted = fitted_mod.load(cal_path)
@@ -92,7 +94,7 @@ def setup(
                 )
             if fitted.path != path:
                 notes.append(f"calibration was fitted on the {fitted.path} path, not {path}")
-    t = temperature or (fitted.temperature if fitted else 1.0)
+    t = temperature if temperature is not None else (fitted.temperature if fitted else 1.0)
     gate = margin
     if gate is None:
         gate = fitted.margin_gate if fitted and fitted.margin_gate is not None else DEFAULT_MARGIN
@@ -105,9 +107,9 @@ def setup(
         thinking=thinking,
         timeout_s=timeout,
     )
-    return Setup(
-        spec, client, Decider(client, temperature=t, margin_gate=gate, cue=cue), fitted, notes
-    )
+    decider = Decider(client, temperature=t, margin_gate=gate, cue=cue)
+    used = str(cal_path) if fitted is not None else None
+    return Setup(spec, client, decider, fitted, notes, used)
 
 
 def render_decision(d, title: str) -> None:

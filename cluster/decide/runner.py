@@ -214,7 +214,11 @@ def manifest(
 ) -> dict[str, Any]:
     """What explains this run later: cluster + config hash, the server's defaults (thinking, k),
     what the server reports (version, model, max_model_len), our options and versions."""
-    server = bm.collect_server(http or httpx.Client(timeout=10.0), spec.api_base)
+    if http is None:
+        with httpx.Client(timeout=10.0) as own:
+            server = bm.collect_server(own, spec.api_base)
+    else:
+        server = bm.collect_server(http, spec.api_base)
     defaults = bm.defaults_from_plan(spec)
     return {
         "manifest_version": bm.MANIFEST_VERSION,

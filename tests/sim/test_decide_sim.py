@@ -240,3 +240,20 @@ def test_cli_ask_yesno_and_missing_label_exit_code(sim, tmp_path):
         app, ["decide", "ask", "broken?", "--choice", "A=x", "--choice", "B=y", *base]
     )
     assert r.exit_code == 1 and "B not in the top 20" in r.output
+
+
+def test_score_primitive_expected_value(sim, tmp_path):
+    c, oracle = sim
+    p = {s: 0.01 for s in range(10)}
+    p.update({7: 0.5, 8: 0.3, 6: 0.12})
+    oracle.write(
+        {"rules": [{"match": "summary", "labels": {str(s): math.log(v) for s, v in p.items()}}]}
+    )
+    inv = inventory_for(c, tmp_path / "inv.yml")
+    r = CliRunner().invoke(app, ["decide", "score", "Rate this summary.", "-i", str(inv),
+                                 "--high", "9", "--cue", "Answer:", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    total = sum(p.values())
+    assert d["decision"] == "7" and sum(d["probs"].values()) == pytest.approx(1.0)
+    assert d["expected_score"] == pytest.approx(sum(s * v for s, v in p.items()) / total)
