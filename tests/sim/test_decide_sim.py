@@ -257,3 +257,35 @@ def test_score_primitive_expected_value(sim, tmp_path):
     total = sum(p.values())
     assert d["decision"] == "7" and sum(d["probs"].values()) == pytest.approx(1.0)
     assert d["expected_score"] == pytest.approx(sum(s * v for s, v in p.items()) / total)
+
+
+def test_cli_human_output_run_and_calibrate_from_run(sim, tmp_path):
+    c, oracle = sim
+    rules, lines = [], []
+    for i in range(30):
+        a = 0.55 + 0.4 * (i % 10) / 10
+        rules.append({"match": f"q{i}:", "labels": {"A": math.log(a), "B": math.log(0.97 - a)}})
+        lines.append({"id": f"q{i}", "question": f"Question q{i}: pick.",
+                      "choices": {"A": "x", "B": "y"}, "answer": "A" if i % 4 else "B"})  # fmt: skip
+    oracle.write({"rules": rules})
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    inv = inventory_for(c, tmp_path / "inv.yml")
+    env = {"SERVECTL_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "160"}
+    runner = CliRunner()
+    r = runner.invoke(app, ["decide", "run", "-i", str(inv), "--data", str(data), "--runs", "2",
+                            "--permute", "--no-calibration"], env=env)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    for text in (
+        "accuracy (answered)",
+        "position bias",
+        "reversed choice order",
+        "flips by margin",
+    ):
+        assert text in r.output
+    run_dir = next((tmp_path / "runs").iterdir())
+    r = runner.invoke(app, ["decide", "calibrate", "-i", str(inv), "--from-run", str(run_dir),
+                            "--out", str(tmp_path / "cal.json"), "--target-accuracy", "0.8"], env=env)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "temperature" in r.output and "confidence bins" in r.output and "selective" in r.output
+    assert (run_dir / "reliability.png").exists() and (run_dir / "calibration.json").exists()
