@@ -216,7 +216,12 @@ class BootTracker:
             self.phase_times.setdefault(Phase.FAILED, now)
             p = replace(p, phase=Phase.FAILED, phase_started_at=now)
         cause = self._cause()
-        if cause is None:
+        errors = [n for n in p.notes if n.level in ("ERROR", "CRITICAL") and not n.after_ready]
+        if cause is None and errors and not p.error:
+            # no exception in the log: the last ERROR the process wrote before it went away
+            # ("Failed to import Ray ...") says more than "container exited (1)"
+            p = replace(p, error=errors[-1].message, error_context=reason)
+        elif cause is None:
             p = replace(p, error=p.error or reason)
         else:
             p = self._with_cause(p, cause)

@@ -157,7 +157,10 @@ def test_v0_engine_wrapper_and_container_exit_keep_the_root_cause():
     tracker = BootTracker()
     tracker.feed_lines(lines[:1], 0.0)
     p = tracker.fail("head container exited (1)", 1.0)
-    assert p.failed and p.error == "head container exited (1)"
+    assert p.failed and p.error.startswith("Error in memory profiling")
+    assert p.error_context == "head container exited (1)"
+    p = BootTracker().fail("head container exited (1)", 1.0)
+    assert p.error == "head container exited (1)" and p.error_context is None
 
 
 def test_a_hang_stays_short_of_ready_without_a_failure():
