@@ -537,8 +537,9 @@ class Controller:
                     next_state_check = mono + 2.0
                     dead = self._dead_containers()
                     if dead:
-                        reason = "; ".join(dead)
-                        tracker.fail(reason, now)
+                        # the cause the log holds (root exception, last ERROR), exit as context
+                        progress = tracker.fail("; ".join(dead), now)
+                        reason = progress.failure_text or "; ".join(dead)
                         break
                 if mono >= next_probe:
                     # probe every second once the API is starting; every 5 s before, in case
