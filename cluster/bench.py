@@ -34,6 +34,7 @@ from servectl.cluster import __version__
 from servectl.cluster import bench_manifest as bm
 from servectl.cluster.bench_parse import (
     LevelResult,
+    ResultFormatError,
     load_result_text,
     parse_result,
     spec_counters,
@@ -431,11 +432,14 @@ class BenchRunner:
             raise BenchError(f"{name}: vllm bench serve exited {rc}, no result\n{tail}")
         (run_dir / "results").mkdir(exist_ok=True)
         (run_dir / "results" / f"{name}.json").write_bytes(raw_text)
-        raw = load_result_text(raw_text.decode())
         delta = spec_delta(
             spec_counters(before) if before else None, spec_counters(after) if after else None
         )
-        result = parse_result(raw, delta)
+        try:
+            raw = load_result_text(raw_text.decode())
+            result = parse_result(raw, delta)
+        except ResultFormatError as e:  # e.g. every request failed: an error, not 0 tok/s
+            raise BenchError(f"{name}: {e} (results/{name}.json kept)") from None
         return LevelOutcome(level, result, raw, delta.to_json() if delta else None, facts)
 
 

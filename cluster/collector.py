@@ -74,7 +74,9 @@ def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
         for trip in (base / name).glob("trip_point_*_type"):
             try:
                 if trip.read_text().strip() == "critical":
-                    z["critical_c"] = _milli(trip.with_name(trip.name.replace("_type", "_temp")))
+                    crit = _milli(trip.with_name(trip.name.replace("_type", "_temp")))
+                    # a 0 C (or negative) critical trip is a disabled one, not a real limit
+                    z["critical_c"] = crit if crit is not None and crit > 0 else z["critical_c"]
             except (OSError, ValueError):
                 continue
         out.append(z)

@@ -166,7 +166,9 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 def server_gauges(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    kv = metrics.get("vllm:kv_cache_usage_perc")
+    """The gauges `status` shows; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
+    too."""
+    kv = metrics.get("vllm:kv_cache_usage_perc", metrics.get("vllm:gpu_cache_usage_perc"))
     return {
         "requests_running": metrics.get("vllm:num_requests_running"),
         "requests_waiting": metrics.get("vllm:num_requests_waiting"),

@@ -10,9 +10,11 @@ import time
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from servectl.cluster.boot import BootProgress
+from servectl.cluster.cli.boot import BootView, boot, print_notes, report_boot
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -24,9 +26,9 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog import watchdog_line
-from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
+from servectl.cluster.control import ApplyResult, ControlEvent, Controller
 from servectl.cluster.control_plan import Action, ControlPlan
-from servectl.cluster.errors import ConfigError
+from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.status import ClusterStatus
 from servectl.cluster.status_view import REASON_MIN, status_view
 
@@ -36,15 +38,6 @@ clocks_app = typer.Typer(
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
-
-
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _print_plan(plan: ControlPlan) -> None:
@@ -61,35 +54,6 @@ def _print_plan(plan: ControlPlan) -> None:
         console.print("[green]nothing to change[/]")
 
 
-class _BootView:
-    """Event callback that drives one rich progress bar (phase, shards a/b, ETA)."""
-
-    def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.fields[phase]}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>3.0f}%"),
-            TextColumn("eta {task.fields[eta]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task = self.progress.add_task(
-            "boot", total=1.0, phase="starting", eta="-", visible=False
-        )
-
-    def __call__(self, ev: ControlEvent) -> None:
-        if ev.progress is None or ev.kind not in ("boot", "ready", "failed"):
-            if ev.kind in ("remove", "start", "preflight", "info"):
-                self.progress.console.print(f"[dim]{ev.node or '*'}[/] {ev.message}")
-            return
-        p = ev.progress
-        eta = "no history" if p.eta_s is None and not p.failed else _fmt_s(p.eta_s)
-        self.progress.update(
-            self.task, completed=p.fraction, phase=p.describe(), eta=eta, visible=True
-        )
-
-
 def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
     code = 0 if result.ok else 1
     if as_json:
@@ -99,7 +63,7 @@ def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
     for o in failed:
         err_console.print(f"[red]{o.node}[/]: {o.message}")
     if result.boot is not None:
-        _report_boot(result.boot)
+        report_boot(result.boot)
     return code
 
 
@@ -135,24 +99,6 @@ def _quiet(_ev: ControlEvent) -> None:
     """With --json, progress stays off stdout (one JSON document there, nothing else)."""
 
 
-def _report_boot(boot: BootResult) -> None:
-    if boot.ready:
-        p = boot.progress
-        console.print(
-            f"[green]ready[/] in {_fmt_s(boot.elapsed_s)}"
-            + (
-                f", KV cache {p.kv_cache_gib} GiB / {p.kv_cache_tokens} tokens"
-                if p.kv_cache_gib
-                else ""
-            )
-        )
-        return
-    err_console.print(f"[red]boot failed[/] after {_fmt_s(boot.elapsed_s)}: {boot.reason}")
-    for node, text in boot.last_lines.items():
-        err_console.rule(node)
-        err_console.print(text, markup=False, highlight=False)
-
-
 def up(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a drifted config.")] = False,
@@ -164,7 +110,7 @@ def up(
     """Start the server on every node (idempotent), then follow the boot until it answers.
     With --dry-run, exit 1 when the plan is refused (config drift without --replace)."""
     spec = load(inventory)
-    view = _BootView()
+    view = BootView()
     with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_up(replace)
         if dry_run:
@@ -211,7 +157,7 @@ def restart(
     if as_json and not (yes or dry_run):
         raise ConfigError("restart --json asks nothing", key="--json", hint="add --yes")
     spec = load(inventory)
-    view = _BootView()
+    view = BootView()
     with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_restart()
         if dry_run or not as_json:
@@ -290,17 +236,32 @@ def status(
         while True:
             st = ctl.status(timeout_s=timeout)
             wd_doc, wd_text = watchdog_line(spec.watchdog.state_dir)
+            boot_state = _head_boot(ctl)
             if as_json:
-                emit_json("status", {**st.to_json(), "watchdog": wd_doc})
+                doc = {**st.to_json(), "watchdog": wd_doc}
+                doc["boot"] = boot_state.to_json() if boot_state is not None else None
+                emit_json("status", doc)
             else:
                 if watch:
                     console.clear()
                 _print_status(st, wide, dict(getattr(spec.thermal, "zone_roles", {}) or {}))
                 console.print(wd_text)
+                if boot_state is not None:
+                    console.print(f"boot: {escape(boot_state.describe())}", highlight=False)
+                    print_notes(boot_state.notes, limit=6)
             if not watch:
                 break
             time.sleep(watch)
     raise typer.Exit(0 if st.ok else 1)
+
+
+def _head_boot(ctl: Controller) -> BootProgress | None:
+    """The head log's boot verdict and notes (non-fatal ERROR/WARNING lines) for `status`; a
+    node that cannot be read leaves it out rather than failing the status screen."""
+    try:
+        return ctl.boot_progress()
+    except ServectlError:
+        return None
 
 
 def logs(
@@ -322,16 +283,6 @@ def logs(
         for name, text in ctl.logs(node, tail=tail).items():
             console.rule(name)
             console.print(text, markup=False, highlight=False)
-
-
-def boot(inventory: InventoryOption = DEFAULT_INVENTORY, timeout: Timeout = 2400.0) -> None:
-    """Attach to a boot in progress: phase, shards, ETA, until the server answers."""
-    spec = load(inventory)
-    view = _BootView()
-    with Controller(spec, on_event=view) as ctl, view.progress:
-        result = ctl.attach_boot(timeout_s=timeout)
-    _report_boot(result)
-    raise typer.Exit(0 if result.ready else 1)
 
 
 def _clock_report(results, as_json: bool) -> None:

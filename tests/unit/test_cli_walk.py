@@ -131,6 +131,9 @@ class FakeController:
     def restart(self, reason, timeout_s=0, wait_ready=True):
         return self._apply(_plan())
 
+    def boot_progress(self):
+        return None
+
     def status(self, timeout_s=None):
         nodes = tuple(
             NodeStatus(f"node{i}", "head" if i == 1 else "worker", True, state="running",

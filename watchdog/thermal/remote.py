@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servectl.cluster.errors import ServectlError
+from servectl.watchdog.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
 TRANSIENT_UNIT = "servectl-thermal-agent.service"
@@ -333,8 +334,8 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
         t = z.get("temp_c")
         if t is None:
             continue
-        crit = [p.get("temp_c") for p in z.get("trips") or [] if p.get("type") == "critical"]
-        margin = round(crit[0] - t, 1) if crit and crit[0] is not None else None
+        crit = critical_trip_c(z.get("trips") or [])
+        margin = round(crit - t, 1) if crit is not None else None
         if best is None or t > best[0]:
             label = z.get("type") or z.get("name") or "?"
             if zone_roles and z.get("name"):

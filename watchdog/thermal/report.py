@@ -15,6 +15,7 @@ from typing import Any
 
 from servectl.watchdog.thermal.records import THERMAL_REASONS, iso_utc
 from servectl.watchdog.thermal.roles import zone_label, zone_role
+from servectl.watchdog.thermal.zones import critical_trip_c
 
 GAP_FACTOR = 1.5  # consecutive samples further apart than this many intervals make a gap
 GPU_SUMMARY_FIELDS = (
@@ -265,13 +266,9 @@ def _zone_peaks(
                 {"type": None, "peak": None, "ts": None, "crit": None, "reasons": Counter()},
             )
             a["type"] = z.get("type") or a["type"]
-            crits = [
-                t["temp_c"]
-                for t in z.get("trips") or []
-                if t.get("type") == "critical" and t.get("temp_c") is not None
-            ]
-            if crits:
-                a["crit"] = min(crits)
+            crit = critical_trip_c(z.get("trips") or [])
+            if crit is not None:
+                a["crit"] = crit
             t = z.get("temp_c")
             if t is None:
                 a["reasons"][(z.get("null_reasons") or {}).get("temp_c", "unknown")] += 1
