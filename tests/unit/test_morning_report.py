@@ -434,3 +434,27 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
     node3 = next(n for n in doc["thermal"]["nodes"] if n["node"] == "node3")
     assert node3["samples_received"] == 0  # named by the inventory, no samples
     assert len(doc["bench"]) == 1 and doc["watchdog"]["probes"] == 40
+
+
+def test_a_restart_while_tokens_grew_is_a_false_restart_candidate() -> None:
+    from servectl.cluster.morning import summarize_watchdog
+
+    def probe(ts, verdict, tokens):
+        values = {"vllm:generation_tokens_total": tokens}
+        return {"ts": ts, "kind": "probe", "verdict": verdict, "metrics": {"values": values}}
+
+    events = [
+        probe(0, "ok", 10), probe(120, "stalled", 10), probe(240, "hard_fail", 500),
+        probe(360, "stalled", 900),
+        {"ts": 361, "kind": "restart_begin", "restart_id": "r1", "cause": "probe_failures",
+         "reason": "3 consecutive failed probes"},
+        {"ts": 500, "kind": "restart_end", "restart_id": "r1", "ok": True},
+        probe(600, "ok", 0),
+    ]  # fmt: skip
+    wd = summarize_watchdog(events)
+    assert wd.false_restart_candidates == 1
+    assert "generation_tokens_total grew" in (wd.restarts[0].why_candidate or "")
+    assert wd.restarts[0].back_after_s == 239.0
+    flat = [e if e.get("kind") != "probe" or e["ts"] in (0, 600) else probe(e["ts"], e["verdict"], 10)
+            for e in events]  # fmt: skip
+    assert summarize_watchdog(flat).false_restart_candidates == 0
