@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from servectl.cluster.cli.common import SCHEMA_VERSION, emit_json, handle_errors, load
+from servectl.cluster.cli.common import emit_json, handle_errors, load
 from servectl.cluster.cli.thermal import app
 from servectl.cluster.errors import ConfigError
 
@@ -93,4 +93,4 @@ def zones(
     raise typer.Exit(code)
 
 
-__all__ = ["zones", "SCHEMA_VERSION"]
+__all__ = ["zones"]
