@@ -123,6 +123,7 @@ def _mount_optional() -> None:
         ("servectl.cluster.cli.watchdog", "watchdog"),
         ("servectl.cluster.cli.thermal", "thermal"),
         ("servectl.cluster.cli.bench", "bench"),
+        ("servectl.cluster.cli.eval", "eval"),
     ):
         try:
             sub = importlib.import_module(module)
