@@ -213,10 +213,14 @@ def preset_for(task: str, local: Mapping[str, Any] | None, chat: bool = False) -
         return TaskPreset(task, ApiPath.LOGLIKELIHOOD, note=f"local {otype}")
     if otype == "generate_until":
         unsafe = bool(local.get("unsafe_code"))
+        until = local.get("until")
+        humaneval = PRESETS["humaneval"]
         return TaskPreset(
             task,
             ApiPath.CHAT if chat and not unsafe else ApiPath.COMPLETIONS,
-            until=local.get("until"),
+            until=until,
+            # a HumanEval copy gets HumanEval's choice of four (drop "\n#", keep "\nprint")
+            keep=humaneval.keep if until == humaneval.until else None,
             unsafe_code=unsafe,
             env={"HF_ALLOW_CODE_EVAL": "1"} if unsafe else {},
             note="local generate_until" + (" (executes code)" if unsafe else ""),

@@ -162,6 +162,7 @@ def test_local_presets_choose_paths_and_code_never_goes_through_chat():
     assert got["servectl_mc"].path is ApiPath.LOGLIKELIHOOD
     assert got["servectl_gen5"].path is ApiPath.CHAT
     assert got["servectl_code"].path is ApiPath.COMPLETIONS and got["servectl_code"].unsafe_code
+    assert got["servectl_code"].keep == ("\nclass", "\ndef", "\nif", "\nprint")
     with pytest.raises(EvalError, match="no preset"):
         preset_for("nope", None)
 
