@@ -198,12 +198,13 @@ class EvalRunner:
         on_progress: Progress | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         restart_wait_s: float = 900.0,
+        poll_s: float = 5.0,
     ) -> None:
         self.ctl, self.spec, self.runs_dir = ctl, ctl.spec, runs_dir
         self.http = http or httpx.Client(timeout=10.0)
         self.progress = on_progress or (lambda msg: None)
         self.clock = clock
-        self.restart_wait_s = restart_wait_s
+        self.restart_wait_s, self.poll_s = restart_wait_s, poll_s
 
     def preflight(self) -> dict[str, Any]:
         """The same facts `bench` records (one implementation: BenchRunner.preflight)."""
@@ -332,7 +333,7 @@ class EvalRunner:
         down_seen = not self._healthy()
         deadline = time.monotonic() + self.restart_wait_s
         while not self._healthy() and time.monotonic() < deadline:
-            time.sleep(5)
+            time.sleep(self.poll_s)
         transient = any(t in logs for t in _TRANSIENT)
         server = bm.collect_server(self.http, self.spec.api_base)
         return {

@@ -284,3 +284,106 @@ def test_local_code_task_scores_by_execution(monkeypatch):
     assert "HF_ALLOW_CODE_EVAL" not in os.environ
     with pytest.raises(RuntimeError, match="HF_ALLOW_CODE_EVAL"):
         mod.process_results(doc, ["    return a + b\n"])
+
+
+# --- the runner's resume loop, with a fake client container and a fake server ------------------
+
+
+def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, monkeypatch):
+    import httpx
+    from servectl.cluster.eval import runner as rmod
+
+    spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
+    health = iter([503, 200])  # down when the client fails, back at the next poll
+
+    def serve(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/health":
+            return httpx.Response(next(health, 200))
+        if req.url.path == "/version":
+            return httpx.Response(200, json={"version": "0.33.0"})
+        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+
+    results = json.dumps(LM_EVAL_RESULTS).encode()
+    calls: list[dict] = []
+
+    def fake_run(gw, plan, files, secrets, timeout_s):
+        calls.append(dict(files))
+        if len(calls) == 1:  # the server went away mid-task: the partial cache comes back
+            return 1, "aiohttp ClientConnectorError: Connection refused", {
+                "servectl_mc_rank0.db": b"partial",
+            }, {}  # fmt: skip
+        return 0, "ok", {
+            "servectl_mc_rank0.db": b"full",
+            "results_2026.json": results,
+            "samples_servectl_mc_2026.jsonl": b"{}\n",
+        }, {}  # fmt: skip
+
+    monkeypatch.setattr(rmod, "run_container", fake_run)
+
+    class FakeCtl:
+        def __init__(self):
+            self.spec = spec
+
+        def docker(self, node):
+            return None
+
+        def _api_key(self):
+            return None
+
+    runner = rmod.EvalRunner(
+        FakeCtl(),
+        tmp_path / "runs",
+        http=httpx.Client(transport=httpx.MockTransport(serve)),
+        poll_s=0.01,
+        restart_wait_s=5,
+    )
+    pre = {
+        "ok": True, "verdict": "ready", "notes": [], "probe_ok": True,
+        "server": {"max_model_len": 4096, "version": "0.33.0"},
+        "server_defaults": {"thinking": False, "chat_template_kwargs": {}},
+    }  # fmt: skip
+    opts = EvalOptions(tasks=("servectl_mc",), include_path=str(TASKS), client_image="img")
+    run_dir, manifest, rows = runner.run(opts, pre)
+    assert "results/cache/servectl_mc_rank0.db" not in calls[0]
+    assert calls[1]["results/cache/servectl_mc_rank0.db"] == b"partial"  # resumed from cache
+    assert "tasks/servectl_mc.yaml" in calls[1] and "run.sh" in calls[1]
+    assert [a["rc"] for a in manifest["attempts"]] == [1, 0]
+    restart = manifest["restarts"][0]
+    assert restart["server_down_seen"] and restart["resume"]
+    assert rows[0]["n"] == 6 and rows[0]["path"] == "loglikelihood/completions"
+    assert (run_dir / "cache" / "servectl_mc_rank0.db").read_bytes() == b"full"
+    saved = json.loads((run_dir / "manifest.json").read_text())
+    assert saved["restarts"] and saved["plans"][0]["task"] == "servectl_mc"
+
+    # resuming a finished run redoes nothing
+    runner.run(opts, pre, resume=run_dir)
+    assert len(calls) == 2
+
+
+def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, monkeypatch):
+    import httpx
+    from servectl.cluster.eval import runner as rmod
+
+    spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
+    monkeypatch.setattr(rmod, "run_container", lambda *a: (2, "KeyError: 'question'", {}, {}))
+
+    class FakeCtl:
+        def __init__(self):
+            self.spec = spec
+
+        def docker(self, node):
+            return None
+
+        def _api_key(self):
+            return None
+
+    ok = httpx.MockTransport(lambda req: httpx.Response(200, json={"version": "0.33.0"}))
+    runner = rmod.EvalRunner(FakeCtl(), tmp_path / "runs", http=httpx.Client(transport=ok))
+    pre = {
+        "ok": True, "verdict": "ready", "notes": [], "probe_ok": True,
+        "server": {"max_model_len": 4096, "version": "0.33.0"},
+        "server_defaults": {"thinking": False, "chat_template_kwargs": {}},
+    }  # fmt: skip
+    opts = EvalOptions(tasks=("servectl_mc",), include_path=str(TASKS), client_image="img")
+    with pytest.raises(EvalError, match="exited 2"):
+        runner.run(opts, pre)
