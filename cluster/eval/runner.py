@@ -51,7 +51,16 @@ LABEL_RUN = "io.servectl.eval-run"
 # report lost an hour to a heredoc in an ssh one-liner). Local task YAMLs name their data
 # files relative to their folder, so lm-eval runs there.
 RUN_SH = b'#!/bin/sh\nmkdir -p /bench/tasks /bench/results/cache\ncd /bench/tasks\nexec "$@"\n'
-_TRANSIENT = ("ConnectError", "Connection refused", "RetryError", "503", "ServerDisconnected")
+# what lm-eval's aiohttp client logs when the server goes away (a "503" alone could be a number)
+_TRANSIENT = (
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+    "ClientOSError",
+    "Connection refused",
+    "Connection reset",
+    "RetryError",
+    "503 Service Unavailable",
+)
 
 
 def eval_settings(spec: ClusterSpec) -> Mapping[str, Any]:
