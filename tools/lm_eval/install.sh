@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the lm-evaluation-harness venv (with its [api] extra: tenacity, aiohttp for local-completions) that `servectl eval` copies into its client image.
+# Build the lm-evaluation-harness venv that `servectl eval` copies into its client image
+# (lm_eval[api]: the API models need tenacity/aiohttp, which the bare package lacks).
 #
 # It sits on top of the CPU vLLM venv (tools/vllm/install-cpu.sh): a .pth file puts that venv's
 # site-packages on the path, so torch/transformers/tokenizers are reused (pip sees them as
