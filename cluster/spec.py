@@ -224,6 +224,18 @@ class BenchSpec(_Model):
     output_len: int = Field(512, ge=1, description="Output tokens per request (--ignore-eos).")
 
 
+class EvalSpec(_Model):
+    """`servectl eval` (lm-evaluation-harness from the client container)."""
+
+    num_concurrent: int = Field(16, ge=1, le=256, description="Concurrent requests per task.")
+    client_image: str | None = Field(
+        None, description="Client image with lm_eval 0.4.13 (default: the bench client image)."
+    )
+    hf_cache: str | None = Field(
+        None, description="Head-side HF cache with pre-fetched datasets (mounted as HF_HOME)."
+    )
+
+
 class ServectlSettings(_Model):
     """Everything under `all.vars.servectl` in the inventory."""
 
@@ -264,6 +276,7 @@ class ServectlSettings(_Model):
     watchdog: WatchdogSpec = WatchdogSpec()
     thermal: ThermalSpec = ThermalSpec()
     bench: BenchSpec = BenchSpec()
+    eval: EvalSpec = EvalSpec()
 
     @field_validator("host")
     @classmethod

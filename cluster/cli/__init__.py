@@ -116,6 +116,7 @@ def _mount_optional() -> None:
         ("servectl.cluster.cli.thermal", "thermal"),
         ("servectl.cluster.cli.bench", "bench"),
         ("servectl.cluster.cli.decide", "decide"),
+        ("servectl.cluster.cli.eval", "eval"),
     ):
         try:
             sub = importlib.import_module(module)
