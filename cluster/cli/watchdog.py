@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -189,14 +190,46 @@ def build_actuator(spec: Any, control_state_dir: str | None = None) -> Controlle
     return ControllerActuator(spec, control_state_dir)
 
 
-def build_config(spec: Any, state_dir: str | None = None) -> WatchdogConfig:
+def resolve_api_key(ref: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """The probe's API key from its reference, or ConfigError when it cannot be resolved here.
+
+    A watchdog that probes without the configured key gets 401 on every probe: it cannot see a
+    hang any more (issue 15: 12 h of a hung engine, 0 restarts). So it refuses to start instead.
+    `file:` is read where the watchdog runs (the provisioned one runs on the head node, where
+    the root-only key file lives).
+    """
+    if ref is None:
+        return None
+    environ = os.environ if environ is None else environ
+    if ref.env:
+        value = environ.get(ref.env)
+        if not value:
+            raise ConfigError(
+                f"the API key's variable {ref.env} is not set in the watchdog's environment",
+                key="secrets.api_key.env",
+                hint=f"export {ref.env} for the watchdog (systemd: EnvironmentFile=), or the "
+                "probe gets 401 and the watchdog is blind",
+            )
+        return value
+    try:
+        value = Path(ref.file).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"the API key file {ref.file} is not readable here ({exc.strerror or exc})",
+            key="secrets.api_key.file",
+            hint="run the watchdog where the key file is (the head node, as provisioned) "
+            "with permission to read it",
+        ) from None
+    if not value:
+        raise ConfigError(f"the API key file {ref.file} is empty", key="secrets.api_key.file")
+    return value
+
+
+def build_config(
+    spec: Any, state_dir: str | None = None, environ: Mapping[str, str] | None = None
+) -> WatchdogConfig:
     """Resolve probe target, model, API key and the cluster restart lock from the ClusterSpec."""
-    api_key = None
-    ref = getattr(spec.secrets, "api_key", None)
-    if ref is not None and ref.env:
-        api_key = os.environ.get(ref.env)
-    # A key kept only in a file on the nodes is not readable here: the probe then gets 401 and
-    # the watchdog alerts "misconfig" once (it never restarts for it).
+    api_key = resolve_api_key(getattr(spec.secrets, "api_key", None), environ)
     sd = state_dir or spec.watchdog.state_dir
     lock = os.path.join(os.path.dirname(os.path.abspath(sd)), f"restart-{spec.name}.lock")
     return WatchdogConfig.from_spec(
@@ -206,6 +239,7 @@ def build_config(spec: Any, state_dir: str | None = None) -> WatchdogConfig:
         api_key=api_key,
         restart_lock_path=lock,
         state_dir=sd,
+        config_hash=spec.config_hash(),
     )
 
 
