@@ -28,6 +28,12 @@ class ControllerCluster:
         self.on_event = on_event
         self.who = who
 
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        """The restart's own pre-flight on `spec` (images, model/drafter paths, GPUs, ports),
+        run before the rollout writes the inventory."""
+        with Controller(spec) as ctl:
+            return list(ctl.preflight(ctl.plan_restart()).problems)
+
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool:
         with Controller(spec, on_event=self.on_event) as ctl:
             result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
