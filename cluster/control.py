@@ -463,7 +463,9 @@ class Controller:
 
     # -- boot ------------------------------------------------------------------------------------
     def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:
-        """A real 1-token completion: (ok, latency ms, error)."""
+        """The watchdog's 1-token probe (same request, same verdict): (ok, latency ms, error)."""
+        from servectl.watchdog.probe import Outcome, classify_completion, completion_payload
+
         s = self.spec.serving
         headers = {}
         key = self._api_key()
@@ -475,13 +477,18 @@ class Controller:
                 f"{self.spec.api_base}/v1/completions",
                 headers=headers,
                 timeout=timeout,
-                json={"model": s.model.served_name, "prompt": "ping", "max_tokens": 1},
+                json=completion_payload(s.model.served_name),
             )
         except httpx.HTTPError as e:
             return False, None, f"{type(e).__name__}: {e}"
         ms = (time.monotonic() - t0) * 1000
-        if r.status_code != 200:
-            return False, ms, f"HTTP {r.status_code}: {r.text[:200]}"
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        outcome, detail = classify_completion(r.status_code, body)
+        if outcome is not Outcome.OK:
+            return False, ms, f"{outcome.value}: {detail}"
         return True, ms, None
 
     def _api_key(self) -> str | None:

@@ -96,11 +96,17 @@ class WatchdogHolder:
                 "no watchdog state dir %s found; nothing to hold", self.spec.watchdog.state_dir
             )
 
-    def hold(self, reason: str, until: float) -> None:
+    def hold(self, reason: str, until: float, kind: str = "hold") -> None:
         now = time.time()
         self._write(
             {
-                "hold": {"until": until, "reason": reason, "by": self.by, "set_at": now},
+                "hold": {
+                    "until": until,
+                    "reason": reason,
+                    "by": self.by,
+                    "set_at": now,
+                    "kind": kind,
+                },
                 "released_at": None,
             }
         )

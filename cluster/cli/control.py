@@ -23,8 +23,9 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog import watchdog_line
-from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
+from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller, _who
 from servectl.cluster.control_plan import Action, ControlPlan
+from servectl.cluster.operator_lock import clear_down, cluster_lock_path, mark_down, one_actor
 from servectl.cluster.status import ClusterStatus
 
 clocks_app = typer.Typer(
@@ -129,9 +130,18 @@ def up(
         if dry_run:
             _print_plan(plan)
             raise typer.Exit(3 if plan.refused else 0)
-        with view.progress:
-            result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+        with one_actor(cluster_lock_path(spec), f"servectl up by {_who()}"):
+            # An operator's `up` ends an intentional stop: the watchdog watches again.
+            clear_down(_holder(spec))
+            with view.progress:
+                result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
     raise typer.Exit(_report(result))
+
+
+def _holder(spec):  # -> WatchdogHolder (imported late: it needs cluster control)
+    from servectl.cluster.rollout_ports import WatchdogHolder
+
+    return WatchdogHolder(spec, by=_who())
 
 
 def down(inventory: InventoryOption = DEFAULT_INVENTORY, dry_run: DryRun = False) -> None:
@@ -142,7 +152,11 @@ def down(inventory: InventoryOption = DEFAULT_INVENTORY, dry_run: DryRun = False
         if dry_run or not plan.changes:
             _print_plan(plan)
             raise typer.Exit(0)
-        raise typer.Exit(_report(ctl.down(plan)))
+        with one_actor(cluster_lock_path(spec), f"servectl down by {_who()}"):
+            # Recorded before the containers go: the watchdog must never count this stop.
+            mark_down(_holder(spec), _who())
+            result = ctl.down(plan)
+    raise typer.Exit(_report(result))
 
 
 def restart(
@@ -163,8 +177,12 @@ def restart(
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        with view.progress:
-            result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+        # One actor: the cluster lock, and the watchdog held while this restart runs (its release
+        # also ends an intentional `down`).
+        what = f"servectl restart by {_who()}: {reason}"
+        with one_actor(cluster_lock_path(spec), what, _holder(spec), hold_s=timeout + 600):
+            with view.progress:
+                result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
     raise typer.Exit(_report(result))
 
 

@@ -39,6 +39,7 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.operator_lock import cluster_lock_path
 from servectl.watchdog.config import MAX_HOLD_S, WatchdogConfig
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.state import StateStore, lock_holder, read_hold, write_hold, write_release
@@ -231,7 +232,7 @@ def build_config(
     """Resolve probe target, model, API key and the cluster restart lock from the ClusterSpec."""
     api_key = resolve_api_key(getattr(spec.secrets, "api_key", None), environ)
     sd = state_dir or spec.watchdog.state_dir
-    lock = os.path.join(os.path.dirname(os.path.abspath(sd)), f"restart-{spec.name}.lock")
+    lock = cluster_lock_path(spec, sd)
     return WatchdogConfig.from_spec(
         spec.watchdog,
         probe_url=spec.api_base,
