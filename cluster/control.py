@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,8 +224,10 @@ class Controller:
         results: dict[str, T | ServectlError] = {}
         if not nodes:
             return results
-        ex = ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="servectl")
-        futures = {ex.submit(fn, n): n for n in nodes}
+        # One daemon thread per node, not a ThreadPoolExecutor: the interpreter joins executor
+        # workers at exit, so a node frozen mid-call kept `servectl status` alive after it had
+        # printed. A daemon thread blocked on a dead node is abandoned when the command ends.
+        futures = {_daemon_call(fn, n, f"servectl-{n.name}"): n for n in nodes}
         done, _ = wait(futures, timeout=timeout)
         for fut, node in futures.items():
             if fut not in done:
@@ -238,7 +240,6 @@ class Controller:
             except Exception as e:  # noqa: BLE001 - one node's bug must not hide the others
                 log.exception("%s: unexpected error", node.name)
                 results[node.name] = ServectlError(f"{node.name}: {type(e).__name__}: {e}")
-        ex.shutdown(wait=False, cancel_futures=True)
         return results
 
     def collector(
@@ -698,10 +699,12 @@ class Controller:
                 elapsed_s=round(time.monotonic() - t, 3),
             )
 
-        ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servectl-server")
         # The server part shares the command's deadline: a hung engine makes the 1-token probe
         # wait, and /health's answer must still make it into the status.
-        server_future = ex.submit(self._server_status, t0 + min(timeout_s, 10.0))
+        server_deadline = t0 + min(timeout_s, 10.0)
+        server_future = _daemon_call(
+            lambda _n: self._server_status(server_deadline), self.spec.head, "servectl-server"
+        )
         results = self.fan_out(list(self.spec.nodes), node_status, timeout=timeout_s)
         nodes = []
         for n in self.spec.nodes:
@@ -718,7 +721,6 @@ class Controller:
             )
         except Exception as e:  # noqa: BLE001 - a status never raises for the server part
             server = ServerStatus(self.spec.api_base, health_error=str(e) or "timed out")
-        ex.shutdown(wait=False)
         verdict, notes = derive_verdict(nodes, server)
         return ClusterStatus(
             self.spec.name,
@@ -816,6 +818,21 @@ def _gpu_problems(node: str, doc: Mapping[str, Any], cap: int | None) -> list[st
             if got != cap:
                 problems.append(f"{node}: GPU{g.get('index')} clock cap reads {got}, want {cap}")
     return problems
+
+
+def _daemon_call(fn: Callable[[NodeSpec], T], node: NodeSpec, name: str) -> Future[T]:
+    """`fn(node)` on a daemon thread; its outcome in a Future."""
+    fut: Future[T] = Future()
+    fut.set_running_or_notify_cancel()
+
+    def target() -> None:
+        try:
+            fut.set_result(fn(node))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            fut.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return fut
 
 
 def _pump(stream: LogStream, q: queue.Queue[str | None]) -> None:
