@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from servectl.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
+from servectl.cluster.applied import revision as applied_revision
 from servectl.cluster.boot import (
     BootHistory,
     BootProgress,
@@ -161,11 +163,16 @@ class Controller:
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.time,
         nvml_lib: str | None = None,
+        applied_source: tuple[str, str] | None = None,
     ) -> None:
         self.spec = spec
+        # (inventory text, path) when `spec` comes from a recorded plan rather than the file
+        # (a watchdog replaying the applied plan): recorded as applied instead of the file.
+        self.applied_source = applied_source
         self.pool = SshPool(spec.ssh)
         self.node_timeout_s = node_timeout_s
         state = Path(state_dir) if state_dir else default_state_dir()
+        self.state_dir = state
         self.history = BootHistory(state / "boots.jsonl")
         self.events = EventLog(state / "events.jsonl")
         self._on_event = on_event or (lambda e: None)
@@ -424,6 +431,8 @@ class Controller:
         timeout_s: float = 2400.0,
         preflight: bool = True,
         plan: ControlPlan | None = None,
+        action: str = "up",
+        who: str | None = None,
     ) -> ApplyResult:
         plan = plan or self.plan_up(replace)
         if plan.refused:
@@ -436,6 +445,8 @@ class Controller:
             if not report.ok:
                 raise ServectlError("pre-flight failed:\n  " + "\n  ".join(report.problems))
         outcomes = self.apply(plan)
+        if all(o.ok for o in outcomes):
+            self.record_applied(action, who)
         boot = None
         if wait_ready and all(o.ok for o in outcomes):
             boot = self.follow_boot(timeout_s=timeout_s)
@@ -460,7 +471,35 @@ class Controller:
                 "plan": plan.to_json(),
             }
         )
-        return self.up(plan=plan, wait_ready=wait_ready, timeout_s=timeout_s)
+        return self.up(
+            plan=plan, wait_ready=wait_ready, timeout_s=timeout_s, action="restart", who=who
+        )
+
+    def record_applied(self, action: str, who: str | None = None) -> AppliedPlan | None:
+        """Record the plan just applied where every actor reads it (this machine, head node)."""
+        if self.applied_source is not None:
+            text, path = self.applied_source
+            plan = AppliedPlan(
+                self.spec.name,
+                self.spec.config_hash(),
+                applied_revision(text),
+                text,
+                path,
+                action,
+                who or _who(),
+                self._clock(),
+            )
+        else:
+            plan = plan_for(self.spec, action, who or _who(), self._clock())
+        if plan is None:
+            return None
+        try:
+            write_local(plan, local_paths(self.spec, self.state_dir))
+        except OSError as exc:
+            log.warning("could not record the applied plan here: %s", exc)
+        if not is_local(self.spec.head):
+            write_head(plan, self.session(self.spec.head), self.spec.watchdog.state_dir)
+        return plan
 
     # -- boot ------------------------------------------------------------------------------------
     def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:

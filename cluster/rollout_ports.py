@@ -48,6 +48,8 @@ class ControllerCluster:
         """`--via watchdog`: take the server down; the watchdog sees it and restarts it."""
         with Controller(spec, on_event=self.on_event) as ctl:
             ctl.events.append({"ts": time.time(), "event": "stop", "who": self.who, "why": why})
+            # The watchdog restarts the applied plan: make the new config the one it replays.
+            ctl.record_applied("rollout", self.who)
             ctl.down()
 
     def wait_running(self, spec: ClusterSpec, timeout_s: float, poll_s: float = 2.0) -> bool:

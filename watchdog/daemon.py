@@ -89,6 +89,16 @@ def as_boot_progress(obj: Any) -> BootProgress | None:
     return BootProgress(phase, float(counter))
 
 
+@dataclasses.dataclass(frozen=True)
+class PlanChange:
+    """A new applied plan to follow: its settings, a prober and an actuator built for it."""
+
+    config: WatchdogConfig
+    prober: Any
+    actuator: Any
+    detail: dict[str, Any]
+
+
 class ProberLike(Protocol):
     def probe(self) -> ProbeResult: ...
 
@@ -107,6 +117,7 @@ class Watchdog:
         alerter: Alerter,
         metrics: WatchdogMetrics | None = None,
         policy: Policy | None = None,
+        follow: Callable[[], PlanChange | None] | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -117,6 +128,8 @@ class Watchdog:
         self._alerter = alerter
         self._metrics = metrics
         self._policy = policy or Policy(PolicyConfig.from_config(config))
+        self._follow = follow  # returns a PlanChange when the applied plan's hash changed
+        self._follow_error: str | None = None
         self._lock = FileLock(config.lock_path)
         self._restart_lock = (
             FileLock(config.restart_lock_path) if config.restart_lock_path else None
@@ -205,6 +218,7 @@ class Watchdog:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
         with self._tick_lock:
             self.open()
+            self._follow_plan()
             assert self._state is not None
             probe = self._prober.probe()
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
@@ -230,6 +244,53 @@ class Watchdog:
             self._commit(state, decisions, hold_until=hold.until if hold else None)
             self._flush_alerts()
             return decisions
+
+    def _follow_plan(self) -> None:
+        """Switch probe target, key and policy to a newly applied plan (logged as an event).
+        A plan that cannot be used (its key not resolvable here) is alerted, and the previous
+        one is kept: the watchdog never goes blind by following a plan."""
+        if self._follow is None:
+            return
+        try:
+            change = self._follow()
+        except Exception as exc:  # noqa: BLE001 - reported, the old plan stays in force
+            error = f"{type(exc).__name__}: {exc}"
+            if error != self._follow_error:
+                self._follow_error = error
+                self._record("plan_unusable", error=error, keeps=self.config.config_hash)
+                self._queue_alert(
+                    {
+                        "incident_id": "plan",
+                        "category": "plan_unusable",
+                        "message": f"the newly applied plan cannot be followed ({error}); "
+                        f"still watching config {self.config.config_hash}",
+                    }
+                )
+            return
+        if change is None:
+            return
+        self._follow_error = None
+        old = self.config
+        self.config = dataclasses.replace(
+            change.config, state_dir=old.state_dir, restart_lock_path=old.restart_lock_path
+        )
+        for old_part in (self._prober, self._actuator):
+            close = getattr(old_part, "close", None)
+            if callable(close):
+                close()
+        self._prober, self._actuator = change.prober, change.actuator
+        self._policy = Policy(PolicyConfig.from_config(self.config))
+        if self._cadence is not None:
+            self._cadence.interval_s = self.config.interval_s
+        assert self._state is not None
+        self._state = dataclasses.replace(self._state, baseline=None, flat_since=None)
+        self._record(
+            "plan_changed",
+            old_hash=old.config_hash,
+            new_hash=self.config.config_hash,
+            probe_url=self.config.probe_url,
+            **change.detail,
+        )
 
     def _cluster_call(self, fn: Callable[[], Any], what: str) -> Any:
         """A bounded call into the cluster: a frozen node costs this one wait, not the loop."""
@@ -440,7 +501,10 @@ class Watchdog:
 
 
 def build_watchdog(
-    config: WatchdogConfig, actuator: Actuator, clock: Callable[[], float] | None = None
+    config: WatchdogConfig,
+    actuator: Actuator,
+    clock: Callable[[], float] | None = None,
+    follow: Callable[[], PlanChange | None] | None = None,
 ) -> Watchdog:
     """The production wiring: real prober, files under `state_dir`, hooks from the config."""
     import time
@@ -458,4 +522,5 @@ def build_watchdog(
         event_log=EventLog(config.events_path, clock),
         alerter=Alerter(config.alert_command, config.alert_webhook),
         metrics=WatchdogMetrics(),
+        follow=follow,
     )

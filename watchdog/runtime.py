@@ -54,7 +54,7 @@ class Cadence:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fn = fn
-        self._interval_s = interval_s
+        self.interval_s = interval_s  # the daemon changes it when it follows a new plan
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,7 +67,7 @@ class Cadence:
                 break
             started = self._monotonic()
             self._fn()
-            due = next_start(started, self._interval_s)
+            due = next_start(started, self.interval_s)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="watchdog-cadence", daemon=True)

@@ -76,16 +76,21 @@ class ControllerActuator:
       someone else since the failures began is not repeated).
     """
 
-    def __init__(self, spec: Any, control_state_dir: str | None = None) -> None:
+    def __init__(
+        self, spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+    ) -> None:
         from servectl.cluster.control import Controller
 
         self.spec = spec
         self.control_state_dir = control_state_dir
+        self.applied_path = applied_path  # the plan a restart replays (not the inventory)
         self.controller = Controller(spec, state_dir=control_state_dir, node_timeout_s=10.0)
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         why = f"watchdog: {reason}"
         source = getattr(self.spec, "source_file", None)
+        if self.applied_path and os.path.isfile(self.applied_path):
+            source = self.applied_path
         if not source or not os.path.isfile(source):
             # No inventory file to hand a child (a spec built in memory): restart in-process.
             result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
@@ -171,11 +176,15 @@ def _raise_unless_applied(doc: dict[str, Any]) -> None:
 def restart_job(inventory: str, why: str, control_state_dir: str | None = None) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
     one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error)."""
+    from servectl.cluster.applied import read_applied
     from servectl.cluster.control import Controller
 
     try:
-        spec = load(Path(inventory))
-        with Controller(spec, state_dir=control_state_dir) as ctl:
+        plan = read_applied(inventory) if inventory.endswith(".json") else None
+        # The applied plan is replayed as recorded, whatever the inventory file says now.
+        spec = plan.spec() if plan is not None else load(Path(inventory))
+        source = (plan.inventory_text, plan.inventory_path) if plan is not None else None
+        with Controller(spec, state_dir=control_state_dir, applied_source=source) as ctl:
             doc = _result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
     except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
         doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -185,10 +194,13 @@ def restart_job(inventory: str, why: str, control_state_dir: str | None = None) 
     return 0 if doc["ok"] else 1
 
 
-def build_actuator(spec: Any, control_state_dir: str | None = None) -> ControllerActuator:
+def build_actuator(
+    spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
-    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator)."""
-    return ControllerActuator(spec, control_state_dir)
+    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator);
+    `applied_path`: the applied plan a restart replays."""
+    return ControllerActuator(spec, control_state_dir, applied_path)
 
 
 def resolve_api_key(ref: Any, environ: Mapping[str, str] | None = None) -> str | None:
@@ -326,18 +338,48 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
 def run(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     state_dir: StateDirOption = None,
+    applied: Annotated[
+        Path | None,
+        typer.Option(
+            "--applied",
+            help="Follow this applied-plan record (applied.json) instead of an inventory: what "
+            "the provisioned watchdog does. Waits for the first `servectl up` if absent.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("-v", help="Debug logging.")] = False,
 ) -> None:
-    """Run the watchdog in the foreground until SIGTERM/SIGINT."""
+    """Run the watchdog in the foreground until SIGTERM/SIGINT. It watches and restarts the
+    applied plan (what `up`/`restart`/`rollout` last applied), following it when it changes."""
+    from servectl.cluster.applied import local_paths, read_applied
+    from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
     from servectl.watchdog.daemon import build_watchdog
+    from servectl.watchdog.probe import Prober
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    spec = load(inventory)
-    cfg = build_config(spec, str(state_dir) if state_dir else None)
-    wd = build_watchdog(cfg, build_actuator(spec))
+    sd = str(state_dir) if state_dir else None
+    if applied is not None:
+        path = str(applied)
+        plan = wait_for_applied(path)
+        spec = plan.spec()
+    else:
+        spec = load(inventory)
+        path = local_paths(spec)[0]
+        plan = read_applied(path)
+        if plan is not None and plan.cluster == spec.name:
+            spec = plan.spec()  # what runs, not what the inventory wants next
+        else:
+            plan = None
+    cfg = build_config(spec, sd)
+
+    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
+        new_cfg = build_config(new_spec, cfg.state_dir)
+        return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
+
+    follower = PlanFollower(path, plan, build, spec.name)
+    wd = build_watchdog(cfg, build_actuator(spec, applied_path=path), follow=follower)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: wd.stop())
     console.print(
