@@ -42,7 +42,14 @@ from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import cluster_lock_path
 from servectl.watchdog.config import MAX_HOLD_S, WatchdogConfig
 from servectl.watchdog.events import EventLog, read_events
-from servectl.watchdog.state import StateStore, lock_holder, read_hold, write_hold, write_release
+from servectl.watchdog.state import (
+    StateStore,
+    lock_holder,
+    read_hold,
+    read_json,
+    write_hold,
+    write_release,
+)
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -292,7 +299,20 @@ def _status_doc(sd: str) -> dict[str, Any]:
         "state": None,
     }
     if hold is not None and hold.until > now:
-        doc["hold"] = {"until": hold.until, "reason": hold.reason, "by": hold.by}
+        doc["hold"] = {"until": hold.until, "reason": hold.reason, "by": hold.by, "kind": hold.kind}
+    elif hold is not None:
+        doc["hold_expired"] = {"until": hold.until, "reason": hold.reason, "by": hold.by}
+    pending = (read_json(os.path.join(sd, "outbox.json")) or {}).get("pending") or []
+    doc["undelivered_alerts"] = [
+        {
+            "category": p["incident"].get("category"),
+            "attempts": p.get("attempts"),
+            "next_attempt_at": p.get("next_at"),
+            "problems": p.get("problems"),
+        }
+        for p in pending
+        if isinstance(p, dict) and isinstance(p.get("incident"), dict)
+    ]
     if state is not None:
         doc["state"] = {
             "phase": state.phase.value,
@@ -306,6 +326,7 @@ def _status_doc(sd: str) -> dict[str, Any]:
             "boot_deadline_at": state.boot_deadline_at,
             "boot_failures": state.boot_failures,
             "updated_at": state.updated_at,
+            "blind_since": state.blind_since,
         }
     return doc
 
@@ -327,8 +348,14 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
         f"last probe {lp.get('outcome', '-')}/{st['last_verdict'] or '-'} at {_iso(lp.get('at'))}, "
         f"{len(st['restart_times'])} restart(s) in window"
     )
-    if doc["hold"]:
+    if doc["hold"] and doc["hold"]["kind"] == "down":
+        text += f", [bold]intentional stop[/] ({doc['hold']['reason']}): no restart until `up`"
+    elif doc["hold"]:
         text += f", held until {_iso(doc['hold']['until'])}: {doc['hold']['reason']}"
+    if st["phase"] == "blind":
+        text += f", [red]blind[/] since {_iso(st['blind_since'])} (probe rejected: key/model)"
+    if doc["undelivered_alerts"]:
+        text += f", [red]{len(doc['undelivered_alerts'])} alert(s) undelivered[/]"
     return doc, text
 
 
@@ -425,6 +452,19 @@ def status(
         t.add_row("incident", st["incident_id"])
     h = doc["hold"]
     t.add_row("hold", f"until {_iso(h['until'])} by {h['by']}: {h['reason']}" if h else "none")
+    if h and h["kind"] == "down":
+        t.add_row("", "[bold]intentional stop[/]: no restart until `servectl up`")
+    if doc.get("hold_expired"):
+        e = doc["hold_expired"]
+        t.add_row("hold expired", f"at {_iso(e['until'])} ({e['reason']}), never released")
+    if st["phase"] == "blind":
+        t.add_row("blind since", _iso(st["blind_since"]))
+    for a in doc["undelivered_alerts"]:
+        t.add_row(
+            "alert undelivered",
+            f"{a['category']}: {a['attempts']} attempt(s), next at {_iso(a['next_attempt_at'])}: "
+            f"{'; '.join(a['problems'] or [])}",
+        )
     console.print(t)
 
 
