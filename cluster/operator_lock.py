@@ -88,3 +88,57 @@ def mark_down(holder: Holder, who: str, clock: Callable[[], float] = time.time) 
 def clear_down(holder: Holder) -> None:
     """`up`/`restart`: end an intentional stop (and any hold) so the watchdog watches again."""
     holder.release()
+
+
+class LeasedHolder:
+    """A watchdog hold kept as a short lease, renewed while this process lives.
+
+    A rollout holds the watchdog for two boots (6600 s by default); killed with -9 it used to
+    leave that whole hold behind with the server down. As a lease, the hold lapses `lease_s`
+    after the holder died (the watchdog then alerts `hold_expired` and its rules resume), and
+    never outlives the `until` that was asked for.
+    """
+
+    def __init__(
+        self, inner: Holder, lease_s: float = 600.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        import threading
+
+        self._inner = inner
+        self._lease_s = lease_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, reason: str, until: float, kind: str = "hold") -> None:
+        import threading
+
+        self._stop_renewing()
+        self._stop = threading.Event()
+        self._renew(reason, until, kind)
+        self._thread = threading.Thread(
+            target=self._loop, args=(reason, until, kind), name="watchdog-hold-lease", daemon=True
+        )
+        self._thread.start()
+
+    def _renew(self, reason: str, until: float, kind: str) -> None:
+        self._inner.hold(reason, min(until, self._clock() + self._lease_s), kind)
+
+    def _loop(self, reason: str, until: float, kind: str) -> None:
+        while not self._stop.wait(self._lease_s / 3):
+            if self._clock() >= until:
+                return
+            try:
+                self._renew(reason, until, kind)
+            except Exception:  # noqa: BLE001 - a missed renewal: the next one may get through
+                continue
+
+    def _stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def release(self) -> None:
+        self._stop_renewing()
+        self._inner.release()

@@ -25,7 +25,13 @@ from servectl.cluster.cli.common import (
 from servectl.cluster.cli.watchdog import watchdog_line
 from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller, _who
 from servectl.cluster.control_plan import Action, ControlPlan
-from servectl.cluster.operator_lock import clear_down, cluster_lock_path, mark_down, one_actor
+from servectl.cluster.operator_lock import (
+    LeasedHolder,
+    clear_down,
+    cluster_lock_path,
+    mark_down,
+    one_actor,
+)
 from servectl.cluster.status import ClusterStatus
 
 clocks_app = typer.Typer(
@@ -180,7 +186,8 @@ def restart(
         # One actor: the cluster lock, and the watchdog held while this restart runs (its release
         # also ends an intentional `down`).
         what = f"servectl restart by {_who()}: {reason}"
-        with one_actor(cluster_lock_path(spec), what, _holder(spec), hold_s=timeout + 600):
+        held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
+        with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
             with view.progress:
                 result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
     raise typer.Exit(_report(result))

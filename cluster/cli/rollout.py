@@ -83,9 +83,11 @@ def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
         )
         console.print(f"[bold]rollout[/] {kind}{detail}", highlight=False)
 
+    from servectl.cluster.operator_lock import LeasedHolder
+
     return RolloutPorts(
         ControllerCluster(),
-        WatchdogHolder(spec),
+        LeasedHolder(WatchdogHolder(spec)),  # lapses within 10 min if this process dies
         bench_measurer(bench, str(inventory)),
         on_event=on_event,
         via=via,

@@ -113,3 +113,25 @@ def test_status_probe_and_watchdog_agree(status: int, body: dict, ok: bool) -> N
     finally:
         ctl.close()
     assert seen[0]["max_tokens"] == 1 and seen[0]["temperature"] == 0
+
+
+def test_rollout_hold_is_a_lease_that_lapses_when_its_holder_dies(tmp_path: Path) -> None:
+    # Reproduction (6): a rollout killed with -9 left a 6600 s hold, the server down, no alert.
+    import time
+
+    from servectl.cluster.operator_lock import LeasedHolder
+
+    holder = FileHolder(str(tmp_path / "hold.json"))
+    leased = LeasedHolder(holder, lease_s=0.3)
+    t0 = time.time()
+    leased.hold("rollout 1", t0 + 6600)
+    first = read_hold(holder.path)[0].until
+    assert first <= time.time() + 0.3 < t0 + 6600
+    time.sleep(0.5)
+    renewed = read_hold(holder.path)[0].until
+    assert renewed > first  # renewed while the holder lives
+    leased._stop.set()  # the holder dies (kill -9): nobody renews
+    time.sleep(0.5)
+    assert read_hold(holder.path)[0].until < time.time()  # lapsed on its own
+    leased.release()
+    assert read_hold(holder.path)[0] is None
