@@ -79,13 +79,14 @@ def as_boot_progress(obj: Any) -> BootProgress | None:
         return obj
     phase = getattr(obj, "phase", "unknown")
     phase = str(getattr(phase, "value", phase))
+    failed = bool(getattr(obj, "failed", False))  # e.g. the head container exited
     if hasattr(obj, "progress"):
-        return BootProgress(phase, float(obj.progress))
+        return BootProgress(phase, float(obj.progress), failed)
     counter = (getattr(obj, "shards_loaded", 0) or 0) + (
         getattr(obj, "drafter_shards_loaded", 0) or 0
     )
     counter += getattr(obj, "cuda_graphs_pct", 0) or 0
-    return BootProgress(phase, float(counter))
+    return BootProgress(phase, float(counter), failed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,7 +129,17 @@ class ControllerActuator:
         _raise_unless_applied(doc)
 
     def boot_progress(self) -> Any:
-        return self.controller.boot_progress()
+        """The head's boot progress; failed as soon as any rank's container exited (a worker
+        that died leaves the head waiting at the rendezvous until the boot deadline)."""
+        from servectl.watchdog.policy import BootProgress
+
+        progress = self.controller.boot_progress()
+        if progress is not None and getattr(progress, "failed", False):
+            return progress
+        dead = self.controller._dead_containers()
+        if dead and any("exited" in d for d in dead):
+            return BootProgress("exited: " + "; ".join(dead)[:200], 0.0, failed=True)
+        return progress
 
     def server_started_at(self) -> float | None:
         c = self.controller.head_container()

@@ -155,3 +155,11 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
     assert time.monotonic() - t0 < 2.0
     assert wd.state is not None and wd.state.phase is Phase.BOOTING
     wd.close()
+
+
+def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
+    from servectl.cluster.boot import BootProgress as ClusterBoot
+    from servectl.watchdog.daemon import as_boot_progress
+
+    got = as_boot_progress(ClusterBoot(shards_loaded=3, failed=True))
+    assert got is not None and got.failed and got.progress == 3
