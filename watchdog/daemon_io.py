@@ -130,8 +130,13 @@ class DaemonIO:
             return
         self._follow_error = None
         old = self.config
+        # Where this daemon keeps its files and serves /metrics does not move with the plan.
         self.config = dataclasses.replace(
-            change.config, state_dir=old.state_dir, restart_lock_path=old.restart_lock_path
+            change.config,
+            state_dir=old.state_dir,
+            restart_lock_path=old.restart_lock_path,
+            metrics_host=old.metrics_host,
+            metrics_port=old.metrics_port,
         )
         for old_part in (self._prober, self._actuator):
             close = getattr(old_part, "close", None)

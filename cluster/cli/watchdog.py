@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import logging
@@ -400,19 +401,25 @@ def run(
     if applied is not None:
         path = str(applied)
         plan = wait_for_applied(path)
-        spec = plan.spec()
+        spec = own = plan.spec()
     else:
-        spec = load(inventory)
+        spec = own = load(inventory)
         path = local_paths(spec)[0]
         plan = read_applied(path)
         if plan is not None and plan.cluster == spec.name:
             spec = plan.spec()  # what runs, not what the inventory wants next
         else:
             plan = None
-    cfg = build_config(spec, sd)
+    # Probe target, key and policy follow the applied plan; where this daemon keeps its state
+    # and serves /metrics is its own deployment (its unit, or the inventory it was started on).
+    here = {
+        "metrics_host": own.watchdog.metrics_host,
+        "metrics_port": own.watchdog.metrics_port,
+    }
+    cfg = dataclasses.replace(build_config(spec, sd or own.watchdog.state_dir), **here)
 
     def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
-        new_cfg = build_config(new_spec, cfg.state_dir)
+        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
         return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
 
     follower = PlanFollower(path, plan, build, spec.name)
