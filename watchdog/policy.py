@@ -654,6 +654,7 @@ class Policy:
             unreadable_since=None,
             crash_seen_at=None,
             blind_since=None,
+            updated_at=now,  # the boot grace left is measured from here after a daemon restart
         )
 
     def _blind(self, s: PolicyState, why: str, now: float, d: list[Decision]) -> PolicyState:
