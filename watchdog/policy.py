@@ -73,7 +73,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
+from servectl.watchdog.verdict import COUNTED, Verdict, classify
+from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
 
 class Phase(enum.StrEnum):
@@ -84,18 +86,6 @@ class Phase(enum.StrEnum):
     HELD = "held"
     GIVEN_UP = "given_up"
     BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
-
-
-class Verdict(enum.StrEnum):
-    OK = "ok"
-    BUSY = "busy"
-    STALLED = "stalled"
-    HARD = "hard_fail"
-    MISCONFIG = "misconfig"
-    UNKNOWN = "unknown"
-
-
-COUNTED = (Verdict.STALLED, Verdict.HARD)
 
 
 @dataclass(frozen=True)
@@ -275,23 +265,6 @@ class PolicyConfig:
         )
 
 
-def progress_signal(prev: MetricsSnapshot, cur: MetricsSnapshot) -> str | None:
-    """Pure: what advanced between two snapshots; "reset" if a counter went backwards."""
-    for name in COUNTERS:
-        a, b = prev.get(name), cur.get(name)
-        if a is None or b is None:
-            continue
-        if b < a:
-            return "reset"
-        if b > a:
-            return name
-    running = cur.get("vllm:num_requests_running") or 0
-    kv_a, kv_b = prev.get("vllm:kv_cache_usage_perc"), cur.get("vllm:kv_cache_usage_perc")
-    if running > 0 and kv_a is not None and kv_b is not None and kv_b > kv_a:
-        return "vllm:kv_cache_usage_perc (prefill in flight)"
-    return None
-
-
 @dataclass(frozen=True)
 class Policy:
     """Pure rules; every method returns a new state and the decisions for the daemon to apply."""
@@ -352,7 +325,7 @@ class Policy:
         self, state: PolicyState, obs: Observation, now: float
     ) -> tuple[PolicyState, list[Decision]]:
         d: list[Decision] = []
-        verdict, why, s = self._classify(state, obs, now)
+        verdict, why, s = classify(self.cfg.stall_window_s, state, obs, now)
         s = replace(
             s,
             last_probe=obs.probe.to_json() | {"at": now},
@@ -426,68 +399,6 @@ class Policy:
         return s, d
 
     # -- helpers -----------------------------------------------------------------------------
-    def _classify(
-        self, s: PolicyState, obs: Observation, now: float
-    ) -> tuple[Verdict, str, PolicyState]:
-        m, prev, flat_since = obs.metrics, s.baseline, s.flat_since
-        progress = None
-        if m is not None and m.error is None:
-            progress = progress_signal(prev, m) if prev is not None else None
-            new_flat = m.taken_at if prev is None or progress else flat_since
-            s = replace(s, baseline=m, flat_since=new_flat)
-        p = obs.probe
-        if p.outcome is Outcome.OK:
-            return Verdict.OK, "probe answered", s
-        if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
-            return Verdict.HARD, f"{p.outcome.value}: {p.detail}", s
-        if p.outcome is Outcome.HTTP_4XX:
-            if p.status_code == 429:
-                return Verdict.BUSY, "HTTP 429: server is shedding load", s
-            return Verdict.MISCONFIG, p.detail, s
-        # TIMEOUT: busy or stalled?
-        if m is None or m.error is not None:
-            err = m.error if m is not None else "not read"
-            if m is not None and m.refused:
-                return Verdict.HARD, f"probe timed out and /metrics refused ({err})", s
-            # No evidence either way: a busy API server can be slow on /metrics too. Count it
-            # only once /metrics has stayed unreadable for the stall window.
-            since = s.unreadable_since if s.unreadable_since is not None else now
-            s = replace(s, unreadable_since=since)
-            if now - since < self.cfg.stall_window_s:
-                return Verdict.UNKNOWN, f"probe timed out and /metrics unreadable ({err})", s
-            return (
-                Verdict.STALLED,
-                f"probe timed out and /metrics unreadable for {now - since:.0f}s ({err})",
-                s,
-            )
-        s = replace(s, unreadable_since=None)
-        if prev is None or flat_since is None:
-            return Verdict.UNKNOWN, "probe timed out; first /metrics baseline taken", s
-        if progress == "reset":
-            return (
-                Verdict.UNKNOWN,
-                "probe timed out; engine counters went backwards (re-baselined)",
-                s,
-            )
-        if progress:
-            return Verdict.BUSY, f"probe timed out but {progress} advanced: busy, not dead", s
-        flat_for = now - flat_since
-        gauges = (
-            f"running={m.get('vllm:num_requests_running')}, "
-            f"waiting={m.get('vllm:num_requests_waiting')}"
-        )
-        if flat_for < self.cfg.stall_window_s:
-            return (
-                Verdict.UNKNOWN,
-                f"probe timed out; counters flat only {flat_for:.0f}s ({gauges})",
-                s,
-            )
-        return (
-            Verdict.STALLED,
-            f"probe timed out; no engine progress for {flat_for:.0f}s ({gauges})",
-            s,
-        )
-
     def _healthy(self, s: PolicyState, now: float, d: list[Decision]) -> PolicyState:
         if s.consecutive_failures:
             d.append(ResetFailures(s.consecutive_failures, "probe answered"))
