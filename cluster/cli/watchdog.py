@@ -274,6 +274,43 @@ def build_config(
     )
 
 
+def watched_plan(
+    inventory: Path, applied: str | None, state_dir: str | None
+) -> tuple[WatchdogConfig, ControllerActuator, Any]:
+    """What `watchdog run` watches: (settings, actuator, plan follower).
+
+    Probe target, key and policy come from the applied plan (`--applied`, or the control
+    machine's record for the inventory's cluster; the inventory itself only when nothing was
+    applied yet). Where this daemon keeps its state and serves /metrics is its own deployment:
+    its unit (`--state-dir`) or the inventory it was started on.
+    """
+    from servectl.cluster.applied import local_paths, read_applied
+    from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
+    from servectl.watchdog.probe import Prober
+
+    if applied is not None:
+        path = applied
+        plan = wait_for_applied(path)
+        spec = own = plan.spec()
+    else:
+        spec = own = load(inventory)
+        path = local_paths(spec)[0]
+        plan = read_applied(path)
+        if plan is not None and plan.cluster == spec.name:
+            spec = plan.spec()  # what runs, not what the inventory wants next
+        else:
+            plan = None
+    here = {"metrics_host": own.watchdog.metrics_host, "metrics_port": own.watchdog.metrics_port}
+    cfg = dataclasses.replace(build_config(spec, state_dir or own.watchdog.state_dir), **here)
+
+    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
+        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
+        return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
+
+    follower = PlanFollower(path, plan, build, spec.name)
+    return cfg, build_actuator(spec, applied_path=path), follower
+
+
 # ---- helpers -----------------------------------------------------------------------------------
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
@@ -388,42 +425,16 @@ def run(
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM/SIGINT. It watches and restarts the
     applied plan (what `up`/`restart`/`rollout` last applied), following it when it changes."""
-    from servectl.cluster.applied import local_paths, read_applied
-    from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
     from servectl.watchdog.daemon import build_watchdog
-    from servectl.watchdog.probe import Prober
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    sd = str(state_dir) if state_dir else None
-    if applied is not None:
-        path = str(applied)
-        plan = wait_for_applied(path)
-        spec = own = plan.spec()
-    else:
-        spec = own = load(inventory)
-        path = local_paths(spec)[0]
-        plan = read_applied(path)
-        if plan is not None and plan.cluster == spec.name:
-            spec = plan.spec()  # what runs, not what the inventory wants next
-        else:
-            plan = None
-    # Probe target, key and policy follow the applied plan; where this daemon keeps its state
-    # and serves /metrics is its own deployment (its unit, or the inventory it was started on).
-    here = {
-        "metrics_host": own.watchdog.metrics_host,
-        "metrics_port": own.watchdog.metrics_port,
-    }
-    cfg = dataclasses.replace(build_config(spec, sd or own.watchdog.state_dir), **here)
-
-    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
-        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
-        return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
-
-    follower = PlanFollower(path, plan, build, spec.name)
-    wd = build_watchdog(cfg, build_actuator(spec, applied_path=path), follow=follower)
+    cfg, actuator, follower = watched_plan(
+        inventory, str(applied) if applied else None, str(state_dir) if state_dir else None
+    )
+    wd = build_watchdog(cfg, actuator, follow=follower)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: wd.stop())
     console.print(

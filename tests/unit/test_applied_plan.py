@@ -173,3 +173,30 @@ def test_unusable_plan_keeps_the_old_one_and_alerts(tmp_path: Path) -> None:
     alerts = [json.loads(x) for x in out.read_text().replace("}{", "}\n{").splitlines()]
     assert [a["category"] for a in alerts] == ["plan_unusable"]
     wd.close()
+
+
+def test_watchdog_run_watches_the_applied_plan_in_its_own_state_dir(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # An inventory edited after `up` (as the lab tests do for the watchdog's own state dir and
+    # port): probe target from the applied plan, state dir and /metrics port from the inventory.
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    inv = _inventory(tmp_path, 8000)
+    applied = _plan(inv)
+    spec = load_inventory(inv)
+    write_local(applied, [str(tmp_path / "state" / "applied" / f"{spec.name}.json")])
+    text = inv.read_text().replace("port: 8000", "port: 8005", 1)
+    inv.write_text(
+        text.replace(
+            "interval_s: 120",
+            f"interval_s: 120\n        metrics_port: 9999\n        state_dir: {tmp_path / 'wd'}",
+            1,
+        )
+    )
+    cfg, actuator, follower = wd_cli.watched_plan(inv, None, None)
+    assert cfg.probe_url.endswith(":8000") and cfg.config_hash == applied.config_hash
+    assert cfg.state_dir == str(tmp_path / "wd") and cfg.metrics_port == 9999
+    assert actuator.applied_path == str(tmp_path / "state" / "applied" / f"{spec.name}.json")
+    assert follower() is None
+    actuator.close()
