@@ -206,6 +206,14 @@ class ThermalSpec(_Model):
     alert_margin_c: float = Field(
         10, ge=0, description="Alert when a zone is this close to its critical trip."
     )
+    # Zone roles (issue 20): every GB10 zone reports type "acpitz", so the report cannot tell
+    # the GPU zone from the P-cores without a map. No public source documents GB10's zone
+    # layout (docs/reference thermal.md), so there is no default: `servectl thermal zones`
+    # helps write one. Keys: a zone index ("3"), a zone name ("thermal_zone3") or a type.
+    zone_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description='Zone index, name or type -> role name, e.g. {"3": "P-cores", "5": "GPU zone"}.',
+    )
 
 
 class BenchSpec(_Model):

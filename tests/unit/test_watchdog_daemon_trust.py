@@ -159,7 +159,8 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
 
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
     from servectl.cluster.boot import BootProgress as ClusterBoot
+    from servectl.cluster.boot import Phase as BootPhase
     from servectl.watchdog.daemon import as_boot_progress
 
-    got = as_boot_progress(ClusterBoot(shards_loaded=3, failed=True))
+    got = as_boot_progress(ClusterBoot(phase=BootPhase.FAILED, shards_loaded=3))
     assert got is not None and got.failed and got.progress == 3
