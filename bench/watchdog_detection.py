@@ -11,11 +11,19 @@ anything), while N load threads send long completions. Two figures:
 Example (lab, time-scaled):
     python bench/watchdog_detection.py http://127.0.0.1:8000 --timeout 5 --interval 1 \
         --load 8 --load-s 60 --fault servectl lab fault hang --fault-wait 120
+
+Cadence mode (no cluster needed): the real daemon loop (`Watchdog.start()`: `Cadence`, steady
+clock, real `Prober` over HTTP) against a local stand-in server whose completions hang while
+its /metrics stays flat, time-scaled. The hang starts right after a successful probe (the worst
+case), and the detection time is printed against the operator's bound 3 x interval + timeout
+for each interval/timeout pair:
+    python bench/watchdog_detection.py --cadence 120/120,120/30 --scale 60
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import threading
 import time
@@ -84,7 +92,145 @@ def watch(
     return restarts, first
 
 
+class _StandIn:
+    """A local OpenAI-compatible stand-in: completions answer until `hang` is set, then block
+    (a wedged engine); /metrics stays up with flat counters (vLLM's API process keeps serving)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import json
+
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.tokens = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    text = (
+                        f"vllm:generation_tokens_total {outer.tokens}\n"
+                        f"vllm:prompt_tokens_total {outer.tokens}\n"
+                        f"vllm:num_requests_running {1 if outer.hang.is_set() else 0}\n"
+                    )
+                    self._send(200, text.encode(), "text/plain")
+                else:
+                    self._send(200, json.dumps({"data": [{"id": "m"}]}).encode())
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if outer.hang.is_set():
+                    outer.release.wait(3600)
+                    return
+                outer.tokens += 1
+                self._send(200, json.dumps({"choices": [{"text": "!"}]}).encode())
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+
+
+def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[float, float]:
+    """One hang under the real daemon loop; returns (detection s, bound s), both unscaled."""
+    from servectl.watchdog.alert import Alerter
+    from servectl.watchdog.daemon import Watchdog
+    from servectl.watchdog.events import EventLog
+    from servectl.watchdog.policy import PolicyState
+    from servectl.watchdog.runtime import SteadyClock
+    from servectl.watchdog.state import StateStore
+
+    server = _StandIn()
+    i, t = interval_s / scale, timeout_s / scale
+    cfg = WatchdogConfig(
+        probe_url=server.url,
+        state_dir=tempfile.mkdtemp(prefix="wd-bench-"),
+        interval_s=i,
+        timeout_s=t,
+        metrics_timeout_s=min(10.0 / scale, t),
+        model="m",
+        metrics_port=0,
+    )
+    StateStore(cfg.state_path).save(PolicyState(phase=Phase.READY))  # a server that was up
+    decided = threading.Event()
+    marks: dict[str, float] = {}
+
+    class Recording:
+        def restart(self, reason: str, evidence: dict) -> None:
+            marks["restart"] = time.monotonic()
+            decided.set()
+
+        def boot_progress(self) -> None:
+            return None
+
+        def collect_evidence(self) -> dict:
+            return {}
+
+    class HangAfterFirstOk(Prober):
+        def probe(self):  # type: ignore[no-untyped-def]
+            result = super().probe()
+            if result.outcome is Outcome.OK and "hang" not in marks:
+                server.hang.set()  # right after a good probe: the slowest case to detect
+                marks["hang"] = time.monotonic()
+            return result
+
+    clock = SteadyClock()
+    wd = Watchdog(
+        cfg,
+        HangAfterFirstOk(cfg),
+        Recording(),
+        clock,
+        StateStore(cfg.state_path),
+        EventLog(cfg.events_path, clock),
+        Alerter(),
+    )
+    bound = 3 * interval_s + timeout_s
+    wd.start()
+    try:
+        decided.wait(bound / scale * 3)
+    finally:
+        wd.stop()
+        server.close()
+    if "restart" not in marks:
+        return float("inf"), bound
+    return (marks["restart"] - marks["hang"]) * scale, bound
+
+
+def cadence_main(pairs: str, scale: float) -> int:
+    print(f"detection of a real hang under the daemon loop (time scale 1/{scale:g})")
+    print(f"{'interval/timeout':>16} {'detected':>10} {'bound 3I+T':>11} {'ratio':>6}")
+    worst = 0.0
+    for pair in pairs.split(","):
+        interval_s, timeout_s = (float(x) for x in pair.split("/"))
+        got, bound = cadence_run(interval_s, timeout_s, scale)
+        worst = max(worst, got / bound)
+        print(f"{pair:>16} {got:9.1f}s {bound:10.0f}s {got / bound:6.3f}")
+    ok = worst <= 1.1
+    print(f"worst ratio {worst:.3f} ({'within' if ok else 'OVER'} the 1.1 limit)")
+    return 0 if ok else 1
+
+
 def main() -> None:
+    if "--cadence" in sys.argv:
+        ap = argparse.ArgumentParser(description="daemon-loop detection bench (local stand-in)")
+        ap.add_argument("--cadence", required=True, help="interval/timeout pairs, e.g. 120/30")
+        ap.add_argument("--scale", type=float, default=60.0, help="time divisor")
+        a = ap.parse_args()
+        sys.exit(cadence_main(a.cadence, a.scale))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base_url")
     ap.add_argument("--model")

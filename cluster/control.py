@@ -19,13 +19,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from servectl.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
+from servectl.cluster.applied import revision as applied_revision
 from servectl.cluster.boot import (
     BootHistory,
     BootProgress,
@@ -161,11 +163,16 @@ class Controller:
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.time,
         nvml_lib: str | None = None,
+        applied_source: tuple[str, str] | None = None,
     ) -> None:
         self.spec = spec
+        # (inventory text, path) when `spec` comes from a recorded plan rather than the file
+        # (a watchdog replaying the applied plan): recorded as applied instead of the file.
+        self.applied_source = applied_source
         self.pool = SshPool(spec.ssh)
         self.node_timeout_s = node_timeout_s
         state = Path(state_dir) if state_dir else default_state_dir()
+        self.state_dir = state
         self.history = BootHistory(state / "boots.jsonl")
         self.events = EventLog(state / "events.jsonl")
         self._on_event = on_event or (lambda e: None)
@@ -224,8 +231,10 @@ class Controller:
         results: dict[str, T | ServectlError] = {}
         if not nodes:
             return results
-        ex = ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="servectl")
-        futures = {ex.submit(fn, n): n for n in nodes}
+        # One daemon thread per node, not a ThreadPoolExecutor: the interpreter joins executor
+        # workers at exit, so a node frozen mid-call kept `servectl status` alive after it had
+        # printed. A daemon thread blocked on a dead node is abandoned when the command ends.
+        futures = {_daemon_call(fn, n, f"servectl-{n.name}"): n for n in nodes}
         done, _ = wait(futures, timeout=timeout)
         for fut, node in futures.items():
             if fut not in done:
@@ -238,7 +247,6 @@ class Controller:
             except Exception as e:  # noqa: BLE001 - one node's bug must not hide the others
                 log.exception("%s: unexpected error", node.name)
                 results[node.name] = ServectlError(f"{node.name}: {type(e).__name__}: {e}")
-        ex.shutdown(wait=False, cancel_futures=True)
         return results
 
     def collector(
@@ -423,6 +431,8 @@ class Controller:
         timeout_s: float = 2400.0,
         preflight: bool = True,
         plan: ControlPlan | None = None,
+        action: str = "up",
+        who: str | None = None,
     ) -> ApplyResult:
         plan = plan or self.plan_up(replace)
         if plan.refused:
@@ -435,6 +445,8 @@ class Controller:
             if not report.ok:
                 raise ServectlError("pre-flight failed:\n  " + "\n  ".join(report.problems))
         outcomes = self.apply(plan)
+        if all(o.ok for o in outcomes):
+            self.record_applied(action, who)
         boot = None
         if wait_ready and all(o.ok for o in outcomes):
             boot = self.follow_boot(timeout_s=timeout_s)
@@ -459,11 +471,41 @@ class Controller:
                 "plan": plan.to_json(),
             }
         )
-        return self.up(plan=plan, wait_ready=wait_ready, timeout_s=timeout_s)
+        return self.up(
+            plan=plan, wait_ready=wait_ready, timeout_s=timeout_s, action="restart", who=who
+        )
+
+    def record_applied(self, action: str, who: str | None = None) -> AppliedPlan | None:
+        """Record the plan just applied where every actor reads it (this machine, head node)."""
+        if self.applied_source is not None:
+            text, path = self.applied_source
+            plan = AppliedPlan(
+                self.spec.name,
+                self.spec.config_hash(),
+                applied_revision(text),
+                text,
+                path,
+                action,
+                who or _who(),
+                self._clock(),
+            )
+        else:
+            plan = plan_for(self.spec, action, who or _who(), self._clock())
+        if plan is None:
+            return None
+        try:
+            write_local(plan, local_paths(self.spec, self.state_dir))
+        except OSError as exc:
+            log.warning("could not record the applied plan here: %s", exc)
+        if not is_local(self.spec.head):
+            write_head(plan, self.session(self.spec.head), self.spec.watchdog.state_dir)
+        return plan
 
     # -- boot ------------------------------------------------------------------------------------
     def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:
-        """A real 1-token completion: (ok, latency ms, error)."""
+        """The watchdog's 1-token probe (same request, same verdict): (ok, latency ms, error)."""
+        from servectl.watchdog.probe import Outcome, classify_completion, completion_payload
+
         s = self.spec.serving
         headers = {}
         key = self._api_key()
@@ -475,13 +517,18 @@ class Controller:
                 f"{self.spec.api_base}/v1/completions",
                 headers=headers,
                 timeout=timeout,
-                json={"model": s.model.served_name, "prompt": "ping", "max_tokens": 1},
+                json=completion_payload(s.model.served_name),
             )
         except httpx.HTTPError as e:
             return False, None, f"{type(e).__name__}: {e}"
         ms = (time.monotonic() - t0) * 1000
-        if r.status_code != 200:
-            return False, ms, f"HTTP {r.status_code}: {r.text[:200]}"
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        outcome, detail = classify_completion(r.status_code, body)
+        if outcome is not Outcome.OK:
+            return False, ms, f"{outcome.value}: {detail}"
         return True, ms, None
 
     def _api_key(self) -> str | None:
@@ -697,10 +744,12 @@ class Controller:
                 zones=zones,
             )
 
-        ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servectl-server")
         # The server part shares the command's deadline: a hung engine makes the 1-token probe
         # wait, and /health's answer must still make it into the status.
-        server_future = ex.submit(self._server_status, t0 + min(timeout_s, 10.0))
+        server_deadline = t0 + min(timeout_s, 10.0)
+        server_future = _daemon_call(
+            lambda _n: self._server_status(server_deadline), self.spec.head, "servectl-server"
+        )
         results = self.fan_out(list(self.spec.nodes), node_status, timeout=timeout_s)
         nodes = []
         for n in self.spec.nodes:
@@ -717,7 +766,6 @@ class Controller:
             )
         except Exception as e:  # noqa: BLE001 - a status never raises for the server part
             server = ServerStatus(self.spec.api_base, health_error=str(e) or "timed out")
-        ex.shutdown(wait=False)
         verdict, notes = derive_verdict(nodes, server)
         return ClusterStatus(
             self.spec.name,
@@ -815,6 +863,21 @@ def _gpu_problems(node: str, doc: Mapping[str, Any], cap: int | None) -> list[st
             if got != cap:
                 problems.append(f"{node}: GPU{g.get('index')} clock cap reads {got}, want {cap}")
     return problems
+
+
+def _daemon_call(fn: Callable[[NodeSpec], T], node: NodeSpec, name: str) -> Future[T]:
+    """`fn(node)` on a daemon thread; its outcome in a Future."""
+    fut: Future[T] = Future()
+    fut.set_running_or_notify_cancel()
+
+    def target() -> None:
+        try:
+            fut.set_result(fn(node))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            fut.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return fut
 
 
 def _drain(lines: queue.Queue[str | None], tracker: BootTracker, now: float) -> BootProgress:

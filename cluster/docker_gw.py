@@ -28,7 +28,7 @@ import docker
 import docker.errors
 import paramiko
 import requests
-from docker.transport.sshconn import SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
 from docker.types import DeviceRequest, Mount
 from servectl.cluster.errors import DockerError, NodeUnreachable
 
@@ -191,7 +191,43 @@ class _VerifiedSSHAdapter(SSHHTTPAdapter):
             # that still holds channels of the dead transport.
             self._connect()
             self.pools.clear()
-        return super().get_connection("http+docker://ssh", proxies)
+        with self.pools.lock:
+            pool = self.pools.get("http+docker://ssh")
+            if pool is None:
+                pool = _BoundedSSHPool(
+                    ssh_client=self.ssh_client,
+                    timeout=self.timeout,
+                    maxsize=self.max_pool_size,
+                    host=self.ssh_host,
+                )
+                pool.open_timeout_s = self._session.options.connect_timeout_s
+                self.pools["http+docker://ssh"] = pool
+        return pool
+
+
+class _BoundedSSHConnection(SSHConnection):
+    """docker-py's SSH connection, its channel opened within the SSH connect timeout (docker-py
+    leaves paramiko's one-hour default: a frozen node held every docker call for an hour).
+    Reads keep the gateway's timeout; only a follow stream (its caller closes it) waits longer."""
+
+    open_timeout_s: float = 10.0
+
+    def connect(self) -> None:
+        if self.ssh_transport is None:
+            raise paramiko.SSHException("no SSH transport")
+        chan = self.ssh_transport.open_session(timeout=self.open_timeout_s)
+        chan.settimeout(self.timeout)
+        chan.exec_command("docker system dial-stdio")
+        self.sock = chan
+
+
+class _BoundedSSHPool(SSHConnectionPool):
+    open_timeout_s: float = 10.0
+
+    def _new_conn(self) -> _BoundedSSHConnection:
+        conn = _BoundedSSHConnection(self.ssh_transport, self.timeout, self.ssh_host)
+        conn.open_timeout_s = self.open_timeout_s
+        return conn
 
 
 class LogStream:

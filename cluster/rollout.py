@@ -26,7 +26,7 @@ from servectl.cluster.jsonl import append_jsonl, read_jsonl
 from servectl.cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
 from servectl.cluster.spec import ClusterSpec
 
-TERMINAL = ("done", "rolled_back", "failed", "abandoned")
+TERMINAL = ("done", "rolled_back", "failed", "abandoned", "refused")
 Rows = dict[int, dict[str, float]]
 
 
@@ -43,6 +43,8 @@ class Measurement:
 
 
 class Cluster(Protocol):
+    # The new plan's pre-flight (paths, images, flags): problems found, empty when it may run.
+    def preflight(self, spec: ClusterSpec) -> list[str]: ...
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool: ...
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]: ...
     # --via watchdog: stop the server, then wait for the watchdog to bring it back
@@ -191,6 +193,13 @@ class Rollout:
         new_spec = self._spec(record.new_revision, record.inventory)
         deadline_s = new_spec.watchdog.boot_deadline_s
         self._step(record, "planned")
+        # Before anything is measured or written: a refused plan changes nothing.
+        problems = self.ports.cluster.preflight(new_spec)
+        if problems:
+            record.reason = "pre-flight refused the new config: " + "; ".join(problems)
+            record.finished_at = self.ports.clock()
+            self._step(record, "refused", finish=True)
+            return record
         if self.ports.measure and record.baseline is None:
             m = baseline or self.ports.measure(old_spec, "before")
             record.baseline = _m_json(m)
@@ -240,11 +249,16 @@ class Rollout:
         self._step(record, "inventory_written")
         self._step(record, "restarting")
         why = f"rollout {record.id}: {_summary(record)}"
-        if self.ports.via == "watchdog":
-            self.ports.cluster.stop(new_spec, why)
-            ok = self.ports.cluster.wait_running(new_spec, deadline_s)
-        else:
-            ok = self.ports.cluster.restart(new_spec, why, deadline_s)
+        try:
+            if self.ports.via == "watchdog":
+                self.ports.cluster.stop(new_spec, why)
+                ok = self.ports.cluster.wait_running(new_spec, deadline_s)
+            else:
+                ok = self.ports.cluster.restart(new_spec, why, deadline_s)
+        except Exception as exc:  # noqa: BLE001 - after the write, any failure rolls back
+            return self._rollback(
+                record, old_spec, f"restart on the new config failed: {type(exc).__name__}: {exc}"
+            )
         if not ok:
             return self._rollback(
                 record, old_spec, f"new config not answering within {deadline_s:.0f} s"
@@ -283,10 +297,14 @@ class Rollout:
         return self._restart_old(record, old_spec, why)
 
     def _restart_old(self, record: RolloutRecord, old_spec: ClusterSpec, why: str) -> RolloutRecord:
-        ok = self.ports.cluster.restart(
-            old_spec, f"rollback of {record.id}: {why}", old_spec.watchdog.boot_deadline_s
-        )
-        alive, detail = self.ports.cluster.probe(old_spec) if ok else (False, "restart failed")
+        try:
+            ok = self.ports.cluster.restart(
+                old_spec, f"rollback of {record.id}: {why}", old_spec.watchdog.boot_deadline_s
+            )
+            failed = "restart failed"
+        except Exception as exc:  # noqa: BLE001 - recorded as a failed rollback, not a crash
+            ok, failed = False, f"restart failed: {type(exc).__name__}: {exc}"
+        alive, detail = self.ports.cluster.probe(old_spec) if ok else (False, failed)
         record.finished_at = self.ports.clock()
         if ok and alive:
             self._step(record, "rolled_back", finish=True)

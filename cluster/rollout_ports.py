@@ -28,6 +28,12 @@ class ControllerCluster:
         self.on_event = on_event
         self.who = who
 
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        """The restart's own pre-flight on `spec` (images, model/drafter paths, GPUs, ports),
+        run before the rollout writes the inventory."""
+        with Controller(spec) as ctl:
+            return list(ctl.preflight(ctl.plan_restart()).problems)
+
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool:
         with Controller(spec, on_event=self.on_event) as ctl:
             result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
@@ -42,6 +48,8 @@ class ControllerCluster:
         """`--via watchdog`: take the server down; the watchdog sees it and restarts it."""
         with Controller(spec, on_event=self.on_event) as ctl:
             ctl.events.append({"ts": time.time(), "event": "stop", "who": self.who, "why": why})
+            # The watchdog restarts the applied plan: make the new config the one it replays.
+            ctl.record_applied("rollout", self.who)
             ctl.down()
 
     def wait_running(self, spec: ClusterSpec, timeout_s: float, poll_s: float = 2.0) -> bool:
@@ -90,11 +98,17 @@ class WatchdogHolder:
                 "no watchdog state dir %s found; nothing to hold", self.spec.watchdog.state_dir
             )
 
-    def hold(self, reason: str, until: float) -> None:
+    def hold(self, reason: str, until: float, kind: str = "hold") -> None:
         now = time.time()
         self._write(
             {
-                "hold": {"until": until, "reason": reason, "by": self.by, "set_at": now},
+                "hold": {
+                    "until": until,
+                    "reason": reason,
+                    "by": self.by,
+                    "set_at": now,
+                    "kind": kind,
+                },
                 "released_at": None,
             }
         )

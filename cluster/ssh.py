@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_TIMEOUT_S = 60.0
+SFTP_TIMEOUT_S = 30.0  # each SFTP operation (open, read, write, stat) on a frozen node
 
 
 class CommandTimeout(CommandFailed):
@@ -388,14 +389,42 @@ class NodeSession:
 
     # -- files ------------------------------------------------------------------------------
     def sftp(self) -> paramiko.SFTPClient:
+        """The session's SFTP client. Its channel is opened with the connect timeout and every
+        operation on it waits at most SFTP_TIMEOUT_S (paramiko's defaults: an hour to open,
+        then no limit); the session lock is not held while the channel opens."""
         with self._lock:
-            client = self.client()
+            if self._sftp is not None and not self._sftp.get_channel().closed:
+                return self._sftp
+        transport = self.client().get_transport()
+        try:
+            if transport is None:
+                raise paramiko.SSHException("no transport")
+            chan = transport.open_session(timeout=self.options.connect_timeout_s)
+            chan.settimeout(SFTP_TIMEOUT_S)
+            chan.invoke_subsystem("sftp")
+            sftp = paramiko.SFTPClient(chan)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise NodeUnreachable(self.node, f"cannot open SFTP: {e}") from None
+        with self._lock:
             if self._sftp is None or self._sftp.get_channel().closed:
-                try:
-                    self._sftp = client.open_sftp()
-                except (paramiko.SSHException, EOFError, OSError) as e:
-                    raise NodeUnreachable(self.node, f"cannot open SFTP: {e}") from None
-            return self._sftp
+                self._sftp = sftp
+                return sftp
+            mine, sftp = sftp, self._sftp
+        mine.close()  # another thread opened one meanwhile
+        return sftp
+
+    def _sftp_timed_out(self, op: str, remote: str) -> NodeUnreachable:
+        """Close the stuck SFTP session (the next call opens a fresh one) and say so."""
+        with self._lock:
+            stuck, self._sftp = self._sftp, None
+        if stuck is not None:
+            try:
+                stuck.close()
+            except Exception:  # noqa: BLE001 - closing a stuck channel
+                pass
+        return NodeUnreachable(
+            self.node, f"SFTP {op} {remote}: no answer within {SFTP_TIMEOUT_S:g} s"
+        )
 
     def put(self, local: str, remote: str, mode: int = 0o600) -> None:
         """Copy a local file to the node and set its mode (the mode is applied before any data
@@ -409,6 +438,8 @@ class NodeSession:
             with sftp.open(remote, "wb") as f:
                 f.chmod(mode)
                 f.write(data)
+        except TimeoutError:
+            raise self._sftp_timed_out("put", remote) from None
         except OSError as e:
             raise CommandFailed(self.node, ["sftp-put", remote], 1, str(e)) from None
         except (paramiko.SSHException, EOFError) as e:
@@ -425,6 +456,8 @@ class NodeSession:
         try:
             with sftp.open(remote, "rb") as f:
                 return f.read()
+        except TimeoutError:
+            raise self._sftp_timed_out("get", remote) from None
         except OSError as e:
             raise CommandFailed(self.node, ["sftp-get", remote], 1, str(e)) from None
         except (paramiko.SSHException, EOFError) as e:
@@ -434,6 +467,8 @@ class NodeSession:
         try:
             self.sftp().stat(remote)
             return True
+        except TimeoutError:
+            raise self._sftp_timed_out("stat", remote) from None
         except OSError:
             return False
 

@@ -78,3 +78,60 @@ class Alerter:
         for p in problems:
             log.error("%s", p)
         return problems
+
+
+class Outbox:
+    """Alerts not yet delivered, retried with exponential backoff until every hook took them.
+
+    The daemon adds each alert and calls `flush(now)` every tick; the result says what was
+    delivered and what is still pending, so the event log (and /metrics) can say so. Kept in
+    memory and mirrored to a file by the daemon when the disk allows: a full disk must never
+    cost an alert.
+    """
+
+    def __init__(
+        self, alerter: Alerter, *, first_retry_s: float = 30.0, max_retry_s: float = 900.0
+    ):
+        self._alerter = alerter
+        self._first = first_retry_s
+        self._max = max_retry_s
+        self.pending: list[dict[str, Any]] = []
+
+    def add(self, incident: dict[str, Any], now: float) -> None:
+        self.pending.append({"incident": incident, "attempts": 0, "next_at": now, "problems": []})
+
+    def load(self, pending: list[dict[str, Any]]) -> None:
+        self.pending = [p for p in pending if isinstance(p, dict) and "incident" in p]
+
+    def flush(self, now: float) -> list[dict[str, Any]]:
+        """Try every alert that is due; returns one report per attempt made."""
+        reports: list[dict[str, Any]] = []
+        keep: list[dict[str, Any]] = []
+        for item in self.pending:
+            if item["next_at"] > now:
+                keep.append(item)
+                continue
+            if self._alerter.configured:
+                problems = self._alerter.send(item["incident"])
+            else:
+                problems = ["no alert hook configured"]
+            item["attempts"] += 1
+            item["problems"] = problems
+            delivered = not problems
+            if not delivered:
+                delay = min(self._max, self._first * 2 ** (item["attempts"] - 1))
+                item["next_at"] = now + delay
+                if self._alerter.configured:
+                    keep.append(item)  # without any hook there is nothing to retry
+            reports.append(
+                {
+                    "incident_id": item["incident"].get("incident_id"),
+                    "category": item["incident"].get("category"),
+                    "delivered": delivered,
+                    "attempts": item["attempts"],
+                    "problems": problems,
+                    "next_attempt_at": None if delivered else item["next_at"],
+                }
+            )
+        self.pending = keep
+        return reports

@@ -46,6 +46,11 @@ class WatchdogConfig:
     busy_alert_s: float = 1800.0  # continuous "busy" timeouts this long -> alert (never restart)
     metrics_timeout_s: float = 10.0
     alert_on_restart: bool = False  # also notify (once per incident) when a restart is made
+    blind_realert_s: float = 3600.0  # while every probe gets 401/404: alert again this often
+    crash_backoff_s: float = 60.0  # retry delay after a boot that failed (doubles per failure)
+    max_boot_failures: int = 2  # consecutive failed boots (deadline or crash) -> give up
+    alert_retry_max_s: float = 900.0  # undelivered alerts are retried with backoff up to this
+    config_hash: str | None = None  # the applied plan this config was built from
 
     def __post_init__(self) -> None:
         problems = []

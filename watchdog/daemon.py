@@ -1,27 +1,31 @@
-"""The watchdog loop: `tick()` = one probe -> policy -> apply decisions; a thin APScheduler job.
+"""The watchdog loop: `tick()` = one probe -> policy -> apply decisions, on a `Cadence`.
 
 Constructors start nothing. `open()` takes the state-dir lock and recovers persisted state (a
 restart interrupted by kill -9 is not repeated, only verified in boot grace); `tick()` opens on
-first use; `start()` (background) or `run()` (blocking) add the interval job; `stop()` ends it.
+first use; `start()` (background) or `run()` (blocking) run ticks every interval (monotonic,
+start to start); `stop()` ends them.
 
 Ordering that makes kill -9 safe: the policy state with `restart_in_progress` is saved (atomic
 rename) BEFORE the actuator is called and cleared after it returns; every event is fsynced.
+
+Never blind, never silent: decisions are applied even when `state.json` or `events.jsonl` cannot
+be written (full disk): the write error is counted on /metrics and alerted, and alerts that could
+not be delivered are retried with backoff (`Outbox`) until they are. Calls into the cluster
+(boot progress, start time, evidence) are bounded, so a frozen head costs one bounded wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.schedulers.blocking import BlockingScheduler
-from servectl.watchdog.alert import Alerter
+from servectl.watchdog.alert import Alerter, Outbox
 from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.daemon_io import DaemonIO
 from servectl.watchdog.events import EventLog
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.policy import (
@@ -37,7 +41,13 @@ from servectl.watchdog.policy import (
     decision_name,
 )
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, read_hold
+from servectl.watchdog.runtime import Cadence, CallTimedOut, bounded
+from servectl.watchdog.state import (
+    FileLock,
+    StateStore,
+    WatchdogLocked,
+    read_hold,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +79,24 @@ def as_boot_progress(obj: Any) -> BootProgress | None:
         return obj
     phase = getattr(obj, "phase", "unknown")
     phase = str(getattr(phase, "value", phase))
+    failed = bool(getattr(obj, "failed", False))  # e.g. the head container exited
     if hasattr(obj, "progress"):
-        return BootProgress(phase, float(obj.progress))
+        return BootProgress(phase, float(obj.progress), failed)
     counter = (getattr(obj, "shards_loaded", 0) or 0) + (
         getattr(obj, "drafter_shards_loaded", 0) or 0
     )
     counter += getattr(obj, "cuda_graphs_pct", 0) or 0
-    return BootProgress(phase, float(counter))
+    return BootProgress(phase, float(counter), failed)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanChange:
+    """A new applied plan to follow: its settings, a prober and an actuator built for it."""
+
+    config: WatchdogConfig
+    prober: Any
+    actuator: Any
+    detail: dict[str, Any]
 
 
 class ProberLike(Protocol):
@@ -84,7 +105,7 @@ class ProberLike(Protocol):
     def scrape_metrics(self) -> MetricsSnapshot: ...
 
 
-class Watchdog:
+class Watchdog(DaemonIO):
     def __init__(
         self,
         config: WatchdogConfig,
@@ -96,6 +117,7 @@ class Watchdog:
         alerter: Alerter,
         metrics: WatchdogMetrics | None = None,
         policy: Policy | None = None,
+        follow: Callable[[], PlanChange | None] | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -106,13 +128,19 @@ class Watchdog:
         self._alerter = alerter
         self._metrics = metrics
         self._policy = policy or Policy(PolicyConfig.from_config(config))
+        self._follow = follow  # returns a PlanChange when the applied plan's hash changed
+        self._follow_error: str | None = None
         self._lock = FileLock(config.lock_path)
         self._restart_lock = (
             FileLock(config.restart_lock_path) if config.restart_lock_path else None
         )
         self._state: PolicyState | None = None
-        self._scheduler: BackgroundScheduler | BlockingScheduler | None = None
+        self._cadence: Cadence | None = None
         self._tick_lock = threading.Lock()
+        self._outbox = Outbox(alerter, max_retry_s=config.alert_retry_max_s)
+        self._broken_writes: set[str] = set()  # "state" / "events" failing right now
+        # A call into the cluster (boot progress, evidence) waits at most this long per tick.
+        self.cluster_call_timeout_s = max(1.0, min(30.0, config.interval_s / 2))
 
     @property
     def state(self) -> PolicyState | None:
@@ -125,13 +153,14 @@ class Watchdog:
             return
         self._lock.acquire(f"probe_url={self.config.probe_url}")
         loaded = self._store.load()
+        self._load_outbox()
         now = self._clock()
         state, decisions = self._policy.on_startup(loaded, now)
-        self._events.append(
+        self._record(
             "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
         )
         if loaded is not None and loaded.restart_in_progress:
-            self._events.append(
+            self._record(
                 "restart_interrupted",
                 restart_id=loaded.restart_in_progress,
                 note="found restart_in_progress at start: not restarting again; "
@@ -142,7 +171,7 @@ class Watchdog:
     def close(self) -> None:
         with self._tick_lock:
             if self._lock.held:
-                self._events.append("daemon_stop", pid=os.getpid())
+                self._record("daemon_stop", pid=os.getpid())
                 self._lock.release()
             self._events.close()
             if self._metrics is not None:
@@ -152,50 +181,44 @@ class Watchdog:
                 close()
 
     def start(self) -> None:
-        """Run ticks on a background scheduler; returns at once. Pair with `stop()`."""
-        self._schedule(BackgroundScheduler(timezone=_dt.UTC))
+        """Run ticks on a background thread; returns at once. Pair with `stop()`."""
+        self._prepare().start()
 
     def run(self) -> None:
-        """Run ticks on a blocking scheduler until `stop()` (e.g. from a signal handler)."""
+        """Run ticks on this thread until `stop()` (e.g. from a signal handler)."""
         try:
-            self._schedule(BlockingScheduler(timezone=_dt.UTC))
+            self._prepare().run()
         finally:
             self.close()
 
     def stop(self) -> None:
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-        if isinstance(self._scheduler, BackgroundScheduler):
-            self.close()
+        cadence, self._cadence = self._cadence, None
+        if cadence is not None:
+            background = cadence._thread is not None
+            cadence.stop()
+            if background:
+                self.close()
 
-    def _schedule(self, scheduler: BackgroundScheduler | BlockingScheduler) -> None:
+    def _prepare(self) -> Cadence:
         self.open()
         if self._metrics is not None:
             self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
-        scheduler.add_job(
-            self._safe_tick,
-            "interval",
-            seconds=self.config.interval_s,
-            id="watchdog-probe",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=_dt.datetime.now(_dt.UTC),
-        )
-        self._scheduler = scheduler
-        scheduler.start()
+        self._cadence = Cadence(self._safe_tick, self.config.interval_s)
+        return self._cadence
 
     def _safe_tick(self) -> None:
         try:
             self.tick()
         except Exception as exc:  # the loop must survive anything one tick does
             log.exception("watchdog tick failed")
-            self._events.append("tick_error", error=f"{type(exc).__name__}: {exc}")
+            self._record("tick_error", error=f"{type(exc).__name__}: {exc}")
 
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
         with self._tick_lock:
             self.open()
+            self._follow_plan()
             assert self._state is not None
             probe = self._prober.probe()
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
@@ -204,7 +227,7 @@ class Watchdog:
             obs = Observation(probe, metrics, boot, hold, released_at)
             now = self._clock()
             state, decisions = self._policy.decide(self._state, obs, now)
-            self._events.append(
+            self._record(
                 "probe",
                 **probe.to_json(),
                 verdict=state.last_verdict,
@@ -219,11 +242,16 @@ class Watchdog:
                 m.probe_total.labels(probe.outcome.value).inc()
                 m.verdict_total.labels(state.last_verdict or "unknown").inc()
             self._commit(state, decisions, hold_until=hold.until if hold else None)
+            self._flush_alerts()
             return decisions
+
+    def _cluster_call(self, fn: Callable[[], Any], what: str) -> Any:
+        """A bounded call into the cluster: a frozen node costs this one wait, not the loop."""
+        return bounded(fn, self.cluster_call_timeout_s, what)
 
     def _boot_progress(self) -> BootProgress | None:
         try:
-            return as_boot_progress(self._actuator.boot_progress())
+            return as_boot_progress(self._cluster_call(self._actuator.boot_progress, "boot"))
         except Exception as exc:
             log.warning("boot_progress() failed: %s", exc)
             return None
@@ -234,13 +262,13 @@ class Watchdog:
         """Persist first, then record and apply the decisions."""
         prev = self._state
         self._state = state
-        self._store.save(state)
+        self._save(state)
         if prev is not None and prev.phase is not state.phase:
-            self._events.append("transition", old=prev.phase.value, new=state.phase.value)
+            self._record("transition", old=prev.phase.value, new=state.phase.value)
         self._update_gauges(state, hold_until)
         for d in decisions:
             if not isinstance(d, Restart):
-                self._events.append("decision", decision=decision_name(d), **dataclasses.asdict(d))
+                self._record("decision", decision=decision_name(d), **dataclasses.asdict(d))
             if isinstance(d, Alert):
                 self._send_alert(d, state)
             elif isinstance(d, Restart):
@@ -249,10 +277,10 @@ class Watchdog:
     def _restart(self, d: Restart) -> None:
         evidence = dict(d.evidence)
         try:
-            evidence["nodes"] = self._actuator.collect_evidence()
+            evidence["nodes"] = self._cluster_call(self._actuator.collect_evidence, "evidence")
         except Exception as exc:
             evidence["nodes_error"] = f"{type(exc).__name__}: {exc}"
-        self._events.append(
+        self._record(
             "restart_begin",
             restart_id=d.restart_id,
             reason=d.reason,
@@ -281,14 +309,14 @@ class Watchdog:
         finally:
             if self._restart_lock is not None:
                 self._restart_lock.release()
-        self._events.append("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
+        self._record("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
         assert self._state is not None
         state, more = self._policy.on_restart_result(self._state, self._clock(), ok=ok, error=error)
         self._commit(state, more)
 
     def _skip_restart(self, d: Restart, why: str) -> None:
         """Another actor restarts (or just restarted) the server: boot grace, no budget used."""
-        self._events.append("restart_skipped", restart_id=d.restart_id, error=why)
+        self._record("restart_skipped", restart_id=d.restart_id, error=why)
         assert self._state is not None
         state, more = self._policy.on_restart_result(
             self._state, self._clock(), ok=False, skipped=True
@@ -317,8 +345,8 @@ class Watchdog:
         if since is None:
             return None
         try:
-            started = started_at()
-        except Exception as exc:  # cannot tell: restarting is the safe side
+            started = self._cluster_call(started_at, "started_at")
+        except (Exception, CallTimedOut) as exc:  # cannot tell: restarting is the safe side
             log.warning("server_started_at() failed: %s", exc)
             return None
         if started is not None and started > since:
@@ -329,27 +357,17 @@ class Watchdog:
         return None
 
     def _send_alert(self, a: Alert, state: PolicyState) -> None:
-        incident = {
-            "incident_id": a.incident_id,
-            "category": a.category,
-            "message": a.message,
-            "at": self._clock(),
-            "phase": state.phase.value,
-            "probe_url": self.config.probe_url,
-            "consecutive_failures": state.consecutive_failures,
-            "last_probe": state.last_probe,
-            "failures": list(state.failure_log),
-            "events_path": self._events.path,
-        }
-        problems = self._alerter.send(incident) if self._alerter.configured else ["no alert hook"]
-        if self._metrics is not None:
-            self._metrics.alerts_total.labels(a.category).inc()
-        self._events.append(
-            "alert_sent",
-            incident_id=a.incident_id,
-            category=a.category,
-            delivered=not problems,
-            problems=problems,
+        self._queue_alert(
+            {
+                "incident_id": a.incident_id,
+                "category": a.category,
+                "message": a.message,
+                "phase": state.phase.value,
+                "consecutive_failures": state.consecutive_failures,
+                "last_probe": state.last_probe,
+                "failures": list(state.failure_log),
+                "events_path": self._events.path,
+            }
         )
 
     def _update_gauges(self, state: PolicyState, hold_until: float | None) -> None:
@@ -367,14 +385,18 @@ class Watchdog:
 
 
 def build_watchdog(
-    config: WatchdogConfig, actuator: Actuator, clock: Callable[[], float] | None = None
+    config: WatchdogConfig,
+    actuator: Actuator,
+    clock: Callable[[], float] | None = None,
+    follow: Callable[[], PlanChange | None] | None = None,
 ) -> Watchdog:
     """The production wiring: real prober, files under `state_dir`, hooks from the config."""
     import time
 
     from servectl.watchdog.probe import Prober
+    from servectl.watchdog.runtime import SteadyClock
 
-    clock = clock or time.time
+    clock = clock or SteadyClock(time.time, time.monotonic)
     return Watchdog(
         config=config,
         prober=Prober(config),
@@ -384,4 +406,5 @@ def build_watchdog(
         event_log=EventLog(config.events_path, clock),
         alerter=Alerter(config.alert_command, config.alert_webhook),
         metrics=WatchdogMetrics(),
+        follow=follow,
     )

@@ -63,6 +63,17 @@ class WatchdogMetrics:
             "Wall time of the last OK probe.",
             registry=r,
         )
+        self.write_errors_total = Counter(
+            "servectl_watchdog_write_errors_total",
+            "Failed writes of the watchdog's own files (state, events); decisions still apply.",
+            ["file"],
+            registry=r,
+        )
+        self.alerts_undelivered = Gauge(
+            "servectl_watchdog_alerts_undelivered",
+            "Alerts not yet delivered to every hook (retried with backoff).",
+            registry=r,
+        )
         self._server: Any = None
         self._thread: Any = None
 

@@ -73,7 +73,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
+from servectl.watchdog.verdict import COUNTED, Verdict, classify
+from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
 
 class Phase(enum.StrEnum):
@@ -83,18 +85,7 @@ class Phase(enum.StrEnum):
     RESTARTING = "restarting"
     HELD = "held"
     GIVEN_UP = "given_up"
-
-
-class Verdict(enum.StrEnum):
-    OK = "ok"
-    BUSY = "busy"
-    STALLED = "stalled"
-    HARD = "hard_fail"
-    MISCONFIG = "misconfig"
-    UNKNOWN = "unknown"
-
-
-COUNTED = (Verdict.STALLED, Verdict.HARD)
+    BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
 
 
 @dataclass(frozen=True)
@@ -103,6 +94,7 @@ class BootProgress:
 
     phase: str
     progress: float = 0.0
+    failed: bool = False  # the boot is over without success (e.g. the head container exited)
 
 
 @dataclass(frozen=True)
@@ -110,6 +102,7 @@ class OperatorHold:
     until: float
     reason: str
     by: str = ""
+    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `servectl down`)
 
 
 @dataclass(frozen=True)
@@ -207,6 +200,11 @@ class PolicyState:
     last_verdict: str | None = None
     last_ok_at: float | None = None
     updated_at: float | None = None
+    blind_since: float | None = None
+    blind_alerted_at: float | None = None  # last "blind" alert: re-sent every blind_realert_s
+    unreadable_since: float | None = None  # first timed-out probe with /metrics unreadable
+    crash_seen_at: float | None = None  # boot seen failed (container exited): retry after backoff
+    hold_expired_alerted: float | None = None  # `until` of the last expired hold alerted on
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -245,6 +243,9 @@ class PolicyConfig:
     restart_window_s: float = 21600.0
     busy_alert_s: float = 1800.0
     alert_on_restart: bool = False
+    blind_realert_s: float = 3600.0
+    crash_backoff_s: float = 60.0
+    max_boot_failures: int = 2
 
     @classmethod
     def from_config(cls, c: WatchdogConfig) -> PolicyConfig:
@@ -258,24 +259,10 @@ class PolicyConfig:
             restart_window_s=c.restart_window_s,
             busy_alert_s=c.busy_alert_s,
             alert_on_restart=c.alert_on_restart,
+            blind_realert_s=c.blind_realert_s,
+            crash_backoff_s=c.crash_backoff_s,
+            max_boot_failures=c.max_boot_failures,
         )
-
-
-def progress_signal(prev: MetricsSnapshot, cur: MetricsSnapshot) -> str | None:
-    """Pure: what advanced between two snapshots; "reset" if a counter went backwards."""
-    for name in COUNTERS:
-        a, b = prev.get(name), cur.get(name)
-        if a is None or b is None:
-            continue
-        if b < a:
-            return "reset"
-        if b > a:
-            return name
-    running = cur.get("vllm:num_requests_running") or 0
-    kv_a, kv_b = prev.get("vllm:kv_cache_usage_perc"), cur.get("vllm:kv_cache_usage_perc")
-    if running > 0 and kv_a is not None and kv_b is not None and kv_b > kv_a:
-        return "vllm:kv_cache_usage_perc (prefill in flight)"
-    return None
 
 
 @dataclass(frozen=True)
@@ -303,7 +290,22 @@ class Policy:
             return replace(state, baseline=None, flat_since=None), [
                 Wait(f"still {state.phase.value}")
             ]
-        return self._boot(state, now, keep_boot_failures=True), [Wait("daemon start: boot grace")]
+        if state.phase in (Phase.READY, Phase.SUSPECT, Phase.BLIND):
+            # The server was up when the daemon stopped: a restarted daemon must not hand a hung
+            # server a fresh boot grace. Counted failures are kept; only the /metrics baseline
+            # (taken by the old process) is dropped.
+            return replace(state, baseline=None, flat_since=None, unreadable_since=None), [
+                Wait(f"daemon start: server was {state.phase.value}; no new boot grace")
+            ]
+        # BOOTING: keep the grace that was left when the state was last written. Wall-clock
+        # time between two daemon lives is not trusted (an NTP step would eat or extend it).
+        left = self.cfg.boot_deadline_s
+        if state.boot_deadline_at is not None and state.updated_at is not None:
+            left = min(max(0.0, state.boot_deadline_at - state.updated_at), self.cfg.boot_cap_s)
+        booted = self._boot(state, now, keep_boot_failures=True)
+        return replace(booted, boot_deadline_at=now + left), [
+            Wait(f"daemon start: boot grace ({left:.0f}s left)")
+        ]
 
     def on_restart_result(
         self, state: PolicyState, now: float, *, ok: bool, error: str = "", skipped: bool = False
@@ -323,7 +325,7 @@ class Policy:
         self, state: PolicyState, obs: Observation, now: float
     ) -> tuple[PolicyState, list[Decision]]:
         d: list[Decision] = []
-        verdict, why, s = self._classify(state, obs, now)
+        verdict, why, s = classify(self.cfg.stall_window_s, state, obs, now)
         s = replace(
             s,
             last_probe=obs.probe.to_json() | {"at": now},
@@ -331,10 +333,25 @@ class Policy:
             updated_at=now,
         )
         hold = obs.hold if obs.hold and obs.hold.until > now else None
+        s = self._hold_expiry(s, obs.hold, now, d)
         if verdict is Verdict.OK:
             return self._healthy(s, now, d), d
         if verdict is Verdict.MISCONFIG:
-            s = self._alert(s, now, "misconfig", f"probe rejected, watchdog is blind: {why}", d)
+            s = self._blind(s, why, now, d)
+            if s.phase is Phase.BLIND:
+                return s, d
+        elif s.phase is Phase.BLIND:
+            s = replace(s, phase=Phase.READY, blind_since=None)
+        if hold is not None and hold.kind == "down" and s.phase is not Phase.RESTARTING:
+            # Stopped on purpose: keep a fresh boot grace ready for the operator's `up`.
+            s = replace(self._boot(s, now), boot_failures=0, incident_id=None, alerted=())
+            d.append(
+                Wait(
+                    f"intentional stop by {hold.by or 'an operator'} ({hold.reason}): "
+                    "no restart until `servectl up`"
+                )
+            )
+            return s, d
         if s.phase in (Phase.HELD, Phase.GIVEN_UP):
             if (
                 obs.released_at is not None
@@ -382,57 +399,6 @@ class Policy:
         return s, d
 
     # -- helpers -----------------------------------------------------------------------------
-    def _classify(
-        self, s: PolicyState, obs: Observation, now: float
-    ) -> tuple[Verdict, str, PolicyState]:
-        m, prev, flat_since = obs.metrics, s.baseline, s.flat_since
-        progress = None
-        if m is not None and m.error is None:
-            progress = progress_signal(prev, m) if prev is not None else None
-            new_flat = m.taken_at if prev is None or progress else flat_since
-            s = replace(s, baseline=m, flat_since=new_flat)
-        p = obs.probe
-        if p.outcome is Outcome.OK:
-            return Verdict.OK, "probe answered", s
-        if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
-            return Verdict.HARD, f"{p.outcome.value}: {p.detail}", s
-        if p.outcome is Outcome.HTTP_4XX:
-            if p.status_code == 429:
-                return Verdict.BUSY, "HTTP 429: server is shedding load", s
-            return Verdict.MISCONFIG, p.detail, s
-        # TIMEOUT: busy or stalled?
-        if m is None or m.error is not None:
-            err = m.error if m is not None else "not read"
-            if m is not None and m.refused:
-                return Verdict.HARD, f"probe timed out and /metrics refused ({err})", s
-            return Verdict.STALLED, f"probe timed out and /metrics unreadable ({err})", s
-        if prev is None or flat_since is None:
-            return Verdict.UNKNOWN, "probe timed out; first /metrics baseline taken", s
-        if progress == "reset":
-            return (
-                Verdict.UNKNOWN,
-                "probe timed out; engine counters went backwards (re-baselined)",
-                s,
-            )
-        if progress:
-            return Verdict.BUSY, f"probe timed out but {progress} advanced: busy, not dead", s
-        flat_for = now - flat_since
-        gauges = (
-            f"running={m.get('vllm:num_requests_running')}, "
-            f"waiting={m.get('vllm:num_requests_waiting')}"
-        )
-        if flat_for < self.cfg.stall_window_s:
-            return (
-                Verdict.UNKNOWN,
-                f"probe timed out; counters flat only {flat_for:.0f}s ({gauges})",
-                s,
-            )
-        return (
-            Verdict.STALLED,
-            f"probe timed out; no engine progress for {flat_for:.0f}s ({gauges})",
-            s,
-        )
-
     def _healthy(self, s: PolicyState, now: float, d: list[Decision]) -> PolicyState:
         if s.consecutive_failures:
             d.append(ResetFailures(s.consecutive_failures, "probe answered"))
@@ -451,6 +417,10 @@ class Policy:
             held_at=None,
             busy_since=None,
             last_ok_at=now,
+            blind_since=None,
+            blind_alerted_at=None,
+            unreadable_since=None,
+            crash_seen_at=None,
         )
 
     def _booting(
@@ -470,6 +440,19 @@ class Policy:
             deadline = min(max(deadline, now + self.cfg.boot_extend_s), start + self.cfg.boot_cap_s)
             s = replace(s, boot_progress=bp)
         s = replace(s, boot_started_at=start, boot_deadline_at=deadline)
+        crashed = bp is not None and bp.failed
+        if crashed and hold is None:
+            # A boot that is over (container exited) will not become healthy by waiting for the
+            # deadline: a failed boot now, retried after a backoff that doubles per failure.
+            seen = s.crash_seen_at if s.crash_seen_at is not None else now
+            n = s.boot_failures  # failed boots before this one: 0 -> at once, then 60 s, 120 s..
+            backoff = min(self.cfg.crash_backoff_s * 2 ** (n - 1), self.cfg.boot_deadline_s)
+            backoff = 0.0 if n == 0 or n + 1 >= self.cfg.max_boot_failures else backoff
+            s = replace(s, crash_seen_at=seen)
+            if now - seen < backoff:
+                d.append(Wait(f"boot failed ({bp.phase}); retry in {seen + backoff - now:.0f}s"))
+                return s, d
+            deadline = now
         if now < deadline:
             d.append(
                 Wait(
@@ -481,10 +464,12 @@ class Policy:
         if hold is not None:
             d.append(Hold(f"boot deadline passed; operator hold: {hold.reason}", hold.until))
             return s, d
-        s = replace(s, boot_failures=s.boot_failures + 1)
+        s = replace(s, boot_failures=s.boot_failures + 1, crash_seen_at=None)
         s = self._open_incident(s, now)
         late = f"server not healthy {now - start:.0f}s after boot start (deadline passed)"
-        if s.boot_failures >= 2:
+        if crashed:
+            late = f"boot failed {now - start:.0f}s after start ({bp.phase if bp else '?'})"
+        if s.boot_failures >= self.cfg.max_boot_failures:
             s = replace(s, phase=Phase.GIVEN_UP, held_at=now)
             d.append(GiveUp(f"{s.boot_failures} consecutive boots missed their deadline; {late}"))
             s = self._alert(
@@ -496,7 +481,9 @@ class Policy:
                 d,
             )
             return s, d
-        return self._want_restart(s, late, "boot_deadline", hold, now, d)
+        return self._want_restart(
+            s, late, "boot_failed" if crashed else "boot_deadline", hold, now, d
+        )
 
     def _count(
         self, s: PolicyState, verdict: Verdict, why: str, now: float, d: list[Decision]
@@ -506,7 +493,7 @@ class Policy:
             -self.cfg.failures :
         ]
         s = self._open_incident(s, now)
-        if s.phase in (Phase.READY, Phase.SUSPECT):
+        if s.phase in (Phase.READY, Phase.SUSPECT, Phase.BLIND):
             s = replace(s, phase=Phase.SUSPECT)
         d.append(CountFailure(n, verdict.value, why))
         return replace(s, consecutive_failures=n, failure_log=log, busy_since=None)
@@ -575,7 +562,48 @@ class Policy:
             baseline=None,
             flat_since=None,
             busy_since=None,
+            unreadable_since=None,
+            crash_seen_at=None,
+            blind_since=None,
+            updated_at=now,  # the boot grace left is measured from here after a daemon restart
         )
+
+    def _blind(self, s: PolicyState, why: str, now: float, d: list[Decision]) -> PolicyState:
+        """A 4xx: the server answered, so no restart can fix it, but nothing can be judged
+        either. BLIND, and alert again every `blind_realert_s` until a probe gets through."""
+        if s.phase in (Phase.HELD, Phase.GIVEN_UP, Phase.RESTARTING):
+            return s
+        since = s.blind_since if s.blind_since is not None else now
+        s = replace(s, phase=Phase.BLIND, blind_since=since, consecutive_failures=0)
+        last = s.blind_alerted_at
+        if last is None or now - last >= self.cfg.blind_realert_s:
+            s = self._open_incident(s, now)
+            msg = (
+                f"watchdog is blind for {now - since:.0f}s: the probe is rejected ({why}); "
+                "hangs cannot be detected until the probe's key/model is fixed"
+            )
+            d.append(Alert(s.incident_id or "", "misconfig", msg))
+            s = replace(s, blind_alerted_at=now)
+        d.append(Wait(f"blind: {why}"))
+        return s
+
+    def _hold_expiry(
+        self, s: PolicyState, hold: OperatorHold | None, now: float, d: list[Decision]
+    ) -> PolicyState:
+        """A hold that ran out without a release (a rollout killed with -9, a forgotten
+        `watchdog hold`) ends on its own time and says so once."""
+        if hold is None or hold.until > now or s.hold_expired_alerted == hold.until:
+            return s
+        s = self._open_incident(replace(s, hold_expired_alerted=hold.until), now)
+        d.append(
+            Alert(
+                s.incident_id or "",
+                "hold_expired",
+                f"{hold.kind} by {hold.by or '?'} ({hold.reason}) expired without a release: "
+                "automatic restarts are armed again",
+            )
+        )
+        return s
 
     def _open_incident(self, s: PolicyState, now: float) -> PolicyState:
         if s.incident_id is not None:

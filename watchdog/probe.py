@@ -148,6 +148,18 @@ def parse_metrics(text: str, taken_at: float) -> MetricsSnapshot:
     return MetricsSnapshot(taken_at=taken_at, values=values)
 
 
+def completion_payload(model: str | None) -> dict[str, Any]:
+    """THE 1-token probe request: `servectl status`, rollouts and the watchdog all send this one
+    and judge the answer with `classify_completion`, so they agree on "healthy"."""
+    return {
+        "model": model,
+        "prompt": PROBE_PROMPT,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": False,
+    }
+
+
 def classify_completion(status: int, body: Any) -> tuple[Outcome, str]:
     """Pure: HTTP status + decoded JSON body (or None) -> outcome and a short detail."""
     if status >= 500:
@@ -236,13 +248,7 @@ class Prober:
                 if model is None:
                     return done(Outcome.MALFORMED, "/v1/models lists no model")
                 self._model = model
-            payload = {
-                "model": self._model,
-                "prompt": PROBE_PROMPT,
-                "max_tokens": 1,
-                "temperature": 0,
-                "stream": False,
-            }
+            payload = completion_payload(self._model)
             remaining = max(0.001, self._config.timeout_s - (self._monotonic() - start))
             resp = self._http.post(
                 "/v1/completions", json=payload, timeout=httpx.Timeout(remaining)

@@ -142,11 +142,11 @@ def lock_holder(path: str) -> str | None:
 
 
 # ---- operator hold / release (hold.json, written by the CLI) ---------------------------------
-def write_hold(path: str, *, until: float, reason: str, by: str, now: float) -> None:
-    atomic_write_json(
-        path,
-        {"hold": {"until": until, "reason": reason, "by": by, "set_at": now}, "released_at": None},
-    )
+def write_hold(
+    path: str, *, until: float, reason: str, by: str, now: float, kind: str = "hold"
+) -> None:
+    hold = {"until": until, "reason": reason, "by": by, "set_at": now, "kind": kind}
+    atomic_write_json(path, {"hold": hold, "released_at": None})
 
 
 def write_release(path: str, *, by: str, now: float) -> None:
@@ -159,7 +159,12 @@ def read_hold(path: str) -> tuple[OperatorHold | None, float | None]:
         data = read_json(path) or {}
         h = data.get("hold")
         hold = (
-            OperatorHold(float(h["until"]), str(h.get("reason", "")), str(h.get("by", "")))
+            OperatorHold(
+                float(h["until"]),
+                str(h.get("reason", "")),
+                str(h.get("by", "")),
+                str(h.get("kind") or "hold"),
+            )
             if h
             else None
         )

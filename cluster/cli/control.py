@@ -26,9 +26,16 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog import watchdog_line
-from servectl.cluster.control import ApplyResult, ControlEvent, Controller
+from servectl.cluster.control import ApplyResult, ControlEvent, Controller, _who
 from servectl.cluster.control_plan import Action, ControlPlan
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.operator_lock import (
+    LeasedHolder,
+    clear_down,
+    cluster_lock_path,
+    mark_down,
+    one_actor,
+)
 from servectl.cluster.status import ClusterStatus
 from servectl.cluster.status_view import REASON_MIN, status_view
 
@@ -116,12 +123,21 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        if as_json:
-            result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-        else:
-            with view.progress:
+        with one_actor(cluster_lock_path(spec), f"servectl up by {_who()}"):
+            # An operator's `up` ends an intentional stop: the watchdog watches again.
+            clear_down(_holder(spec))
+            if as_json:
                 result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+            else:
+                with view.progress:
+                    result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
     raise typer.Exit(_report(result, "up", as_json))
+
+
+def _holder(spec):  # -> WatchdogHolder (imported late: it needs cluster control)
+    from servectl.cluster.rollout_ports import WatchdogHolder
+
+    return WatchdogHolder(spec, by=_who())
 
 
 def down(
@@ -140,7 +156,11 @@ def down(
         if dry_run or not plan.changes:
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        raise typer.Exit(_report(ctl.down(plan), "down", as_json))
+        with one_actor(cluster_lock_path(spec), f"servectl down by {_who()}"):
+            # Recorded before the containers go: the watchdog must never count this stop.
+            mark_down(_holder(spec), _who())
+            result = ctl.down(plan)
+    raise typer.Exit(_report(result, "down", as_json))
 
 
 def restart(
@@ -166,11 +186,16 @@ def restart(
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        if as_json:
-            result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-        else:
-            with view.progress:
+        # One actor: the cluster lock, and the watchdog held while this restart runs (its release
+        # also ends an intentional `down`).
+        what = f"servectl restart by {_who()}: {reason}"
+        held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
+        with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
+            if as_json:
                 result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+            else:
+                with view.progress:
+                    result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
     raise typer.Exit(_report(result, "restart", as_json))
 
 

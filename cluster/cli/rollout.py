@@ -11,7 +11,10 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +31,7 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.operator_lock import cluster_lock_path, one_actor
 from servectl.cluster.rollout import (
     TERMINAL,
     Rollout,
@@ -41,6 +45,24 @@ from servectl.cluster.rollout_edit import argv_diff, parse_guard, parse_set, tex
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back."
 )
+
+
+@contextlib.contextmanager
+def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[None]:
+    """One rollout at a time (the rollout lock), and for a direct one also the cluster lock
+    (no operator restart or watchdog restart meanwhile). `--via watchdog` leaves the cluster
+    lock free: the watchdog's own restart is what that rollout waits for."""
+    from servectl.cluster.control import _who
+
+    spec, who = load(inventory), _who()
+    rollout_lock = os.path.join(str(_store(inventory).root), "rollout.lock")
+    os.makedirs(os.path.dirname(rollout_lock), mode=0o700, exist_ok=True)
+    with one_actor(rollout_lock, f"{what} by {who}"):
+        if via == "watchdog":
+            yield
+            return
+        with one_actor(cluster_lock_path(spec), f"{what} by {who}"):
+            yield
 
 
 def _store(inventory: Path) -> RolloutStore:
@@ -65,9 +87,11 @@ def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = Fal
             f"[bold]rollout[/] {kind}{detail}", highlight=False
         )
 
+    from servectl.cluster.operator_lock import LeasedHolder
+
     return RolloutPorts(
         ControllerCluster(),
-        WatchdogHolder(spec),
+        LeasedHolder(WatchdogHolder(spec)),  # lapses within 10 min if this process dies
         bench_measurer(bench, str(inventory)),
         on_event=on_event,
         via=via,
@@ -119,70 +143,75 @@ def rollout(
         raise ConfigError(f"--via {via!r}", hint="direct or watchdog")
     if as_json and not (yes or dry_run or resume or abort):
         raise ConfigError("rollout --json asks nothing", key="--json", hint="add --yes")
-    store = _store(inventory)
-    guards = [parse_guard(g) for g in guard]
-    current = store.current()
-    if resume or abort:
-        if not current or current.step in TERMINAL:
-            raise ConfigError("no interrupted rollout to resume or abort")
-        ro = Rollout(store, _ports(inventory, bench, current.via, as_json))
-        result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
-        raise typer.Exit(_render(result, as_json))
-    if current and current.step not in TERMINAL:
-        err_console.print(
-            f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
-            f"(changes: {current.changes}). Run with --resume to finish it or --abort to roll it back.",
-            highlight=False,
-        )
-        raise typer.Exit(2)
-    if not set_:
-        raise ConfigError(
-            "nothing to change",
-            hint="give --set KEY=VALUE, e.g. --set drafter.num_speculative_tokens=3",
-        )
-    changes = [parse_set(s) for s in set_]
-    ports = (
-        _ports(inventory, bench, via, as_json)
-        if not dry_run
-        else RolloutPorts(None, None, None, via=via)
-    )  # type: ignore[arg-type]
-    ro = Rollout(store, ports)
-    record = ro.prepare(str(inventory), changes, guards)
-    old_text = store.revision_text(record.old_revision)
-    new_text = store.revision_text(record.new_revision)
-    from servectl.cluster.inventory import parse_inventory
+    with contextlib.ExitStack() as one_actor_at_a_time:
+        if not dry_run:
+            # Before reading current.json: a second rollout is refused naming the first,
+            # rather than mistaking a running rollout for an interrupted one.
+            one_actor_at_a_time.enter_context(_cluster_lock(inventory, "servectl rollout", via))
+        store = _store(inventory)
+        guards = [parse_guard(g) for g in guard]
+        current = store.current()
+        if resume or abort:
+            if not current or current.step in TERMINAL:
+                raise ConfigError("no interrupted rollout to resume or abort")
+            ro = Rollout(store, _ports(inventory, bench, current.via, as_json))
+            result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
+            raise typer.Exit(_render(result, as_json))
+        if current and current.step not in TERMINAL:
+            err_console.print(
+                f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
+                f"(changes: {current.changes}). Run with --resume to finish it or --abort to roll it back.",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+        if not set_:
+            raise ConfigError(
+                "nothing to change",
+                hint="give --set KEY=VALUE, e.g. --set drafter.num_speculative_tokens=3",
+            )
+        changes = [parse_set(s) for s in set_]
+        ports = (
+            _ports(inventory, bench, via, as_json)
+            if not dry_run
+            else RolloutPorts(None, None, None, via=via)
+        )  # type: ignore[arg-type]
+        ro = Rollout(store, ports)
+        record = ro.prepare(str(inventory), changes, guards)
+        old_text = store.revision_text(record.old_revision)
+        new_text = store.revision_text(record.new_revision)
+        from servectl.cluster.inventory import parse_inventory
 
-    argv = argv_diff(parse_inventory(old_text), parse_inventory(new_text))
-    if as_json and dry_run:
-        emit_json(
-            "rollout",
-            {
-                "ok": True,
-                "dry_run": True,
-                "diff": text_diff(old_text, new_text, inventory.name),
-                "argv_diff": {
-                    n: [ln for ln in lines if ln[:1] in "+-"] for n, lines in argv.items()
+        argv = argv_diff(parse_inventory(old_text), parse_inventory(new_text))
+        if as_json and dry_run:
+            emit_json(
+                "rollout",
+                {
+                    "ok": True,
+                    "dry_run": True,
+                    "diff": text_diff(old_text, new_text, inventory.name),
+                    "argv_diff": {
+                        n: [ln for ln in lines if ln[:1] in "+-"] for n, lines in argv.items()
+                    },
+                    "record": record.__dict__,
                 },
-                "record": record.__dict__,
-            },
-        )
-        raise typer.Exit(0)
-    if as_json:
-        raise typer.Exit(_render(ro.run(record, guards), as_json))
-    console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
-    for node, lines in argv.items():
+            )
+            raise typer.Exit(0)
+        if as_json:
+            raise typer.Exit(_render(ro.run(record, guards), as_json))
+        console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
+        for node, lines in argv.items():
+            console.print(
+                f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
+                highlight=False,
+            )
         console.print(
-            f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
-            highlight=False,
+            f"config {record.old_hash} -> {record.new_hash}; bench: {bench}; guards: {', '.join(record.guards) or '-'}"
         )
-    console.print(
-        f"config {record.old_hash} -> {record.new_hash}; bench: {bench}; guards: {', '.join(record.guards) or '-'}"
-    )
-    if dry_run:
-        raise typer.Exit(0)
-    if not yes and not typer.confirm("restart the whole server on the new config?"):
-        raise typer.Exit(1)
-    raise typer.Exit(_render(ro.run(record, guards)))
+        if dry_run:
+            raise typer.Exit(0)
+        if not yes and not typer.confirm("restart the whole server on the new config?"):
+            raise typer.Exit(1)
+        raise typer.Exit(_render(ro.run(record, guards)))
 
 
 @app.command("history")
@@ -227,7 +256,8 @@ def rollback(
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
     ports = _ports(inventory, "none", as_json=as_json)
-    result = rollback_to(_store(inventory), ports, str(inventory), revision)
+    with _cluster_lock(inventory, "servectl rollback"):
+        result = rollback_to(_store(inventory), ports, str(inventory), revision)
     raise typer.Exit(_render(result, as_json, "rollback"))
 
 

@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import logging
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,9 +40,17 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.operator_lock import cluster_lock_path
 from servectl.watchdog.config import MAX_HOLD_S, WatchdogConfig
 from servectl.watchdog.events import EventLog, read_events
-from servectl.watchdog.state import StateStore, lock_holder, read_hold, write_hold, write_release
+from servectl.watchdog.state import (
+    StateStore,
+    lock_holder,
+    read_hold,
+    read_json,
+    write_hold,
+    write_release,
+)
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -74,16 +84,21 @@ class ControllerActuator:
       someone else since the failures began is not repeated).
     """
 
-    def __init__(self, spec: Any, control_state_dir: str | None = None) -> None:
+    def __init__(
+        self, spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+    ) -> None:
         from servectl.cluster.control import Controller
 
         self.spec = spec
         self.control_state_dir = control_state_dir
+        self.applied_path = applied_path  # the plan a restart replays (not the inventory)
         self.controller = Controller(spec, state_dir=control_state_dir, node_timeout_s=10.0)
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         why = f"watchdog: {reason}"
         source = getattr(self.spec, "source_file", None)
+        if self.applied_path and os.path.isfile(self.applied_path):
+            source = self.applied_path
         if not source or not os.path.isfile(source):
             # No inventory file to hand a child (a spec built in memory): restart in-process.
             result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
@@ -115,7 +130,17 @@ class ControllerActuator:
         _raise_unless_applied(doc)
 
     def boot_progress(self) -> Any:
-        return self.controller.boot_progress()
+        """The head's boot progress; failed as soon as any rank's container exited (a worker
+        that died leaves the head waiting at the rendezvous until the boot deadline)."""
+        from servectl.watchdog.policy import BootProgress
+
+        progress = self.controller.boot_progress()
+        if progress is not None and getattr(progress, "failed", False):
+            return progress
+        dead = self.controller._dead_containers()
+        if dead and any("exited" in d for d in dead):
+            return BootProgress("exited: " + "; ".join(dead)[:200], 0.0, failed=True)
+        return progress
 
     def server_started_at(self) -> float | None:
         c = self.controller.head_container()
@@ -169,11 +194,15 @@ def _raise_unless_applied(doc: dict[str, Any]) -> None:
 def restart_job(inventory: str, why: str, control_state_dir: str | None = None) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
     one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error)."""
+    from servectl.cluster.applied import read_applied
     from servectl.cluster.control import Controller
 
     try:
-        spec = load(Path(inventory))
-        with Controller(spec, state_dir=control_state_dir) as ctl:
+        plan = read_applied(inventory) if inventory.endswith(".json") else None
+        # The applied plan is replayed as recorded, whatever the inventory file says now.
+        spec = plan.spec() if plan is not None else load(Path(inventory))
+        source = (plan.inventory_text, plan.inventory_path) if plan is not None else None
+        with Controller(spec, state_dir=control_state_dir, applied_source=source) as ctl:
             doc = _result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
     except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
         doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -183,22 +212,57 @@ def restart_job(inventory: str, why: str, control_state_dir: str | None = None) 
     return 0 if doc["ok"] else 1
 
 
-def build_actuator(spec: Any, control_state_dir: str | None = None) -> ControllerActuator:
+def build_actuator(
+    spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
-    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator)."""
-    return ControllerActuator(spec, control_state_dir)
+    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator);
+    `applied_path`: the applied plan a restart replays."""
+    return ControllerActuator(spec, control_state_dir, applied_path)
 
 
-def build_config(spec: Any, state_dir: str | None = None) -> WatchdogConfig:
+def resolve_api_key(ref: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """The probe's API key from its reference, or ConfigError when it cannot be resolved here.
+
+    A watchdog that probes without the configured key gets 401 on every probe: it cannot see a
+    hang any more (issue 15: 12 h of a hung engine, 0 restarts). So it refuses to start instead.
+    `file:` is read where the watchdog runs (the provisioned one runs on the head node, where
+    the root-only key file lives).
+    """
+    if ref is None:
+        return None
+    environ = os.environ if environ is None else environ
+    if ref.env:
+        value = environ.get(ref.env)
+        if not value:
+            raise ConfigError(
+                f"the API key's variable {ref.env} is not set in the watchdog's environment",
+                key="secrets.api_key.env",
+                hint=f"export {ref.env} for the watchdog (systemd: EnvironmentFile=), or the "
+                "probe gets 401 and the watchdog is blind",
+            )
+        return value
+    try:
+        value = Path(ref.file).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"the API key file {ref.file} is not readable here ({exc.strerror or exc})",
+            key="secrets.api_key.file",
+            hint="run the watchdog where the key file is (the head node, as provisioned) "
+            "with permission to read it",
+        ) from None
+    if not value:
+        raise ConfigError(f"the API key file {ref.file} is empty", key="secrets.api_key.file")
+    return value
+
+
+def build_config(
+    spec: Any, state_dir: str | None = None, environ: Mapping[str, str] | None = None
+) -> WatchdogConfig:
     """Resolve probe target, model, API key and the cluster restart lock from the ClusterSpec."""
-    api_key = None
-    ref = getattr(spec.secrets, "api_key", None)
-    if ref is not None and ref.env:
-        api_key = os.environ.get(ref.env)
-    # A key kept only in a file on the nodes is not readable here: the probe then gets 401 and
-    # the watchdog alerts "misconfig" once (it never restarts for it).
+    api_key = resolve_api_key(getattr(spec.secrets, "api_key", None), environ)
     sd = state_dir or spec.watchdog.state_dir
-    lock = os.path.join(os.path.dirname(os.path.abspath(sd)), f"restart-{spec.name}.lock")
+    lock = cluster_lock_path(spec, sd)
     return WatchdogConfig.from_spec(
         spec.watchdog,
         probe_url=spec.api_base,
@@ -206,7 +270,45 @@ def build_config(spec: Any, state_dir: str | None = None) -> WatchdogConfig:
         api_key=api_key,
         restart_lock_path=lock,
         state_dir=sd,
+        config_hash=spec.config_hash(),
     )
+
+
+def watched_plan(
+    inventory: Path, applied: str | None, state_dir: str | None
+) -> tuple[WatchdogConfig, ControllerActuator, Any]:
+    """What `watchdog run` watches: (settings, actuator, plan follower).
+
+    Probe target, key and policy come from the applied plan (`--applied`, or the control
+    machine's record for the inventory's cluster; the inventory itself only when nothing was
+    applied yet). Where this daemon keeps its state and serves /metrics is its own deployment:
+    its unit (`--state-dir`) or the inventory it was started on.
+    """
+    from servectl.cluster.applied import local_paths, read_applied
+    from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
+    from servectl.watchdog.probe import Prober
+
+    if applied is not None:
+        path = applied
+        plan = wait_for_applied(path)
+        spec = own = plan.spec()
+    else:
+        spec = own = load(inventory)
+        path = local_paths(spec)[0]
+        plan = read_applied(path)
+        if plan is not None and plan.cluster == spec.name:
+            spec = plan.spec()  # what runs, not what the inventory wants next
+        else:
+            plan = None
+    here = {"metrics_host": own.watchdog.metrics_host, "metrics_port": own.watchdog.metrics_port}
+    cfg = dataclasses.replace(build_config(spec, state_dir or own.watchdog.state_dir), **here)
+
+    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
+        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
+        return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
+
+    follower = PlanFollower(path, plan, build, spec.name)
+    return cfg, build_actuator(spec, applied_path=path), follower
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -245,7 +347,20 @@ def _status_doc(sd: str) -> dict[str, Any]:
         "state": None,
     }
     if hold is not None and hold.until > now:
-        doc["hold"] = {"until": hold.until, "reason": hold.reason, "by": hold.by}
+        doc["hold"] = {"until": hold.until, "reason": hold.reason, "by": hold.by, "kind": hold.kind}
+    elif hold is not None:
+        doc["hold_expired"] = {"until": hold.until, "reason": hold.reason, "by": hold.by}
+    pending = (read_json(os.path.join(sd, "outbox.json")) or {}).get("pending") or []
+    doc["undelivered_alerts"] = [
+        {
+            "category": p["incident"].get("category"),
+            "attempts": p.get("attempts"),
+            "next_attempt_at": p.get("next_at"),
+            "problems": p.get("problems"),
+        }
+        for p in pending
+        if isinstance(p, dict) and isinstance(p.get("incident"), dict)
+    ]
     if state is not None:
         doc["state"] = {
             "phase": state.phase.value,
@@ -259,6 +374,7 @@ def _status_doc(sd: str) -> dict[str, Any]:
             "boot_deadline_at": state.boot_deadline_at,
             "boot_failures": state.boot_failures,
             "updated_at": state.updated_at,
+            "blind_since": state.blind_since,
         }
     return doc
 
@@ -280,8 +396,14 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
         f"last probe {lp.get('outcome', '-')}/{st['last_verdict'] or '-'} at {_iso(lp.get('at'))}, "
         f"{len(st['restart_times'])} restart(s) in window"
     )
-    if doc["hold"]:
+    if doc["hold"] and doc["hold"]["kind"] == "down":
+        text += f", [bold]intentional stop[/] ({doc['hold']['reason']}): no restart until `up`"
+    elif doc["hold"]:
         text += f", held until {_iso(doc['hold']['until'])}: {doc['hold']['reason']}"
+    if st["phase"] == "blind":
+        text += f", [red]blind[/] since {_iso(st['blind_since'])} (probe rejected: key/model)"
+    if doc["undelivered_alerts"]:
+        text += f", [red]{len(doc['undelivered_alerts'])} alert(s) undelivered[/]"
     return doc, text
 
 
@@ -291,18 +413,28 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
 def run(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     state_dir: StateDirOption = None,
+    applied: Annotated[
+        Path | None,
+        typer.Option(
+            "--applied",
+            help="Follow this applied-plan record (applied.json) instead of an inventory: what "
+            "the provisioned watchdog does. Waits for the first `servectl up` if absent.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("-v", help="Debug logging.")] = False,
 ) -> None:
-    """Run the watchdog in the foreground until SIGTERM/SIGINT."""
+    """Run the watchdog in the foreground until SIGTERM/SIGINT. It watches and restarts the
+    applied plan (what `up`/`restart`/`rollout` last applied), following it when it changes."""
     from servectl.watchdog.daemon import build_watchdog
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    spec = load(inventory)
-    cfg = build_config(spec, str(state_dir) if state_dir else None)
-    wd = build_watchdog(cfg, build_actuator(spec))
+    cfg, actuator, follower = watched_plan(
+        inventory, str(applied) if applied else None, str(state_dir) if state_dir else None
+    )
+    wd = build_watchdog(cfg, actuator, follow=follower)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: wd.stop())
     console.print(
@@ -348,6 +480,19 @@ def status(
         t.add_row("incident", st["incident_id"])
     h = doc["hold"]
     t.add_row("hold", f"until {_iso(h['until'])} by {h['by']}: {h['reason']}" if h else "none")
+    if h and h["kind"] == "down":
+        t.add_row("", "[bold]intentional stop[/]: no restart until `servectl up`")
+    if doc.get("hold_expired"):
+        e = doc["hold_expired"]
+        t.add_row("hold expired", f"at {_iso(e['until'])} ({e['reason']}), never released")
+    if st["phase"] == "blind":
+        t.add_row("blind since", _iso(st["blind_since"]))
+    for a in doc["undelivered_alerts"]:
+        t.add_row(
+            "alert undelivered",
+            f"{a['category']}: {a['attempts']} attempt(s), next at {_iso(a['next_attempt_at'])}: "
+            f"{'; '.join(a['problems'] or [])}",
+        )
     console.print(t)
 
 

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import ConfigError
+from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.rollout import (
     Measurement,
@@ -22,16 +22,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeCluster:
-    def __init__(self, fail_hashes=(), crash_on_restart=False):
+    def __init__(self, fail_hashes=(), crash_on_restart=False, preflight=(), raise_for=()):
         self.restarts = []
         self.fail_hashes = set(fail_hashes)
         self.crash_on_restart = crash_on_restart
+        self.preflight_problems = list(preflight)
+        self.raise_for = set(raise_for)  # config hashes whose restart raises (pre-flight, SSH)
+        self.preflights = []
         self.running = None
+
+    def preflight(self, spec):
+        self.preflights.append(spec.serving.drafter.num_speculative_tokens)
+        return self.preflight_problems
 
     def restart(self, spec, why, timeout_s):
         self.restarts.append((spec.serving.drafter.num_speculative_tokens, why))
         if self.crash_on_restart:
             raise KeyboardInterrupt("killed mid-restart")
+        if spec.config_hash() in self.raise_for:
+            raise ServectlError("pre-flight failed:\n  node1: /models/missing does not exist")
         ok = spec.config_hash() not in self.fail_hashes
         self.running = spec.config_hash() if ok else None
         return ok
@@ -235,3 +244,31 @@ def test_via_watchdog_rollback_holds_the_watchdog(tmp_path, inv):
     result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
     assert result.step == "rolled_back" and "num_speculative_tokens: 7" in inv.read_text()
     assert [c[0] for c in holder.calls] == ["hold", "release"]
+
+
+def test_preflight_refusal_changes_nothing_and_is_recorded(tmp_path, inv):
+    # Issue 15 (8): `--set drafter.path=/models/missing-drafter`: the inventory was written,
+    # the restart's pre-flight refused, and the rollout stayed "interrupted at 'restarting'".
+    before = inv.read_text()
+    cluster = FakeCluster(preflight=["node1: /models/missing-drafter does not exist"])
+    ro, store, holder = _rollout(tmp_path, cluster)
+    record = ro.prepare(str(inv), [parse_set("drafter.path=/models/missing-drafter")], [])
+    result = ro.run(record, [])
+    assert result.step == "refused" and "missing-drafter does not exist" in result.reason
+    assert inv.read_text() == before and cluster.restarts == []
+    assert [h["step"] for h in store.history()] == ["refused"]
+    assert store.current().step == "refused"  # terminal: the next rollout is not blocked
+    assert ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], [])
+
+
+def test_failure_after_the_write_rolls_back_by_itself(tmp_path, inv):
+    before = inv.read_text()
+    new_hash = load_inventory_hash(
+        apply_changes(before, [parse_set("drafter.num_speculative_tokens=3")], str(inv))
+    )
+    cluster = FakeCluster(raise_for={new_hash})
+    ro, store, holder = _rollout(tmp_path, cluster, measure=None)
+    result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
+    assert result.step == "rolled_back" and "restart on the new config failed" in result.reason
+    assert inv.read_text() == before
+    assert [h["step"] for h in store.history()] == ["rolled_back"]

@@ -1,0 +1,144 @@
+"""One actor at a time: the cluster lock an operator's restart, a rollout and a watchdog restart
+share, the watchdog hold that goes with it, and the record of an intentional `down`.
+
+* `cluster_lock_path(spec)`: the flock the watchdog takes around its restarts. `servectl restart`
+  and `servectl rollout` hold it for their whole duration, so a second one is refused naming who
+  holds it, and a watchdog restart meanwhile is skipped (it verifies in boot grace instead).
+* While it holds the lock, an operator action also holds the watchdog (hold.json, where a
+  watchdog reads it: this machine and the head node), so the watchdog does not judge a server
+  that is being restarted on purpose.
+* `servectl down` leaves a hold of kind "down": the watchdog sees an intentional stop and does
+  not restart until `servectl up` (or `restart`) clears it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from servectl.cluster.errors import ServectlError
+from servectl.watchdog.state import FileLock, WatchdogLocked
+
+DOWN_HOLD_S = 7 * 24 * 3600.0  # the longest hold the watchdog accepts; `up` ends it sooner
+
+
+class ClusterBusy(ServectlError):
+    """Another operator action (or a watchdog restart) holds the cluster lock."""
+
+    exit_code = 2
+
+
+class Holder(Protocol):
+    def hold(self, reason: str, until: float, kind: str = "hold") -> None: ...
+    def release(self) -> None: ...
+
+
+def cluster_lock_path(spec: Any, state_dir: str | None = None) -> str:
+    """The cluster-wide restart lock, next to the watchdog's state dir on this machine."""
+    sd = state_dir or spec.watchdog.state_dir
+    return os.path.join(os.path.dirname(os.path.abspath(sd)), f"restart-{spec.name}.lock")
+
+
+def _holder_note(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def one_actor(
+    lock_path: str,
+    what: str,
+    holder: Holder | None = None,
+    hold_s: float = 0.0,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[None]:
+    """Hold the cluster lock (or raise ClusterBusy naming the holder) and, with a holder, the
+    watchdog for `hold_s`, both for the duration of the block."""
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(f"{what} (pid {os.getpid()})")
+    except WatchdogLocked:
+        raise ClusterBusy(
+            f"another action holds the cluster lock {lock_path}: {_holder_note(lock_path)}; "
+            "wait for it to finish"
+        ) from None
+    try:
+        if holder is not None:
+            holder.hold(what, clock() + hold_s)
+        try:
+            yield
+        finally:
+            if holder is not None:
+                holder.release()
+    finally:
+        lock.release()
+
+
+def mark_down(holder: Holder, who: str, clock: Callable[[], float] = time.time) -> None:
+    """Record an intentional stop where the watchdog reads it (a hold of kind "down")."""
+    holder.hold(f"servectl down by {who}", clock() + DOWN_HOLD_S, kind="down")
+
+
+def clear_down(holder: Holder) -> None:
+    """`up`/`restart`: end an intentional stop (and any hold) so the watchdog watches again."""
+    holder.release()
+
+
+class LeasedHolder:
+    """A watchdog hold kept as a short lease, renewed while this process lives.
+
+    A rollout holds the watchdog for two boots (6600 s by default); killed with -9 it used to
+    leave that whole hold behind with the server down. As a lease, the hold lapses `lease_s`
+    after the holder died (the watchdog then alerts `hold_expired` and its rules resume), and
+    never outlives the `until` that was asked for.
+    """
+
+    def __init__(
+        self, inner: Holder, lease_s: float = 600.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        import threading
+
+        self._inner = inner
+        self._lease_s = lease_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, reason: str, until: float, kind: str = "hold") -> None:
+        import threading
+
+        self._stop_renewing()
+        self._stop = threading.Event()
+        self._renew(reason, until, kind)
+        self._thread = threading.Thread(
+            target=self._loop, args=(reason, until, kind), name="watchdog-hold-lease", daemon=True
+        )
+        self._thread.start()
+
+    def _renew(self, reason: str, until: float, kind: str) -> None:
+        self._inner.hold(reason, min(until, self._clock() + self._lease_s), kind)
+
+    def _loop(self, reason: str, until: float, kind: str) -> None:
+        while not self._stop.wait(self._lease_s / 3):
+            if self._clock() >= until:
+                return
+            try:
+                self._renew(reason, until, kind)
+            except Exception:  # noqa: BLE001 - a missed renewal: the next one may get through
+                continue
+
+    def _stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def release(self) -> None:
+        self._stop_renewing()
+        self._inner.release()

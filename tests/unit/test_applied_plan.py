@@ -1,0 +1,202 @@
+"""Issue 15 (1): the applied plan is the truth about what runs; the watchdog follows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from servectl.cluster import control as control_mod
+from servectl.cluster.applied import AppliedPlan, read_applied, revision, write_local
+from servectl.cluster.cli import watchdog as wd_cli
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.watchdog_plan import PlanFollower
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.daemon import PlanChange
+from servectl.watchdog.events import read_events
+from servectl.watchdog.probe import ProbeResult
+
+from .test_watchdog_daemon import OK, REFUSED, make
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _inventory(tmp_path: Path, port: int = 8000, name: str = "inventory.yml") -> Path:
+    text = (ROOT / "inventory.example.yml").read_text()
+    path = tmp_path / name
+    path.write_text(text.replace("port: 8000", f"port: {port}", 1))
+    return path
+
+
+def _plan(path: Path, action: str = "up") -> AppliedPlan:
+    spec = load_inventory(path)
+    text = path.read_text()
+    return AppliedPlan(
+        spec.name, spec.config_hash(), revision(text), text, str(path), action, "ops", 1.0
+    )
+
+
+def test_up_records_the_applied_plan_here_and_on_the_head(tmp_path: Path, monkeypatch) -> None:
+    inv = _inventory(tmp_path)
+    spec = load_inventory(inv)
+    heads: list[AppliedPlan] = []
+    monkeypatch.setattr(control_mod, "write_head", lambda plan, s, d: heads.append(plan))
+    with Controller(spec, state_dir=tmp_path / "state") as ctl:
+        plan = ctl.record_applied("restart", "ops")
+    assert plan is not None and heads == [plan]
+    saved = read_applied(tmp_path / "state" / "applied" / f"{spec.name}.json")
+    assert saved == plan and saved.config_hash == spec.config_hash()
+    assert saved.inventory_revision == revision(inv.read_text()) and saved.action == "restart"
+
+
+def test_a_replayed_plan_is_recorded_as_replayed_not_as_the_edited_file(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(control_mod, "write_head", lambda *a: None)
+    inv = _inventory(tmp_path)
+    old = _plan(inv)
+    inv.write_text(inv.read_text().replace("port: 8000", "port: 8001", 1))  # edited since
+    with Controller(
+        old.spec(),
+        state_dir=tmp_path / "s",
+        applied_source=(old.inventory_text, old.inventory_path),
+    ) as ctl:
+        again = ctl.record_applied("restart", "servectl-watchdog")
+    assert again is not None and again.config_hash == old.config_hash
+    assert again.inventory_revision == old.inventory_revision
+
+
+def test_restart_job_replays_the_applied_plan_not_the_inventory(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    # Reproduction: `rollout --via watchdog` restarted the old k; a later hang booted the old k.
+    inv = _inventory(tmp_path)
+    applied = _plan(inv)
+    inv.write_text(inv.read_text().replace("port: 8000", "port: 8001", 1))  # not applied
+    path = tmp_path / "applied.json"
+    write_local(applied, [str(path)])
+    seen: dict[str, Any] = {}
+
+    class FakeController:
+        def __init__(self, spec: Any, state_dir: Any = None, applied_source: Any = None):
+            seen.update(spec=spec, source=applied_source)
+
+        def __enter__(self) -> FakeController:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            pass
+
+        def restart(self, **kw: Any) -> Any:
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(control_mod, "Controller", FakeController)
+    assert wd_cli.restart_job(str(path), "watchdog: hang") == 2
+    assert seen["spec"].config_hash() == applied.config_hash
+    assert seen["spec"].api_base.endswith(":8000")
+    assert seen["source"] == (applied.inventory_text, applied.inventory_path)
+    assert "stop here" in capsys.readouterr().out
+
+
+def test_follower_sees_a_new_plan_once(tmp_path: Path) -> None:
+    path = tmp_path / "applied.json"
+    a = _plan(_inventory(tmp_path, 8000, "a.yml"))
+    b = _plan(_inventory(tmp_path, 8001, "b.yml"), action="rollout")
+    write_local(a, [str(path)])
+    built: list[str] = []
+
+    def build(spec: Any, plan: AppliedPlan) -> tuple[Any, Any, Any]:
+        built.append(spec.api_base)
+        return (WatchdogConfig(probe_url=spec.api_base, state_dir="x"), "prober", "actuator")
+
+    follow = PlanFollower(str(path), a, build, a.cluster)
+    assert follow() is None
+    write_local(b, [str(path)])
+    change = follow()
+    assert change is not None and change.config.probe_url.endswith(":8001")
+    assert change.detail["action"] == "rollout" and follow() is None
+    assert built == [change.config.probe_url]
+
+
+class PortProber:
+    """The server moved to 8001: probes on the old port are refused."""
+
+    def __init__(self, clock: Any, ok: bool) -> None:
+        self.clock, self.ok = clock, ok
+
+    def probe(self) -> ProbeResult:
+        self.clock.now += 150
+        return OK if self.ok else REFUSED
+
+    def scrape_metrics(self) -> Any:
+        from servectl.watchdog.probe import MetricsSnapshot
+
+        return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
+
+
+def test_daemon_follows_a_rollout_to_a_new_port_and_never_restarts_it(tmp_path: Path) -> None:
+    # Reproduction: after `rollout --set port=8001` a healthy server was restarted at 12 and
+    # 52 minutes (the daemon read its config once), then given up.
+    pending: list[PlanChange] = []
+    wd, prober, act = make(tmp_path)
+    wd._follow = lambda: pending.pop() if pending else None
+    wd.tick()
+    old_port = PortProber(wd._clock, ok=False)
+    wd._prober = old_port
+    new_cfg = WatchdogConfig(
+        probe_url="http://127.0.0.1:8001", state_dir="elsewhere", config_hash="new"
+    )
+    pending.append(PlanChange(new_cfg, PortProber(wd._clock, ok=True), act, {"action": "rollout"}))
+    for _ in range(40):
+        wd.tick()
+    assert act.restarts == []
+    assert wd.config.probe_url.endswith(":8001") and wd.config.state_dir == str(tmp_path / "wd")
+    ev = [e for e in read_events(wd.config.events_path).events if e["kind"] == "plan_changed"]
+    assert len(ev) == 1 and ev[0]["new_hash"] == "new" and ev[0]["action"] == "rollout"
+    wd.close()
+
+
+def test_unusable_plan_keeps_the_old_one_and_alerts(tmp_path: Path) -> None:
+    out = tmp_path / "alerts.txt"
+    import sys
+
+    cmd = (sys.executable, "-c", f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read())")
+    wd, prober, act = make(tmp_path, alert_command=cmd)
+
+    def broken() -> PlanChange:
+        raise wd_cli.ConfigError("the API key's variable K is not set")
+
+    wd._follow = broken
+    for _ in range(3):
+        wd.tick()
+    alerts = [json.loads(x) for x in out.read_text().replace("}{", "}\n{").splitlines()]
+    assert [a["category"] for a in alerts] == ["plan_unusable"]
+    wd.close()
+
+
+def test_watchdog_run_watches_the_applied_plan_in_its_own_state_dir(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # An inventory edited after `up` (as the lab tests do for the watchdog's own state dir and
+    # port): probe target from the applied plan, state dir and /metrics port from the inventory.
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    inv = _inventory(tmp_path, 8000)
+    applied = _plan(inv)
+    spec = load_inventory(inv)
+    write_local(applied, [str(tmp_path / "state" / "applied" / f"{spec.name}.json")])
+    text = inv.read_text().replace("port: 8000", "port: 8005", 1)
+    inv.write_text(
+        text.replace(
+            "interval_s: 120",
+            f"interval_s: 120\n        metrics_port: 9999\n        state_dir: {tmp_path / 'wd'}",
+            1,
+        )
+    )
+    cfg, actuator, follower = wd_cli.watched_plan(inv, None, None)
+    assert cfg.probe_url.endswith(":8000") and cfg.config_hash == applied.config_hash
+    assert cfg.state_dir == str(tmp_path / "wd") and cfg.metrics_port == 9999
+    assert actuator.applied_path == str(tmp_path / "state" / "applied" / f"{spec.name}.json")
+    assert follower() is None
+    actuator.close()

@@ -1,0 +1,157 @@
+"""The daemon's side effects that must never stop a decision: event and state writes on a
+full disk (counted, exported, alerted), alert delivery with retries (`Outbox`), and following a
+newly applied plan. A mixin of `Watchdog` (servectl.watchdog.daemon), kept apart for size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from servectl.watchdog.policy import Policy, PolicyConfig, PolicyState
+from servectl.watchdog.state import atomic_write_json, read_json
+
+log = logging.getLogger("servectl.watchdog.daemon")
+
+
+class DaemonIO:
+    """Needs from the host class: config, _events, _store, _metrics, _outbox, _clock,
+    _broken_writes, _follow, _follow_error, _prober, _actuator, _policy, _state, _cadence."""
+
+    _events: Any
+    _store: Any
+    _metrics: Any
+    _outbox: Any
+    _clock: Any
+    _broken_writes: set[str]
+    _follow: Any
+    _follow_error: str | None
+    _prober: Any
+    _actuator: Any
+    _policy: Policy
+    _state: PolicyState | None
+    _cadence: Any
+    config: Any
+
+    # -- writes that may fail (full disk) and alerts that may not arrive --------------------
+    def _record(self, kind: str, **fields: Any) -> None:
+        """Append an event; a failed write is counted and alerted, never raised."""
+        try:
+            self._events.append(kind, **fields)
+        except OSError as exc:
+            self._write_failed("events", exc)
+        else:
+            self._write_ok("events")
+
+    def _save(self, state: PolicyState) -> None:
+        try:
+            self._store.save(state)
+        except OSError as exc:
+            self._write_failed("state", exc)
+        else:
+            self._write_ok("state")
+
+    def _write_failed(self, what: str, exc: OSError) -> None:
+        log.error("cannot write watchdog %s: %s", what, exc)
+        if self._metrics is not None:
+            self._metrics.write_errors_total.labels(what).inc()
+        if what in self._broken_writes:
+            return
+        self._broken_writes.add(what)
+        path = self.config.events_path if what == "events" else self.config.state_path
+        self._queue_alert(
+            {
+                "incident_id": f"write-{what}",
+                "category": "unwritable",
+                "message": f"watchdog cannot write its {what} ({path}): {exc}; decisions are "
+                "still applied, but the record of them is lost until the disk is fixed",
+            }
+        )
+
+    def _write_ok(self, what: str) -> None:
+        if what in self._broken_writes:
+            self._broken_writes.discard(what)
+            self._record("write_recovered", what=what)
+
+    def _queue_alert(self, incident: dict[str, Any]) -> None:
+        incident = {"at": self._clock(), "probe_url": self.config.probe_url} | incident
+        self._outbox.add(incident, self._clock())
+        if self._metrics is not None:
+            self._metrics.alerts_total.labels(incident.get("category", "?")).inc()
+        self._flush_alerts()
+
+    def _flush_alerts(self) -> None:
+        for report in self._outbox.flush(self._clock()):
+            self._record("alert_sent", **report)
+        if self._metrics is not None:
+            self._metrics.alerts_undelivered.set(len(self._outbox.pending))
+        self._save_outbox()
+
+    def _outbox_path(self) -> str:
+        return os.path.join(self.config.state_dir, "outbox.json")
+
+    def _save_outbox(self) -> None:
+        try:
+            atomic_write_json(self._outbox_path(), {"pending": self._outbox.pending})
+        except OSError as exc:  # in memory it still is: retried as long as this process lives
+            log.warning("cannot save the alert outbox: %s", exc)
+
+    def _load_outbox(self) -> None:
+        try:
+            self._outbox.load((read_json(self._outbox_path()) or {}).get("pending") or [])
+        except (OSError, ValueError, AttributeError) as exc:
+            log.warning("alert outbox unreadable: %s", exc)
+
+    def _follow_plan(self) -> None:
+        """Switch probe target, key and policy to a newly applied plan (logged as an event).
+        A plan that cannot be used (its key not resolvable here) is alerted, and the previous
+        one is kept: the watchdog never goes blind by following a plan."""
+        if self._follow is None:
+            return
+        try:
+            change = self._follow()
+        except Exception as exc:  # noqa: BLE001 - reported, the old plan stays in force
+            error = f"{type(exc).__name__}: {exc}"
+            if error != self._follow_error:
+                self._follow_error = error
+                self._record("plan_unusable", error=error, keeps=self.config.config_hash)
+                self._queue_alert(
+                    {
+                        "incident_id": "plan",
+                        "category": "plan_unusable",
+                        "message": f"the newly applied plan cannot be followed ({error}); "
+                        f"still watching config {self.config.config_hash}",
+                    }
+                )
+            return
+        if change is None:
+            return
+        self._follow_error = None
+        old = self.config
+        # Where this daemon keeps its files and serves /metrics does not move with the plan.
+        self.config = dataclasses.replace(
+            change.config,
+            state_dir=old.state_dir,
+            restart_lock_path=old.restart_lock_path,
+            metrics_host=old.metrics_host,
+            metrics_port=old.metrics_port,
+        )
+        for old_part in (self._prober, self._actuator):
+            close = getattr(old_part, "close", None)
+            if callable(close):
+                close()
+        self._prober, self._actuator = change.prober, change.actuator
+        self._policy = Policy(PolicyConfig.from_config(self.config))
+        if self._cadence is not None:
+            self._cadence.interval_s = self.config.interval_s
+        assert self._state is not None
+        self._state = dataclasses.replace(self._state, baseline=None, flat_since=None)
+        self._record(
+            "plan_changed",
+            old_hash=old.config_hash,
+            new_hash=self.config.config_hash,
+            probe_url=self.config.probe_url,
+            **change.detail,
+        )
