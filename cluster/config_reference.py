@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-from servectl.cluster.spec import ServectlSettings, parse_size
+from servectl.cluster.spec import ServectlSettings, absolute_path, not_a_flag, parse_size
 
 HEADER = """# Configuration reference
 
@@ -32,6 +32,12 @@ def _type_name(annotation: Any) -> str:
         return "size (16GiB, 16G, 17179869184)" + (
             " \\| None" if type(None) in typing.get_args(annotation) else ""
         )
+    funcs = {getattr(m, "func", None) for m in _metadata(annotation)}
+    none = " \\| None" if type(None) in typing.get_args(annotation) else ""
+    if absolute_path in funcs:
+        return "absolute path" + none
+    if not_a_flag in funcs:
+        return "str (not starting with -)" + none
     text = str(annotation).replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
