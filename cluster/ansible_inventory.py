@@ -15,8 +15,8 @@ files it could not parse) is collected and folded into the error instead of prin
 from __future__ import annotations
 
 import contextlib
-import logging
 import json
+import logging
 import math
 import os
 import re

@@ -147,7 +147,7 @@ def _topology(inv: Resolved, path: str) -> tuple[str, list[str]]:
 
 
 def _settings(inv: Resolved, path: str) -> dict[str, Any]:
-    for host, value in inv.settings_by_host.items():
+    for host in inv.settings_by_host:
         raise located(
             inv,
             (host, "servectl"),

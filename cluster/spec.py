@@ -26,7 +26,6 @@ from pydantic import (
     model_validator,
 )
 
-
 # --- value parsers -------------------------------------------------------------------------
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt]i?b?|B|b)?\s*$")
