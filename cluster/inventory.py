@@ -32,6 +32,7 @@ from servectl.cluster.spec import (
     ServectlSettings,
     serving_from_settings,
 )
+from servectl.cluster.ssh_route import route_for
 from servectl.cluster.yaml_guard import check_files, check_yaml
 
 
@@ -233,6 +234,16 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
             )
         seen[(host, port)] = name
         key_file = hvars.get("ansible_ssh_private_key_file")
+        ssh_args = _ssh_args(hvars)
+        try:
+            route_for(host, ssh_args, None)  # the user's ssh_config is read when connecting
+        except ValueError as exc:
+            arg = "ansible_ssh_common_args"
+            if "ansible_ssh_extra_args" in hvars and arg not in hvars:
+                arg = "ansible_ssh_extra_args"
+            raise located(
+                inv, (name, arg), str(exc), hint="e.g. -o ProxyJump=user@bastion:22"
+            ) from None
         nodes.append(
             NodeSpec(
                 name=name,
@@ -244,7 +255,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
                 ssh_key_file=os.path.expanduser(str(key_file)) if key_file else None,
                 vllm_host_ip=str(vllm_ip),
                 become=_truthy(hvars.get("ansible_become", False)),
-                ssh_args=_ssh_args(hvars),
+                ssh_args=ssh_args,
             )
         )
     return nodes

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
+from servectl.cluster.ssh_route import Hop, Route, route_for
 
 if TYPE_CHECKING:
     from servectl.cluster.spec import NodeSpec, SshSpec
@@ -78,6 +79,7 @@ class SshTarget:
     user: str = "root"
     key_file: str | None = None
     become: bool = False
+    route: Route = Route()  # jump hosts / ProxyCommand, as Ansible's ssh would use them
 
     @classmethod
     def from_node(cls, node: NodeSpec) -> SshTarget:
@@ -88,6 +90,7 @@ class SshTarget:
             user=node.ssh_user or "root",
             key_file=node.ssh_key_file,
             become=bool(getattr(node, "become", False)),
+            route=route_for(node.ssh_host, getattr(node, "ssh_args", None)),
         )
 
 
@@ -165,6 +168,7 @@ class NodeSession:
         self.options = options
         self._client_factory = client_factory
         self._client: paramiko.SSHClient | None = None
+        self._jumps: list[paramiko.SSHClient] = []  # open jump-host connections, first hop first
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
 
@@ -185,17 +189,64 @@ class NodeSession:
             return self._client
 
     def _connect(self) -> paramiko.SSHClient:
-        t, o = self.target, self.options
+        """Connect through each jump host in turn (each one's key verified like the node's),
+        then to the node over a direct-tcpip channel of the last hop, or a ProxyCommand."""
+        t = self.target
+        sock: Any = None
+        try:
+            for hop in t.route.jumps:
+                via = f"jump host {hop.host}:{hop.port} for {t.node}"
+                jump = self._connect_one(
+                    SshTarget(
+                        node=via,
+                        host=hop.host,
+                        port=hop.port,
+                        user=hop.user or t.user,
+                        key_file=hop.key_file or t.key_file,
+                    ),
+                    sock,
+                )
+                self._jumps.append(jump)
+                sock = self._channel_through(jump, hop, t.host, t.port)
+            if sock is None and t.route.proxy_command:
+                command = t.route.proxy_command.replace("%h", t.host).replace("%p", str(t.port))
+                command = command.replace("%r", t.user).replace("%%", "%")
+                sock = paramiko.ProxyCommand(command)
+            return self._connect_one(t, sock)
+        except BaseException:
+            self._close_jumps()
+            raise
+
+    def _channel_through(self, jump: paramiko.SSHClient, hop: Hop, host: str, port: int) -> Any:
+        transport = jump.get_transport()
+        try:
+            assert transport is not None
+            return transport.open_channel(
+                "direct-tcpip", (host, port), ("127.0.0.1", 0),
+                timeout=self.options.connect_timeout_s,
+            )  # fmt: skip
+        except (paramiko.SSHException, EOFError, OSError, AssertionError) as e:
+            raise NodeUnreachable(
+                self.node, f"jump host {hop.host}:{hop.port} cannot reach {host}:{port}: {e}"
+            ) from None
+
+    def _known_hosts(self) -> str | None:
+        """One setting: servectl.ssh.known_hosts, else UserKnownHostsFile from
+        ansible_ssh_common_args, else the user's ~/.ssh/known_hosts."""
+        return self.options.known_hosts or self.target.route.known_hosts
+
+    def _connect_one(self, t: SshTarget, sock: Any) -> paramiko.SSHClient:
+        o = self.options
         client = self._client_factory()
-        known_hosts = o.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-        if o.known_hosts:
-            if not os.path.exists(o.known_hosts):
+        chosen = self._known_hosts()
+        known_hosts = chosen or os.path.expanduser("~/.ssh/known_hosts")
+        if chosen:
+            if not os.path.exists(chosen):
                 raise HostKeyError(
                     t.node,
-                    f"known_hosts file {o.known_hosts} does not exist "
-                    f"({_fix_hint(t, o.known_hosts)})",
+                    f"known_hosts file {chosen} does not exist ({_fix_hint(t, chosen)})",
                 )
-            client.load_host_keys(o.known_hosts)
+            client.load_host_keys(chosen)
         else:
             client.load_system_host_keys()
         client.set_missing_host_key_policy(
@@ -213,6 +264,7 @@ class NodeSession:
                 auth_timeout=timeout,
                 allow_agent=True,
                 look_for_keys=t.key_file is None,
+                sock=sock,
             )
         except _UnknownHostKey as e:
             client.close()
@@ -264,6 +316,12 @@ class NodeSession:
         if self._client is not None:
             self._client.close()
             self._client = None
+        self._close_jumps()
+
+    def _close_jumps(self) -> None:
+        for jump in reversed(self._jumps):
+            jump.close()
+        self._jumps = []
 
     def close(self) -> None:
         with self._lock:

@@ -162,3 +162,15 @@ def test_config_hash_changes_with_k_only():
     )
     assert a.config_hash() != b.config_hash()
     assert a.config_hash() == c.config_hash()  # watchdog settings do not change what runs
+
+
+def test_bastion_inventory_routes_workers_through_node1():
+    """ProxyJump in ansible_ssh_common_args (group vars of workers) reaches the SSH gateway."""
+    from servectl.cluster.ssh import SshTarget
+    from servectl.cluster.ssh_route import Hop
+
+    spec = load_inventory(HERE / "example-bastion.yml")
+    assert spec.config_hash() == load_inventory(ROOT / "inventory.example.yml").config_hash()
+    routes = [SshTarget.from_node(n).route for n in spec.nodes]
+    assert routes[0].jumps == ()
+    assert all(r.jumps == (Hop("10.0.0.11", 22, "root"),) for r in routes[1:])
