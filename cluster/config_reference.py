@@ -17,9 +17,13 @@ HEADER = """# Configuration reference
 Generated from `cluster/spec.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
 a unit test fails when this file and the spec diverge.
 
-All keys live under `all.vars.servectl` of the Ansible inventory. Unknown keys are errors.
+All keys live in the variable `servectl` of group `all` (under `all.vars`, or in
+`group_vars/all.yml` beside the inventory); Ansible resolves the inventory (YAML or INI, a file
+or a directory, group_vars/host_vars, vault, templates) and servectl validates the result.
+Unknown keys are errors.
 Per-host keys (on each host of groups `head` and `workers`): `ansible_host`, `ansible_port`,
-`ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, and `vllm_host_ip` (the address
+`ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, `ansible_ssh_common_args` /
+`ansible_ssh_extra_args` (ProxyJump, ProxyCommand, UserKnownHostsFile), and `vllm_host_ip` (the address
 vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`).
 
 | key | type | default | meaning |

@@ -46,7 +46,18 @@ def load_inventory(path: str | Path) -> ClusterSpec:
             hint="pass -i with an existing inventory file or directory",
         )
     check_files(source)
+    if not _have_ansible():
+        # a node (the watchdog host) reads the resolved copy provisioning wrote for it
+        from servectl.cluster.inventory_plain import read_resolved
+
+        return build_spec(read_resolved(source), str(path))
     return build_spec(resolve(source), str(path))
+
+
+def _have_ansible() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ansible") is not None
 
 
 def parse_inventory(text: str, path: str = "<inventory>") -> ClusterSpec:
