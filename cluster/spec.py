@@ -201,7 +201,7 @@ class SshSpec(_Model):
         description="known_hosts file for every hop (default: UserKnownHostsFile from "
         "ansible_ssh_common_args, else ~/.ssh/known_hosts).",
     )
-    connect_timeout_s: float = Field(5.0, gt=0, le=120, description="SSH connect timeout.")
+    connect_timeout_s: float = Field(5.0, ge=0.5, le=120, description="SSH connect timeout.")
     allow_unknown_hosts: bool = Field(
         False, description="Accept unknown host keys (not recommended)."
     )
@@ -258,7 +258,7 @@ class ThermalSpec(_Model):
 
 
 class BenchSpec(_Model):
-    client_image: str | None = Field(
+    client_image: NoFlag | None = Field(
         None, description="Image of the CPU-only benchmark client (default: the serving image)."
     )
     num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
