@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 from collections.abc import Iterator
@@ -287,7 +286,7 @@ def _plain(value: Any, path: PathKey, locs: dict[PathKey, Loc], here: Loc | None
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return float(value) if math.isfinite(value) else float(value)
+        return float(value)  # inf/nan pass through: the spec refuses them with their line
     if isinstance(value, str):
         return "".join([value])  # a plain str, not Ansible's tagged subclass
     return str(value)
