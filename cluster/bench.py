@@ -34,6 +34,7 @@ from servectl.cluster import __version__
 from servectl.cluster import bench_manifest as bm
 from servectl.cluster.bench_parse import (
     LevelResult,
+    ResultFormatError,
     load_result_text,
     parse_result,
     spec_counters,
@@ -43,7 +44,7 @@ from servectl.cluster.control import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.errors import DockerError, ServectlError
 from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
-from servectl.cluster.spec import ClusterSpec
+from servectl.cluster.spec import ClusterSpec, NodeSpec
 
 log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "bench" / "prompts" / "ko-mixed-20.jsonl"
@@ -68,12 +69,19 @@ class BenchOptions:
     temperature: float | None = None
     client_image: str | None = None
     level_timeout_s: float = 3600.0
+    # Where the client container runs. The head by default; on a worker it keeps the client's
+    # CPU load off the node that runs the API server and the scheduler (the field report's
+    # head P-cores peaked 82 C vs 68-75 C on workers).
+    client_node: str | None = None
+    dataset: str = "prompts"  # sweep input: "prompts" (the prompt set) or "random" tokens
+    random_input_len: int = 256  # sweep with dataset "random": input tokens per request
 
     def to_json(self) -> dict[str, Any]:
         doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        doc["prompts"] = str(self.prompts) if self.kind == "sweep" else None
+        prompts = self.kind == "sweep" and self.dataset == "prompts"
+        doc["prompts"] = str(self.prompts) if prompts else None
         doc["levels"] = list(self.levels)
-        if self.kind == "sweep":
+        if prompts:
             doc["prompts_sha256"] = hashlib.sha256(self.prompts.read_bytes()).hexdigest()[:16]
         return doc
 
@@ -93,11 +101,37 @@ def client_image(spec: ClusterSpec, override: str | None = None) -> str:
     return image or spec.serving.image
 
 
-def client_base_url(spec: ClusterSpec) -> str:
-    """From the head itself (host network): loopback when the API listens on all addresses."""
+def client_node(spec: ClusterSpec, opts: BenchOptions) -> NodeSpec:
+    """The node the client container runs on (the head unless --client-node says otherwise)."""
+    if not opts.client_node:
+        return spec.head
+    names = [n.name for n in spec.nodes]
+    if opts.client_node not in names:
+        from servectl.cluster.errors import ConfigError
+
+        raise ConfigError(
+            f"--client-node {opts.client_node!r} is not in the inventory",
+            key="--client-node",
+            hint=f"one of {', '.join(names)}",
+        )
+    return spec.node(opts.client_node)
+
+
+def client_base_url(spec: ClusterSpec, node: NodeSpec | None = None) -> str:
+    """From the client's node (host network). On the head: loopback when the API listens on
+    all addresses. On another node: the head's cluster address (vllm_host_ip)."""
     host = spec.serving.host
+    on_head = node is None or node.name == spec.head.name
     if host in ("0.0.0.0", "::"):
-        host = "127.0.0.1"
+        host = "127.0.0.1" if on_head else spec.head.vllm_host_ip
+    elif not on_head and host in ("127.0.0.1", "localhost", "::1"):
+        from servectl.cluster.errors import ConfigError
+
+        raise ConfigError(
+            f"the API listens on {host} only: a client on {node.name} cannot reach it",
+            key="--client-node",
+            hint="run the client on the head, or serve on 0.0.0.0",
+        )
     return f"http://{host}:{spec.serving.port}"
 
 
@@ -114,7 +148,7 @@ def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) ->
     argv = [
         "vllm", "bench", "serve",
         "--backend", opts.backend,
-        "--base-url", client_base_url(spec),
+        "--base-url", client_base_url(spec, client_node(spec, opts)),
         "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
         "--model", s.model.served_name,
         "--tokenizer", s.model.tokenizer or s.model.path,
@@ -125,7 +159,16 @@ def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) ->
         "--result-filename", f"{name}.json",
         "--label", f"servectl-{opts.kind}",
     ]  # fmt: skip
-    if opts.kind == "sweep":
+    if opts.kind == "sweep" and opts.dataset == "random":
+        # random tokens: the field report's drafter accepted 10% of them vs 20% on Korean prose
+        argv += [
+            "--dataset-name", "random",
+            "--random-input-len", str(opts.random_input_len),
+            "--random-output-len", str(opts.output_len),
+            "--num-prompts", str(opts.num_prompts),
+            "--max-concurrency", str(level),
+        ]  # fmt: skip
+    elif opts.kind == "sweep":
         # ShareGPT layout, not `custom`: the custom loader needs pandas (vllm[bench]), which
         # a serving image may lack; the sharegpt loader is plain json. Prompts go raw; with
         # openai-chat the server applies its own template and default kwargs, as users see it.
@@ -173,14 +216,14 @@ def client_plan(
     spec: ClusterSpec, opts: BenchOptions, level: int, index: int, run_id: str
 ) -> ContainerPlan:
     s = spec.serving
-    head = spec.head
+    node = client_node(spec, opts)
     tok = s.model.tokenizer or s.model.path
     mounts = [Mount(s.model.path, s.model.path, True)]
     if tok != s.model.path:
         mounts.append(Mount(tok, tok, True))
     argv = bench_argv(spec, opts, level, index)
     return ContainerPlan(
-        node=head.name,
+        node=node.name,
         role="bench",
         rank=-1,
         name=f"{spec.name}-bench-{run_id}-{level_name(opts, level)}"[:120],
@@ -198,7 +241,7 @@ def client_plan(
         labels={
             LABEL_CLUSTER: spec.name,
             LABEL_COMPONENT: "bench",
-            LABEL_NODE: head.name,
+            LABEL_NODE: node.name,
             LABEL_RUN: run_id,
         },
     )
@@ -352,7 +395,7 @@ class BenchRunner:
             "server_defaults": pre["server_defaults"],
             "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
             "kv_cache": bm.collect_kv_cache(self.ctl),
-            "client": {"image": opts.client_image, "node": self.spec.head.name},
+            "client": {"image": opts.client_image, "node": client_node(self.spec, opts).name},
             "nodes": node_docs,
         }
 
@@ -369,7 +412,7 @@ class BenchRunner:
         plan = client_plan(self.spec, opts, level, index, run_id)
         files = (
             {"prompts.json": sharegpt_json(opts.prompts.read_text(encoding="utf-8"))}
-            if opts.kind == "sweep"
+            if opts.kind == "sweep" and opts.dataset == "prompts"
             else {}
         )
         secrets = {}
@@ -377,7 +420,7 @@ class BenchRunner:
         if key:
             secrets["OPENAI_API_KEY"] = key
         before = self._metrics()
-        gw = self.ctl.docker(self.spec.head)
+        gw = self.ctl.docker(client_node(self.spec, opts))
         rc, logs, results, facts = run_client(gw, plan, files, secrets, opts.level_timeout_s)
         after = self._metrics()
         (run_dir / "client").mkdir(exist_ok=True)
@@ -389,11 +432,14 @@ class BenchRunner:
             raise BenchError(f"{name}: vllm bench serve exited {rc}, no result\n{tail}")
         (run_dir / "results").mkdir(exist_ok=True)
         (run_dir / "results" / f"{name}.json").write_bytes(raw_text)
-        raw = load_result_text(raw_text.decode())
         delta = spec_delta(
             spec_counters(before) if before else None, spec_counters(after) if after else None
         )
-        result = parse_result(raw, delta)
+        try:
+            raw = load_result_text(raw_text.decode())
+            result = parse_result(raw, delta)
+        except ResultFormatError as e:  # e.g. every request failed: an error, not 0 tok/s
+            raise BenchError(f"{name}: {e} (results/{name}.json kept)") from None
         return LevelOutcome(level, result, raw, delta.to_json() if delta else None, facts)
 
 

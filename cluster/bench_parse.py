@@ -31,6 +31,17 @@ class ResultFormatError(ValueError):
     """The file is not a `vllm bench serve` result."""
 
 
+class NoCompletedRequests(ResultFormatError):
+    """A result where every request failed: its throughput and latency keys hold zeros that
+    were never measured, so the file is an error, not a level of 0 tok/s."""
+
+    def __init__(self, failed: int | None, num_prompts: int | None = None) -> None:
+        self.failed = failed
+        of = f" of {num_prompts}" if num_prompts else ""
+        what = f"{failed}{of} requests failed" if failed is not None else "failure count unknown"
+        super().__init__(f"no request completed ({what}): nothing was measured")
+
+
 def load_result_text(text: str) -> dict[str, Any]:
     """One saved result: a JSON object, or the last line of an `--append-result` file."""
     text = text.strip()
@@ -44,6 +55,14 @@ def load_result_text(text: str) -> dict[str, Any]:
             doc = json.loads(lines[-1])
         except json.JSONDecodeError as e:
             raise ResultFormatError(f"not JSON: {e}") from None
+    if isinstance(doc, dict) and doc.get("completed") == 0:
+        # checked before the layout: a run where nothing completed is an error whatever else
+        # the file holds (its zeros were never measured)
+        failed, prompts = doc.get("failed"), doc.get("num_prompts")
+        raise NoCompletedRequests(
+            failed if isinstance(failed, int) else None,
+            prompts if isinstance(prompts, int) else None,
+        )
     if not isinstance(doc, dict) or "completed" not in doc or "duration" not in doc:
         raise ResultFormatError("no `completed`/`duration` keys: not a vllm bench serve result")
     return doc
@@ -106,11 +125,21 @@ def result_schema(doc: Mapping[str, Any]) -> str:
 
 
 def parse_result(doc: Mapping[str, Any], spec: SpecDelta | None = None) -> LevelResult:
+    """One saved result -> the table's row. Raises `NoCompletedRequests` when nothing
+    completed (vLLM still writes 0.0 for every throughput and percentile then)."""
+    completed = doc.get("completed")
+    if not isinstance(completed, int) or completed <= 0:
+        failed = doc.get("failed")
+        prompts = doc.get("num_prompts")
+        raise NoCompletedRequests(
+            failed if isinstance(failed, int) else None,
+            prompts if isinstance(prompts, int) else None,
+        )
     tpot = _pct(doc, "tpot", "50")
     conc = doc.get("max_concurrency")
     acc = tps = None
     source = None
-    if spec is not None and spec.draft_tokens > 0:
+    if spec is not None and spec.draft_tokens:
         acc, tps, source = spec.acceptance_pct, spec.tokens_per_step, "metrics"
     elif _num(doc, "spec_decode_acceptance_rate") is not None:
         acc = _num(doc, "spec_decode_acceptance_rate")
@@ -141,32 +170,44 @@ def parse_result(doc: Mapping[str, Any], spec: SpecDelta | None = None) -> Level
 
 @dataclass(frozen=True)
 class SpecCounters:
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
+    """Spec-decode counters of one /metrics page; a counter the page does not export is None
+    (V0 servers, before 0.10, have no `num_drafts`), never 0."""
+
+    drafts: float | None
+    draft_tokens: float | None
+    accepted_tokens: float | None
 
 
 def spec_counters(metrics_text: str) -> SpecCounters | None:
-    """The spec-decode counters of a /metrics page; None when the server has no drafter."""
+    """The spec-decode counters of a /metrics page; None when it has none (no drafter)."""
     m = parse_metrics(metrics_text)
-    if SPEC_COUNTERS["drafts"] not in m:
+    values = {k: m.get(name) for k, name in SPEC_COUNTERS.items()}
+    if all(v is None for v in values.values()):
         return None
-    return SpecCounters(**{k: m.get(name, 0.0) for k, name in SPEC_COUNTERS.items()})
+    return SpecCounters(**values)
+
+
+def _sub(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 @dataclass(frozen=True)
 class SpecDelta:
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
+    drafts: float | None
+    draft_tokens: float | None
+    accepted_tokens: float | None
 
     @property
     def acceptance_pct(self) -> float | None:
-        return 100.0 * self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        if self.accepted_tokens is None or not self.draft_tokens:
+            return None
+        return 100.0 * self.accepted_tokens / self.draft_tokens
 
     @property
     def tokens_per_step(self) -> float | None:
-        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+        if self.accepted_tokens is None or not self.drafts:
+            return None
+        return 1.0 + self.accepted_tokens / self.drafts
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,9 +221,9 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> SpecD
     if before is None or after is None:
         return None
     return SpecDelta(
-        after.drafts - before.drafts,
-        after.draft_tokens - before.draft_tokens,
-        after.accepted_tokens - before.accepted_tokens,
+        _sub(after.drafts, before.drafts),
+        _sub(after.draft_tokens, before.draft_tokens),
+        _sub(after.accepted_tokens, before.accepted_tokens),
     )
 
 

@@ -1,247 +1,72 @@
-"""vLLM boot progress: log lines -> events -> phase, fraction and an ETA from earlier boots.
+"""vLLM boot progress: log lines -> events -> one boot state, with an ETA from earlier boots.
 
-Pure apart from `BootHistory` (a JSON-lines file on the control machine). The regexes follow
-vLLM's own format strings (docs: reference/vllm.md section 4), checked against a real 0.25.1
-boot log: e.g. v0.25 prints `GPU KV cache size` and `Maximum concurrency` on two lines, v0.28+
-on one, and the drafter prints a second `Loading safetensors checkpoint shards` bar (1/1) that
-must not be mistaken for the model's.
+Pure apart from `BootHistory` (a JSON-lines file on the control machine). What a line means lives
+in `servectl.cluster.boot_rules` (regexes after vLLM's format strings, fatal lines, root cause)
+and `servectl.cluster.vllm_log` (the prefix grammar); this module folds events into a
+`BootProgress` whose single `phase` is the verdict: READY and FAILED are phases, so a boot is
+never both. Once READY, later lines only add notes: a client asking for an unknown model logs
+ERROR on a healthy server. Before READY a boot fails only on what ends it (an uncaught
+traceback, the engine's "failed to start"/"initialization failed" lines, a container that
+exited), never on the level of a line.
 """
 
 from __future__ import annotations
 
-import re
-import statistics
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-from servectl.cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
+from servectl.cluster.boot_history import BootHistory, estimate_eta, phase_durations
+from servectl.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, Phase
+from servectl.cluster.boot_rules import BootEvent, Cause, parse_line, root_cause
 
+__all__ = [
+    "DEFAULT_WEIGHTS_S",
+    "TIMED_PHASES",
+    "BootEvent",
+    "BootHistory",
+    "BootNote",
+    "BootProgress",
+    "BootTracker",
+    "Phase",
+    "estimate_eta",
+    "parse_line",
+    "phase_durations",
+    "read_boot_log",
+]
 
-class Phase(StrEnum):
-    """Boot phases in the order vLLM goes through them."""
-
-    STARTING = "starting"  # container started, no engine line yet
-    ENGINE_INIT = "engine_init"  # version banner, args, V1 engine config
-    RENDEZVOUS = "rendezvous"  # torch.distributed world / waiting for the other ranks
-    LOADING_WEIGHTS = "loading_weights"
-    LOADING_DRAFTER = "loading_drafter"
-    PROFILING = "profiling"  # torch.compile + profiling / warm-up run
-    KV_CACHE = "kv_cache"  # KV cache sized
-    WARMUP = "warmup"  # kernel autotune, CUDA graph capture
-    API_STARTING = "api_starting"  # engine ready, API server binding routes
-    READY = "ready"  # "Application startup complete."
-    FAILED = "failed"
-
-    @property
-    def order(self) -> int:
-        return _ORDER.index(self) if self in _ORDER else len(_ORDER)
-
-
-_ORDER = [p for p in Phase if p is not Phase.FAILED]
-TIMED_PHASES = [p for p in _ORDER if p is not Phase.READY]
-
-# Seconds per phase from the reference boot (0.25.1, GB10, 49 shards, 24.5 min); only used to
-# weight the progress bar before any boot has been recorded, never for the ETA.
-DEFAULT_WEIGHTS_S = {
-    Phase.STARTING: 5,
-    Phase.ENGINE_INIT: 11,
-    Phase.RENDEZVOUS: 2,
-    Phase.LOADING_WEIGHTS: 575,
-    Phase.LOADING_DRAFTER: 18,
-    Phase.PROFILING: 755,
-    Phase.KV_CACHE: 1,
-    Phase.WARMUP: 115,
-    Phase.API_STARTING: 5,
-}
+MAX_NOTES = 30
+# A traceback whose first frame is one of these reached the top of its process: `vllm serve`
+# (<module>), `python -m vllm...` (_run_module_as_main), a multiprocessing child (_bootstrap).
+_TOP_FRAMES = ("<module>", "_run_module_as_main", "_bootstrap")
 
 
 @dataclass(frozen=True)
-class BootEvent:
-    kind: str
-    phase: Phase | None  # the phase this event implies (None: no phase change)
-    data: Mapping[str, Any] = field(default_factory=dict)
-    line: str = ""
+class BootNote:
+    """A non-fatal ERROR/WARNING line worth showing; repeats are counted, not kept."""
 
+    level: str
+    who: str
+    message: str
+    after_ready: bool = False
+    count: int = 1
 
-def _num(text: str) -> float:
-    return float(text.replace(",", ""))
-
-
-_PREFIX = re.compile(r"^\((?P<proc>[A-Za-z_]+[A-Za-z0-9_]*)(?: pid=\d+)?\)\s?")
-_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
-
-# (kind, phase, regex): first match wins; order matters.
-_RULES: list[tuple[str, Phase | None, re.Pattern[str]]] = [
-    ("ready", Phase.READY, re.compile(r"Application startup complete\.")),
-    (
-        "version",
-        Phase.ENGINE_INIT,
-        re.compile(r"server version (?P<version>\S+), serving model (?P<model>\S+)"),
-    ),
-    ("version", Phase.ENGINE_INIT, re.compile(r"█\s+version (?P<version>\S+)")),
-    ("args", Phase.ENGINE_INIT, re.compile(r"non-default args: (?P<args>.*)")),
-    ("max_model_len", None, re.compile(r"Using max model len (?P<max_model_len>\d+)")),
-    (
-        "engine_init",
-        Phase.ENGINE_INIT,
-        re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\)"),
-    ),
-    (
-        "headless",
-        Phase.RENDEZVOUS,
-        re.compile(
-            r"Launching vLLM \(v(?P<version>[^)]+)\) headless multiproc executor, with head "
-            r"node address (?P<master>\S+?),? "
-        ),
-    ),
-    ("rendezvous", Phase.RENDEZVOUS, re.compile(r"DP group leader: node_rank=(?P<node_rank>\d+)")),
-    (
-        "rendezvous",
-        Phase.RENDEZVOUS,
-        re.compile(r"world_size=(?P<world_size>\d+) rank=(?P<rank>\d+) .*distributed_init_method="),
-    ),
-    (
-        "rendezvous",
-        Phase.RENDEZVOUS,
-        re.compile(r"rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned"),
-    ),
-    (
-        "load_start",
-        Phase.LOADING_WEIGHTS,
-        re.compile(r"Starting to load model (?P<model>.+?)\.\.\."),
-    ),
-    (
-        "shards",
-        Phase.LOADING_WEIGHTS,
-        re.compile(
-            r"Loading safetensors checkpoint shards(?: \(eager\))?:\s+(?P<pct>\d+)% Completed "
-            r"\| (?P<n>\d+)/(?P<total>\d+)"
-        ),
-    ),
-    ("weights_loaded", None, re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")),
-    ("drafter_start", Phase.LOADING_DRAFTER, re.compile(r"Loading drafter model")),
-    (
-        "model_loaded",
-        Phase.PROFILING,
-        re.compile(
-            r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<seconds>[\d.]+) "
-            r"seconds"
-        ),
-    ),
-    (
-        "profiling",
-        Phase.PROFILING,
-        re.compile(
-            r"Dynamo bytecode transform time|Initial profiling/warmup run took|"
-            r"torch\.compile took"
-        ),
-    ),
-    ("kv_memory", Phase.KV_CACHE, re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
-    ("kv_tokens", Phase.KV_CACHE, re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")),
-    (
-        "max_concurrency",
-        Phase.KV_CACHE,
-        re.compile(
-            r"Maximum concurrency for (?P<tokens_per_request>[\d,]+) tokens per request: "
-            r"(?P<concurrency>[\d.]+)x"
-        ),
-    ),
-    (
-        "cuda_graphs",
-        Phase.WARMUP,
-        re.compile(r"Capturing CUDA graphs \((?P<label>[^)]+)\):\s+(?P<pct>\d+)%"),
-    ),
-    (
-        "graphs_done",
-        Phase.WARMUP,
-        re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs"),
-    ),
-    (
-        "autotune",
-        Phase.WARMUP,
-        re.compile(r"Autotuning process starts|FlashInfer autotune cache|\[kernel_warmup\.py"),
-    ),
-    (
-        "engine_ready",
-        Phase.API_STARTING,
-        re.compile(
-            r"init engine \(profile, create kv cache, warmup model\) took "
-            r"(?P<seconds>[\d.]+) s"
-        ),
-    ),
-    (
-        "api_starting",
-        Phase.API_STARTING,
-        re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<url>\S+)"),
-    ),
-    ("api_starting", Phase.API_STARTING, re.compile(r"Supported tasks: ")),
-]
-_FATAL = [
-    re.compile(r"Traceback \(most recent call last\)"),
-    re.compile(r"Engine core initialization failed"),
-    re.compile(r"EngineDeadError"),
-    re.compile(r"Worker proc \S+ died unexpectedly"),
-    re.compile(r"CUDA out of memory|torch\.OutOfMemoryError"),
-]
-_EXC_LINE = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception)|KeyboardInterrupt)(?::|$)")
-_INT_KEYS = {"n", "total", "pct", "rank", "world_size", "node_rank", "max_model_len"}
-_COMMA_KEYS = {"tokens", "tokens_per_request"}
-_FLOAT_KEYS = {"gib", "seconds", "concurrency"}
-
-
-def _strip(line: str) -> tuple[str, str | None]:
-    """Drop `(Proc pid=N) ` and return (message with level, level)."""
-    text = line.rstrip("\n")
-    m = _PREFIX.match(text)
-    if m:
-        text = text[m.end() :]
-    lm = _LEVEL.match(text)
-    return text, (lm.group("level") if lm else None)
-
-
-def parse_line(line: str) -> list[BootEvent]:
-    """One raw log line -> zero or more events. tqdm `\\r` updates are split into segments."""
-    events: list[BootEvent] = []
-    for segment in line.split("\r"):
-        if not segment.strip():
-            continue
-        text, level = _strip(segment)
-        event = _parse_segment(text, level, segment)
-        if event is not None:
-            events.append(event)
-    return events
-
-
-def _parse_segment(text: str, level: str | None, raw: str) -> BootEvent | None:
-    if level in ("ERROR", "CRITICAL") or any(p.search(text) for p in _FATAL):
-        return BootEvent("error", Phase.FAILED, {"message": text.strip()}, raw)
-    if _EXC_LINE.match(text.strip()):
-        return BootEvent("exception", None, {"message": text.strip()}, raw)
-    for kind, phase, rx in _RULES:
-        m = rx.search(text)
-        if m:
-            data: dict[str, Any] = {}
-            for k, v in m.groupdict().items():
-                if v is None:
-                    continue
-                data[k] = (
-                    int(_num(v))
-                    if k in _INT_KEYS | _COMMA_KEYS
-                    else float(v)
-                    if k in _FLOAT_KEYS
-                    else v
-                )
-            return BootEvent(kind, phase, data, raw)
-    return None
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "process": self.who,
+            "message": self.message,
+            "after_ready": self.after_ready,
+            "count": self.count,
+        }
 
 
 @dataclass(frozen=True)
 class BootProgress:
-    """Where a boot is. `fraction` is 0..1 over the whole boot; `eta_s` None without history."""
+    """Where a boot is. `phase` is the verdict (READY, FAILED or a phase short of them);
+    `fraction` is 0..1 over the whole boot; `eta_s` None without history. On failure `error` is
+    the root cause (named when known: "out of memory: ...") and `error_context` the wrapper
+    that reported it ("RuntimeError: Engine core initialization failed...")."""
 
     phase: Phase = Phase.STARTING
     fraction: float = 0.0
@@ -257,13 +82,38 @@ class BootProgress:
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
     api_url: str | None = None
-    ready: bool = False
-    failed: bool = False
     error: str | None = None
+    error_kind: str | None = None
+    error_context: str | None = None
+    notes: tuple[BootNote, ...] = ()
     last_line: str = ""
     phase_started_at: float | None = None
     started_at: float | None = None
     eta_s: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.phase is Phase.READY
+
+    @property
+    def failed(self) -> bool:
+        return self.phase is Phase.FAILED
+
+    @property
+    def verdict(self) -> str:
+        """`ready`, `failed`, or `incomplete` (stopped short of ready without a failure)."""
+        return "ready" if self.ready else "failed" if self.failed else "incomplete"
+
+    @property
+    def failure_text(self) -> str | None:
+        """The cause with its wrapper, for one-line reports."""
+        if not self.error:
+            return None
+        return (
+            f"{self.error} (reported as: {self.error_context})"
+            if self.error_context
+            else self.error
+        )
 
     def describe(self) -> str:
         """Short human text, e.g. `loading_weights 23/49`."""
@@ -276,9 +126,42 @@ class BootProgress:
             text += f": {self.error}"
         return text
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "phase": self.phase.value,
+            "describe": self.describe(),
+            "fraction": round(self.fraction, 4),
+            "shards_loaded": self.shards_loaded,
+            "shards_total": self.shards_total,
+            "drafter_shards_loaded": self.drafter_shards_loaded,
+            "drafter_shards_total": self.drafter_shards_total,
+            "cuda_graphs_pct": self.cuda_graphs_pct,
+            "version": self.version,
+            "max_model_len": self.max_model_len,
+            "kv_cache_gib": self.kv_cache_gib,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": self.max_concurrency,
+            "api_url": self.api_url,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "error_context": self.error_context,
+            "notes": [n.to_json() for n in self.notes],
+            "last_line": self.last_line,
+            "eta_s": self.eta_s,
+        }
+
+
+@dataclass
+class _Traceback:
+    raw: bool  # printed without a level: Python's own uncaught-exception report
+    ends_process: bool  # `Process X:` header or a first frame in <module>/_bootstrap
+    frames: int = 0
+
 
 class BootTracker:
-    """Folds events into `BootProgress`; phases only move forward (or to FAILED).
+    """Folds events into `BootProgress`; phases only move forward, READY and FAILED are final
+    for the log (only `fail()`, an outside fact such as an exited container, overrides READY).
 
     `durations` are the medians from `BootHistory` (phase -> seconds); time comes in as `now`.
     """
@@ -291,6 +174,10 @@ class BootTracker:
         self.phase_times: dict[Phase, float] = {}  # phase -> when entered
         if started_at is not None:
             self.phase_times[Phase.STARTING] = started_at
+        self._tracebacks: dict[str, _Traceback] = {}
+        self._headers: set[str] = set()
+        self._exceptions: list[str] = []  # exception lines before ready, in log order
+        self._fatal: list[str] = []  # the engine's own "failed" lines
 
     def feed_lines(self, lines: Iterable[str], now: float) -> BootProgress:
         for line in lines:
@@ -302,8 +189,7 @@ class BootTracker:
         if p.started_at is None:
             p = replace(p, started_at=now, phase_started_at=now)
             self.phase_times.setdefault(Phase.STARTING, now)
-        events = parse_line(line)
-        for ev in events:
+        for ev in parse_line(line):
             p = self._apply(p, ev, now)
         if line.strip():
             p = replace(p, last_line=line.rstrip("\n").split("\r")[-1][-300:])
@@ -315,37 +201,130 @@ class BootTracker:
         self.progress = self._with_estimates(self.progress, now)
         return self.progress
 
-    def fail(self, reason: str, now: float) -> BootProgress:
-        """Mark failed from outside the log (container exited, deadline passed)."""
-        p = self._enter(self.progress, Phase.FAILED, now)
-        self.progress = replace(p, failed=True, error=p.error or reason)
+    def mark_ready(self, now: float) -> BootProgress:
+        """The server answered a real request: ready, whatever the log said so far."""
+        p = self.progress
+        if not p.failed:
+            p = self._enter(p, Phase.READY, now)
+        self.progress = self._with_estimates(p, now)
         return self.progress
 
+    def fail(self, reason: str, now: float) -> BootProgress:
+        """Mark failed from outside the log (container exited, deadline passed)."""
+        p = self.progress
+        if not p.failed:
+            self.phase_times.setdefault(Phase.FAILED, now)
+            p = replace(p, phase=Phase.FAILED, phase_started_at=now)
+        cause = self._cause()
+        errors = [n for n in p.notes if n.level in ("ERROR", "CRITICAL") and not n.after_ready]
+        if cause is None and errors and not p.error:
+            # no exception in the log: the last ERROR the process wrote before it went away
+            # ("Failed to import Ray ...") says more than "container exited (1)"
+            p = replace(p, error=errors[-1].message, error_context=reason)
+        elif cause is None:
+            p = replace(p, error=p.error or reason)
+        else:
+            p = self._with_cause(p, cause)
+            if not p.error_context:
+                p = replace(p, error_context=reason)
+        self.progress = replace(p, eta_s=None)
+        return self.progress
+
+    # -- folding -----------------------------------------------------------------------------
     def _enter(self, p: BootProgress, phase: Phase, now: float) -> BootProgress:
-        if p.failed or phase is p.phase:
+        if p.failed or p.ready or phase is p.phase:
             return p
         if phase is not Phase.FAILED and phase.order < p.phase.order:
             return p  # never go backwards
         self.phase_times.setdefault(phase, now)
         return replace(p, phase=phase, phase_started_at=now)
 
+    def _cause(self) -> Cause | None:
+        return root_cause(self._exceptions, self._fatal)
+
+    @staticmethod
+    def _with_cause(p: BootProgress, cause: Cause) -> BootProgress:
+        error = f"{cause.kind}: {cause.message}" if cause.kind else cause.message
+        return replace(p, error=error, error_kind=cause.kind, error_context=cause.context)
+
+    def _note(self, p: BootProgress, ev: BootEvent, after_ready: bool) -> BootProgress:
+        message = str(ev.data.get("message", ""))[:300]
+        for i, n in enumerate(p.notes):
+            if n.message == message and n.level == ev.level:
+                notes = list(p.notes)
+                notes[i] = replace(n, count=n.count + 1)
+                return replace(p, notes=tuple(notes))
+        if len(p.notes) >= MAX_NOTES:
+            return p
+        note = BootNote(ev.level or "ERROR", ev.who, message, after_ready)
+        return replace(p, notes=(*p.notes, note))
+
     def _apply(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
+        if p.ready:
+            # a served request's ERROR (unknown model...) is worth a note, never a failure
+            if ev.level in ("ERROR", "CRITICAL") and ev.kind in ("note", "fatal", "exception"):
+                return self._note(p, ev, after_ready=True)
+            return p
+        if ev.kind in ("traceback", "process_header", "frame", "chain", "exception", "fatal"):
+            return self._crash_event(p, ev, now)
+        if ev.kind == "note":
+            return self._note(p, ev, after_ready=False)
+        if p.failed:
+            return p  # progress lines after a failure (a drafter-like shard bar) mean nothing
+        return self._progress_event(p, ev, now)
+
+    def _crash_event(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
         d = ev.data
-        if ev.kind == "error":
-            p = self._enter(p, Phase.FAILED, now)
-            return replace(p, failed=True, error=p.error or d["message"])
-        if ev.kind == "exception":
-            return replace(p, error=d["message"]) if p.failed else p
+        if ev.kind == "process_header":
+            self._headers.add(ev.who)
+        elif ev.kind == "traceback":
+            tb = _Traceback(raw=ev.level is None, ends_process=ev.who in self._headers)
+            self._tracebacks[ev.who] = tb
+            if tb.raw and tb.ends_process:
+                # multiprocessing prints "Process X:" + a traceback only when X's run() raised
+                return self._fail_from_log(p, f"{ev.who}: process ended by an exception", now)
+        elif ev.kind == "frame":
+            tb = self._tracebacks.get(ev.who)
+            if tb is not None:
+                tb.frames += 1
+                first_is_top = tb.frames == 1 and d.get("func") in _TOP_FRAMES
+                if first_is_top and tb.raw and not tb.ends_process:
+                    # Python's own report of an exception that left the process's top frame
+                    tb.ends_process = True
+                    return self._fail_from_log(p, f"{ev.who}: process ended by an exception", now)
+        elif ev.kind == "exception":
+            self._exceptions.append(str(d["message"]))
+            tb = self._tracebacks.pop(ev.who, None)
+            ended = tb is not None and (tb.raw or tb.ends_process)
+            if ended or d.get("fatal"):
+                return self._fail_from_log(p, str(d["message"]), now)
+            if p.failed:
+                return self._with_cause(p, self._cause() or Cause(str(d["message"])))
+        elif ev.kind == "fatal":
+            return self._fail_from_log(p, str(d["message"]), now)
+        return p
+
+    def _fail_from_log(self, p: BootProgress, line: str, now: float) -> BootProgress:
+        self._fatal.append(line)
+        if not p.failed:
+            self.phase_times.setdefault(Phase.FAILED, now)
+            p = replace(p, phase=Phase.FAILED, phase_started_at=now)
+        return self._with_cause(p, self._cause() or Cause(line))
+
+    def _progress_event(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
+        d = ev.data
         if ev.kind == "shards":
+            # the drafter prints its own bar (1/1) after the model's: count it apart
             if p.phase.order >= Phase.LOADING_DRAFTER.order:
                 return replace(p, drafter_shards_loaded=d["n"], drafter_shards_total=d["total"])
+            if p.shards_total is not None and d["total"] != p.shards_total and p.shards_loaded:
+                if p.shards_loaded >= p.shards_total:  # a second bar after the model's: drafter
+                    return replace(p, drafter_shards_loaded=d["n"], drafter_shards_total=d["total"])
             p = self._enter(p, Phase.LOADING_WEIGHTS, now)
             return replace(p, shards_loaded=d["n"], shards_total=d["total"])
         if ev.phase is not None:
             p = self._enter(p, ev.phase, now)
-        if ev.kind == "ready":
-            p = replace(p, ready=True)
-        elif ev.kind in ("version", "engine_init", "headless") and "version" in d:
+        if ev.kind in ("version", "engine_init", "headless") and "version" in d:
             p = replace(p, version=p.version or d["version"])
         elif ev.kind == "max_model_len" and p.max_model_len is None:
             p = replace(p, max_model_len=d["max_model_len"])
@@ -388,77 +367,18 @@ class BootTracker:
         return replace(p, fraction=fraction, eta_s=eta)
 
 
-def estimate_eta(
-    phase: Phase,
-    within: float,
-    durations: Mapping[Phase, float],
-    phase_started_at: float | None = None,
-    now: float | None = None,
-) -> float | None:
-    """Seconds left: the rest of the current phase plus the medians of the phases after it.
-
-    The current phase's rest is its median scaled by progress within it (shards a/b), or its
-    median minus the time already spent when there is no finer progress. None without history.
-    """
-    if not durations or phase not in TIMED_PHASES:
-        return 0.0 if phase is Phase.READY else None
-    idx = TIMED_PHASES.index(phase)
-    current = durations.get(phase, 0.0)
-    if within > 0:
-        rest = current * (1.0 - within)
-    elif phase_started_at is not None and now is not None:
-        rest = max(0.0, current - (now - phase_started_at))
-    else:
-        rest = current
-    return rest + sum(durations.get(ph, 0.0) for ph in TIMED_PHASES[idx + 1 :])
-
-
-def phase_durations(phase_times: Mapping[Phase, float], ended_at: float) -> dict[str, float]:
-    """Entered-at times -> seconds spent in each phase (a phase skipped gets 0)."""
-    seen = sorted(
-        ((t, ph) for ph, t in phase_times.items() if ph in TIMED_PHASES),
-        key=lambda x: (x[0], x[1].order),
-    )
-    out: dict[str, float] = {ph.value: 0.0 for ph in TIMED_PHASES}
-    for (t, ph), nxt in zip(seen, [*seen[1:], (ended_at, Phase.READY)], strict=True):
-        out[ph.value] = max(0.0, nxt[0] - t)
-    return out
-
-
-class BootHistory:
-    """Durations of earlier successful boots, one JSON line each (`boots.jsonl`)."""
-
-    def __init__(self, path: str | Path | None = None, keep: int = 20) -> None:
-        self.path = Path(path) if path else default_state_dir() / "boots.jsonl"
-        self.keep = keep
-
-    def records(self, cluster: str | None = None) -> list[dict[str, Any]]:
-        out = [r for r in read_jsonl(self.path) if cluster is None or r.get("cluster") == cluster]
-        return out[-self.keep :]
-
-    def medians(self, cluster: str | None = None) -> dict[Phase, float]:
-        per: dict[Phase, list[float]] = {}
-        for rec in self.records(cluster):
-            for name, seconds in (rec.get("phases") or {}).items():
-                try:
-                    per.setdefault(Phase(name), []).append(float(seconds))
-                except (ValueError, TypeError):
-                    continue
-        return {ph: statistics.median(v) for ph, v in per.items() if v}
-
-    def record(
-        self,
-        cluster: str,
-        config_hash: str,
-        phases: Mapping[str, float],
-        total_s: float,
-        now: float | None = None,
-    ) -> None:
-        rec = {
-            "ts": now if now is not None else time.time(),
-            "cluster": cluster,
-            "config_hash": config_hash,
-            "total_s": round(total_s, 3),
-            "phases": {k: round(v, 3) for k, v in phases.items()},
-        }
-        append_jsonl(self.path, rec)
+def read_boot_log(
+    lines: Iterable[str], durations: Mapping[Phase, float] | None = None
+) -> BootProgress:
+    """Replay a whole log copied from anywhere (a file, stdin, `docker logs`): where did this
+    boot stop, and why. Lines may hold several `\\r`-separated tqdm updates. A leading block of
+    `#` lines (a note saying where the copy came from) is skipped: vLLM never starts a line so."""
+    tracker = BootTracker(durations, started_at=0.0)
+    header = True
+    for line in lines:
+        for part in line.rstrip("\n").split("\n"):
+            if header and part.startswith("#"):
+                continue
+            header = False
+            tracker.feed(part, 0.0)
+    return tracker.progress

@@ -10,7 +10,7 @@ the toolkit tests) and this module, copied to the node by SFTP and run from a pr
     python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
     python3 collector.pyz paths /models/a /models/b
 
-Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons),
+Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
 `ports` / `paths` when asked. Exit 0 even when a GPU reading is missing; 1 if the action failed.
 """
 
@@ -45,6 +45,42 @@ def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
         }, None
     nvml = gpu.Nvml(gpu.library_from(lib)) if lib else gpu.Nvml()
     return gpu.collect_json(nvml), nvml
+
+
+def _milli(path: Path) -> float | None:
+    return int(path.read_text().strip()) / 1000.0
+
+
+def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
+    """ACPI thermal zones for `servectl status`: name, type, °C and the critical trip. A zone
+    that cannot be read gets ``temp_c`` None and a reason; one bad zone never spoils the list
+    (the thermal agent's sysfs gateway does the same for the night's samples)."""
+    base = Path(root)
+    try:
+        names = sorted(
+            (n for n in os.listdir(base) if n.startswith("thermal_zone")),
+            key=lambda n: int(n[len("thermal_zone") :] or -1),
+        )
+    except (OSError, ValueError):
+        return []
+    out = []
+    for name in names:
+        z: dict[str, Any] = {"name": name, "type": None, "temp_c": None, "critical_c": None}
+        try:
+            z["type"] = (base / name / "type").read_text().strip()
+            z["temp_c"] = _milli(base / name / "temp")
+        except (OSError, ValueError) as e:
+            z["reason"] = f"{type(e).__name__}: {e}"
+        for trip in (base / name).glob("trip_point_*_type"):
+            try:
+                if trip.read_text().strip() == "critical":
+                    crit = _milli(trip.with_name(trip.name.replace("_type", "_temp")))
+                    # a 0 C (or negative) critical trip is a disabled one, not a real limit
+                    z["critical_c"] = crit if crit is not None and crit > 0 else z["critical_c"]
+            except (OSError, ValueError):
+                continue
+        out.append(z)
+    return out
 
 
 def check_ports(ports: list[int], host: str = "0.0.0.0") -> dict[str, Any]:
@@ -111,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 facts, nvml = _gpu_facts(args.nvml_lib)
                 doc.update(facts)
+                doc["zones"] = read_zones()
         except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
             doc["ok"] = False
             doc["error"] = f"{type(e).__name__}: {e}"

@@ -527,15 +527,19 @@ class Controller:
                 progress = tracker.tick(now)
                 self.emit("boot", head.name, progress.describe(), progress)
                 if progress.failed:
-                    reason = progress.error or "boot failed"
+                    # the root cause often follows the line that says the engine failed (the
+                    # traceback comes after "EngineCore failed to start."): read what is queued
+                    progress = _drain(lines, tracker, now)
+                    reason = progress.failure_text or "boot failed"
                     break
                 mono = time.monotonic()
                 if mono >= next_state_check:
                     next_state_check = mono + 2.0
                     dead = self._dead_containers()
                     if dead:
-                        reason = "; ".join(dead)
-                        tracker.fail(reason, now)
+                        # the cause the log holds (root exception, last ERROR), exit as context
+                        progress = tracker.fail("; ".join(dead), now)
+                        reason = progress.failure_text or "; ".join(dead)
                         break
                 if mono >= next_probe:
                     # probe every second once the API is starting; every 5 s before, in case
@@ -544,8 +548,7 @@ class Controller:
                     next_probe = mono + (1.0 if late else 5.0)
                     ok, _, _ = self.probe(timeout=10)
                     if ok:
-                        tracker.feed("Application startup complete.", now)
-                        progress = tracker.progress
+                        progress = tracker.mark_ready(now)
                         ended = self._clock()
                         self.history.record(
                             self.spec.name,
@@ -667,10 +670,12 @@ class Controller:
             c = containers[0] if containers else None
             gpus: tuple[Mapping[str, Any], ...] = ()
             gpu_reason = None
+            zones: tuple[Mapping[str, Any], ...] = ()
             if with_gpus:
                 try:
                     doc = self.collector(node, ["show"], timeout=timeout_s)
                     gpus = tuple(doc.get("gpus") or ())
+                    zones = tuple(doc.get("zones") or ())
                     nv = doc.get("nvml") or {}
                     if not nv.get("available", False):
                         gpu_reason = nv.get("reason") or nv.get("state")
@@ -689,6 +694,7 @@ class Controller:
                 gpus=gpus,
                 gpu_reason=gpu_reason,
                 elapsed_s=round(time.monotonic() - t, 3),
+                zones=zones,
             )
 
         ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servectl-server")
@@ -809,6 +815,20 @@ def _gpu_problems(node: str, doc: Mapping[str, Any], cap: int | None) -> list[st
             if got != cap:
                 problems.append(f"{node}: GPU{g.get('index')} clock cap reads {got}, want {cap}")
     return problems
+
+
+def _drain(lines: queue.Queue[str | None], tracker: BootTracker, now: float) -> BootProgress:
+    """Feed what the log pump already has (up to 2 s more) into a failed boot's tracker."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        tracker.feed(line, now)
+    return tracker.progress
 
 
 def _pump(stream: LogStream, q: queue.Queue[str | None]) -> None:

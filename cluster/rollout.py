@@ -36,7 +36,7 @@ class RolloutInProgress(ServectlError):
 
 @dataclass(frozen=True)
 class Measurement:
-    rows: Rows  # concurrency -> {"aggregate", "per_stream", "ttft_p50", "itl_p50"}
+    rows: Rows  # concurrency -> {metric: value}; metrics in rollout_ports.ROW_METRICS
     run_dir: str | None = None
     config_hash: str | None = None
     taken_at: float = 0.0

@@ -161,7 +161,7 @@ def argv_diff(old: ClusterSpec, new: ClusterSpec) -> dict[str, list[str]]:
 # --- guards: "c=32 aggregate >= -5%" -----------------------------------------------------------
 
 _GUARD = re.compile(r"^\s*c\s*=\s*(\d+)\s+([a-z_]+)\s*(>=|<=|>|<)\s*([+-]?\d+(?:\.\d+)?)\s*%\s*$")
-GUARD_METRICS = ("aggregate", "per_stream", "ttft_p50", "itl_p50")
+GUARD_METRICS = ("aggregate", "per_stream", "ttft_p50", "itl_p50", "acceptance", "tokens_per_step")
 
 
 @dataclass(frozen=True)

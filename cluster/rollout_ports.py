@@ -103,6 +103,31 @@ class WatchdogHolder:
         self._write({"hold": None, "released_at": time.time(), "released_by": self.by})
 
 
+QUICK_LEVELS = (1, 8, 32)
+FULL_LEVELS = (1, 4, 8, 16, 32)
+# bench row field -> rollout metric name (the names a --guard uses). Acceptance and tokens per
+# step come from the server's spec-decode counters (bench_parse): the field report's k=7 -> k=3
+# decision rests on them as much as on tok/s.
+ROW_METRICS = (
+    ("aggregate", "aggregate_tok_s"),
+    ("per_stream", "per_stream_tok_s"),
+    ("ttft_p50", "ttft_p50_ms"),
+    ("itl_p50", "itl_p50_ms"),
+    ("acceptance", "acceptance_pct"),
+    ("tokens_per_step", "tokens_per_step"),
+)
+
+
+def measurement_rows(bench_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Bench rows -> {concurrency: {metric: value}}; a metric without a value is left out."""
+    return {
+        int(row["level"]): {
+            metric: float(row[field]) for metric, field in ROW_METRICS if row.get(field) is not None
+        }
+        for row in bench_rows
+    }
+
+
 def no_measure() -> None:
     return None
 
@@ -111,7 +136,8 @@ def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Me
     """`--bench none|quick|full` -> a measuring function (None for none)."""
     if kind == "none":
         return None
-    levels = (1, 32) if kind == "quick" else (1, 4, 8, 16, 32)
+    # quick = the field report's rollout table: one user, a small team, the full department
+    levels = QUICK_LEVELS if kind == "quick" else FULL_LEVELS
 
     def measure(spec: ClusterSpec, label: str) -> Measurement:
         return sweep_measurement(spec, levels, label)
@@ -131,18 +157,7 @@ def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) ->
     )
     with Controller(spec) as ctl:
         run = BenchRunner(ctl).run(opts)
-    rows: dict[int, dict[str, float]] = {}
-    for row in run.rows():
-        rows[int(row["level"])] = {
-            k: float(v)
-            for k, v in (
-                ("aggregate", row.get("aggregate_tok_s")),
-                ("per_stream", row.get("per_stream_tok_s")),
-                ("ttft_p50", row.get("ttft_p50_ms")),
-                ("itl_p50", row.get("itl_p50_ms")),
-            )
-            if v is not None
-        }
+    rows = measurement_rows(run.rows())
     return Measurement(
         rows, run_dir=str(run.dir), config_hash=spec.config_hash(), taken_at=time.time()
     )

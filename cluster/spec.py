@@ -255,6 +255,14 @@ class ThermalSpec(_Model):
     alert_margin_c: float = Field(
         10, ge=0, description="Alert when a zone is this close to its critical trip."
     )
+    # Zone roles (issue 20): every GB10 zone reports type "acpitz", so the report cannot tell
+    # the GPU zone from the P-cores without a map. No public source documents GB10's zone
+    # layout (docs/reference thermal.md), so there is no default: `servectl thermal zones`
+    # helps write one. Keys: a zone index ("3"), a zone name ("thermal_zone3") or a type.
+    zone_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description='Zone index, name or type -> role name, e.g. {"3": "P-cores", "5": "GPU zone"}.',
+    )
 
 
 class BenchSpec(_Model):
@@ -263,6 +271,18 @@ class BenchSpec(_Model):
     )
     num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
     output_len: int = Field(512, ge=1, description="Output tokens per request (--ignore-eos).")
+
+
+class EvalSpec(_Model):
+    """`servectl eval` (lm-evaluation-harness from the client container)."""
+
+    num_concurrent: int = Field(16, ge=1, le=256, description="Concurrent requests per task.")
+    client_image: str | None = Field(
+        None, description="Client image with lm_eval 0.4.13 (default: the bench client image)."
+    )
+    hf_cache: str | None = Field(
+        None, description="Head-side HF cache with pre-fetched datasets (mounted as HF_HOME)."
+    )
 
 
 class ServectlSettings(_Model):
@@ -307,6 +327,7 @@ class ServectlSettings(_Model):
     watchdog: WatchdogSpec = WatchdogSpec()
     thermal: ThermalSpec = ThermalSpec()
     bench: BenchSpec = BenchSpec()
+    eval: EvalSpec = EvalSpec()
 
     @field_validator("host")
     @classmethod

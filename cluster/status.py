@@ -40,10 +40,12 @@ class NodeStatus:
     gpus: tuple[Mapping[str, Any], ...] = ()
     gpu_reason: str | None = None
     elapsed_s: float = 0.0
+    zones: tuple[Mapping[str, Any], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["gpus"] = [dict(g) for g in self.gpus]
+        d["zones"] = [dict(z) for z in self.zones]
         return d
 
 
@@ -164,7 +166,9 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 def server_gauges(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    kv = metrics.get("vllm:kv_cache_usage_perc")
+    """The gauges `status` shows; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
+    too."""
+    kv = metrics.get("vllm:kv_cache_usage_perc", metrics.get("vllm:gpu_cache_usage_perc"))
     return {
         "requests_running": metrics.get("vllm:num_requests_running"),
         "requests_waiting": metrics.get("vllm:num_requests_waiting"),

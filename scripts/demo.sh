@@ -98,5 +98,5 @@ cat <<EOF
      servectl thermal watch -i $INV
      docs/runbook.md                              (symptom by symptom, rehearsable here)
    Stop everything:
-     kill \$(cat $WD/pid); servectl down -i $INV; servectl lab down
+     servectl lab down       (the watchdog, the server, the thermal agents and the nodes; caches stay)
 EOF

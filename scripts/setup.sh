@@ -52,5 +52,10 @@ fi
 
 if [ "${SERVECTL_SKIP_VLLM:-0}" != 1 ]; then
   bash tools/vllm/install-cpu.sh
+  # lm-evaluation-harness for `servectl eval`'s client image (on top of the vLLM venv)
+  if [ ! -f /opt/servectl-lmeval-0.4.13/.servectl-install-stamp ]; then
+    log "installing lm-evaluation-harness 0.4.13 (tools/lm_eval/install.sh)"
+    bash tools/lm_eval/install.sh
+  fi
 fi
 log "setup complete"

@@ -47,6 +47,10 @@ COUNTERS = (
     "vllm:iteration_tokens_total_count",
 )
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+# Names older servers export for the same series (vllm.md section 5): before 0.10 the KV gauge
+# was `vllm:gpu_cache_usage_perc` (deprecated in 0.9.2). Read under the current name so the
+# policy's busy signal (KV growth during a prefill) works on those servers too.
+ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
 
 
 class Outcome(enum.StrEnum):
@@ -114,14 +118,32 @@ def parse_metrics(text: str, taken_at: float) -> MetricsSnapshot:
     """Pure: Prometheus text -> snapshot of the watched sample names, summed over labels."""
     wanted = set(COUNTERS) | set(GAUGES)
     values: dict[str, float] = {}
+    old_names: dict[str, float] = {}
+    seen_vllm: set[str] = set()
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in wanted:
-                    values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+                if sample.name.startswith("vllm:"):
+                    seen_vllm.add(sample.name)
+                name = sample.name
+                if name in ALIASES:
+                    old_names[ALIASES[name]] = old_names.get(ALIASES[name], 0.0) + float(
+                        sample.value
+                    )
+                elif name in wanted:
+                    values[name] = values.get(name, 0.0) + float(sample.value)
     except (ValueError, TypeError) as exc:  # the parser raises ValueError on bad lines
         return MetricsSnapshot(taken_at=taken_at, error=f"unparseable /metrics: {exc}")
+    for name, value in old_names.items():
+        values.setdefault(name, value)  # the current name wins when a server exports both
     if not values:
+        if seen_vllm:
+            some = ", ".join(sorted(seen_vllm)[:4])
+            return MetricsSnapshot(
+                taken_at=taken_at,
+                error=f"none of the watched vllm: series on /metrics ({len(seen_vllm)} others, "
+                f"e.g. {some})",
+            )
         return MetricsSnapshot(taken_at=taken_at, error="no vllm: metrics in /metrics")
     return MetricsSnapshot(taken_at=taken_at, values=values)
 

@@ -7,7 +7,6 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -20,6 +19,7 @@ from servectl.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     handle_errors,
     load,
 )
@@ -61,16 +61,8 @@ def inventory_check(
     """
     spec = load(inventory)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": True,
-                    "cluster": spec.name,
-                    "nodes": [n.name for n in spec.nodes],
-                    "config_hash": spec.config_hash(),
-                }
-            )
-        )
+        doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
+        emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
         return
     console.print(
         Text.assemble(
@@ -99,7 +91,7 @@ def plan(
     spec = load(inventory)
     cluster_plan = plan_cluster(spec)
     if as_json:
-        print(json.dumps(cluster_plan.to_json(), indent=2))
+        emit_json("plan", cluster_plan.to_json())
         return
     table = Table(
         title=f"cluster {escape(cluster_plan.cluster)} · config {cluster_plan.config_hash} · "
@@ -136,6 +128,8 @@ def _mount_optional() -> None:
         ("servectl.cluster.cli.watchdog", "watchdog"),
         ("servectl.cluster.cli.thermal", "thermal"),
         ("servectl.cluster.cli.bench", "bench"),
+        ("servectl.cluster.cli.decide", "decide"),
+        ("servectl.cluster.cli.eval", "eval"),
     ):
         try:
             sub = importlib.import_module(module)
@@ -156,6 +150,7 @@ def _mount_optional() -> None:
     from servectl.cluster.cli.examples import add_examples
 
     rollout.register(app)
+    importlib.import_module("servectl.cluster.cli.report").register(app)
     add_examples(app)
 
 

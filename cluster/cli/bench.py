@@ -18,6 +18,7 @@ from servectl.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -37,6 +38,10 @@ ClientImage = Annotated[
     typer.Option("--client-image", help="Client image (default: the serving image)."),
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the client containers; run none.")]
+ClientNode = Annotated[
+    str | None,
+    typer.Option("--client-node", help="Run the client on this node (default: the head)."),
+]
 
 SWEEP_COLUMNS = (
     ("concurrency", "level", "{:d}"),
@@ -116,7 +121,15 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
             client_plan(spec, opts, lvl, i, "dry-run").to_json()
             for i, lvl in enumerate(opts.levels)
         ]
-        print(json.dumps(plans, indent=2))
+        if as_json:
+            emit_json(f"bench {opts.kind}", {"ok": True, "dry_run": True, "containers": plans})
+            return
+        table = Table(title=f"bench {opts.kind}: client containers (dry run, none started)")
+        for col in ("node", "container", "image", "command"):
+            table.add_column(col, overflow="fold")
+        for p in plans:
+            table.add_row(p["node"], p["container"], p["image"], " ".join(p.get("command") or []))
+        console.print(table)
         return
     with Controller(spec) as ctl:
         runner = BenchRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(f"[dim]{m}[/]"))
@@ -126,7 +139,7 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
         run = runner.run(opts, pre)
     rows = run.rows()
     if as_json:
-        print(json.dumps({"run_dir": str(run.dir), "rows": rows}, indent=2, default=str))
+        emit_json(f"bench {opts.kind}", {"ok": True, "run_dir": str(run.dir), "rows": rows})
         return
     cols = SWEEP_COLUMNS if opts.kind == "sweep" else PREFILL_COLUMNS
     console.print(_table(f"{run.run_id} ({spec.name}, config {spec.config_hash()})", rows, cols))
@@ -150,10 +163,19 @@ def sweep(
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
     as_json: JsonOption = False,
+    client_node: ClientNode = None,
+    dataset: Annotated[
+        str, typer.Option(help="prompts (the prompt set) or random (random tokens).")
+    ] = "prompts",
+    random_input_len: Annotated[
+        int, typer.Option(help="Input tokens per request with --dataset random.")
+    ] = 256,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
     from servectl.cluster.bench import DEFAULT_PROMPTS, BenchOptions
 
+    if dataset not in ("prompts", "random"):
+        raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(
         kind="sweep",
         levels=_levels(concurrency, "--concurrency"),
@@ -164,6 +186,9 @@ def sweep(
         backend=backend,
         temperature=temperature,
         client_image=client_image,
+        client_node=client_node,
+        dataset=dataset,
+        random_input_len=random_input_len,
     )
     _run(inventory, opts, runs_dir, dry_run, as_json)
 
@@ -181,6 +206,7 @@ def prefill(
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
     as_json: JsonOption = False,
+    client_node: ClientNode = None,
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
     from servectl.cluster.bench import BenchOptions
@@ -192,6 +218,7 @@ def prefill(
         num_prompts=num_prompts,
         backend="openai",
         client_image=client_image,
+        client_node=client_node,
     )
     _run(inventory, opts, runs_dir, dry_run, as_json)
 
@@ -215,11 +242,7 @@ def compare(
     rows = compare_rows(ta["rows"], tb["rows"], keys)
     diffs = manifest_diff(ma, mb)
     if as_json:
-        print(
-            json.dumps(
-                {"rows": rows, "differences": [d.__dict__ for d in diffs]}, indent=2, default=str
-            )
-        )
+        emit_json("bench compare", {"rows": rows, "differences": [d.__dict__ for d in diffs]})
         return
     table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
     table.add_column(cols[0][0], justify="right")

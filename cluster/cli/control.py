@@ -6,28 +6,31 @@ Rendering (tables, progress bars, exit codes) lives here and only here.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from servectl.cluster.boot import BootProgress
+from servectl.cluster.cli.boot import BootView, boot, print_notes, report_boot
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
 )
 from servectl.cluster.cli.watchdog import watchdog_line
-from servectl.cluster.control import ApplyResult, BootResult, ControlEvent, Controller
+from servectl.cluster.control import ApplyResult, ControlEvent, Controller
 from servectl.cluster.control_plan import Action, ControlPlan
-from servectl.cluster.errors import ConfigError
+from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.status import ClusterStatus
+from servectl.cluster.status_view import REASON_MIN, status_view
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
@@ -35,15 +38,6 @@ clocks_app = typer.Typer(
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
-
-
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _print_plan(plan: ControlPlan) -> None:
@@ -60,60 +54,49 @@ def _print_plan(plan: ControlPlan) -> None:
         console.print("[green]nothing to change[/]")
 
 
-class _BootView:
-    """Event callback that drives one rich progress bar (phase, shards a/b, ETA)."""
-
-    def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.fields[phase]}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>3.0f}%"),
-            TextColumn("eta {task.fields[eta]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task = self.progress.add_task(
-            "boot", total=1.0, phase="starting", eta="-", visible=False
-        )
-
-    def __call__(self, ev: ControlEvent) -> None:
-        if ev.progress is None or ev.kind not in ("boot", "ready", "failed"):
-            if ev.kind in ("remove", "start", "preflight", "info"):
-                self.progress.console.print(f"[dim]{ev.node or '*'}[/] {ev.message}")
-            return
-        p = ev.progress
-        eta = "no history" if p.eta_s is None and not p.failed else _fmt_s(p.eta_s)
-        self.progress.update(
-            self.task, completed=p.fraction, phase=p.describe(), eta=eta, visible=True
-        )
-
-
-def _report(result: ApplyResult) -> int:
+def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
+    code = 0 if result.ok else 1
+    if as_json:
+        emit_json(command, apply_json(result))
+        return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
         err_console.print(f"[red]{o.node}[/]: {o.message}")
     if result.boot is not None:
-        _report_boot(result.boot)
-    return 0 if result.ok else 1
+        report_boot(result.boot)
+    return code
 
 
-def _report_boot(boot: BootResult) -> None:
-    if boot.ready:
-        p = boot.progress
-        console.print(
-            f"[green]ready[/] in {_fmt_s(boot.elapsed_s)}"
-            + (
-                f", KV cache {p.kv_cache_gib} GiB / {p.kv_cache_tokens} tokens"
-                if p.kv_cache_gib
-                else ""
-            )
-        )
-        return
-    err_console.print(f"[red]boot failed[/] after {_fmt_s(boot.elapsed_s)}: {boot.reason}")
-    for node, text in boot.last_lines.items():
-        err_console.rule(node)
-        err_console.print(text, markup=False, highlight=False)
+def apply_json(result: ApplyResult) -> dict:
+    """What up/down/restart did, as JSON (schema_version in cli.common)."""
+    boot = result.boot
+    return {
+        "ok": result.ok,
+        "dry_run": False,
+        "plan": result.plan.to_json(),
+        "outcomes": [{"node": o.node, "ok": o.ok, "message": o.message} for o in result.outcomes],
+        "boot": None
+        if boot is None
+        else {
+            "ready": boot.ready,
+            "elapsed_s": boot.elapsed_s,
+            "reason": boot.reason,
+            "phase": boot.progress.describe(),
+            "kv_cache_gib": boot.progress.kv_cache_gib,
+            "kv_cache_tokens": boot.progress.kv_cache_tokens,
+        },
+    }
+
+
+def _show_plan(plan: ControlPlan, command: str, as_json: bool) -> None:
+    if as_json:
+        emit_json(command, {"ok": not plan.refused, "dry_run": True, "plan": plan.to_json()})
+    else:
+        _print_plan(plan)
+
+
+def _quiet(_ev: ControlEvent) -> None:
+    """With --json, progress stays off stdout (one JSON document there, nothing else)."""
 
 
 def up(
@@ -122,29 +105,42 @@ def up(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return once started.")] = False,
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
+    as_json: JsonOption = False,
 ) -> None:
-    """Start the server on every node (idempotent), then follow the boot until it answers."""
+    """Start the server on every node (idempotent), then follow the boot until it answers.
+    With --dry-run, exit 1 when the plan is refused (config drift without --replace)."""
     spec = load(inventory)
-    view = _BootView()
-    with Controller(spec, on_event=view) as ctl:
+    view = BootView()
+    with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_up(replace)
         if dry_run:
-            _print_plan(plan)
-            raise typer.Exit(3 if plan.refused else 0)
-        with view.progress:
+            _show_plan(plan, "up", as_json)
+            raise typer.Exit(1 if plan.refused else 0)
+        if as_json:
             result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-    raise typer.Exit(_report(result))
+        else:
+            with view.progress:
+                result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+    raise typer.Exit(_report(result, "up", as_json))
 
 
-def down(inventory: InventoryOption = DEFAULT_INVENTORY, dry_run: DryRun = False) -> None:
+def down(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
     """Stop and remove the serving containers on every node (found by label)."""
     spec = load(inventory)
-    with Controller(spec, on_event=lambda e: console.print(f"[dim]{e.node}[/] {e.message}")) as ctl:
+
+    def show(e: ControlEvent) -> None:
+        console.print(f"[dim]{e.node}[/] {e.message}")
+
+    with Controller(spec, on_event=_quiet if as_json else show) as ctl:
         plan = ctl.plan_down()
         if dry_run or not plan.changes:
-            _print_plan(plan)
+            _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        raise typer.Exit(_report(ctl.down(plan)))
+        raise typer.Exit(_report(ctl.down(plan), "down", as_json))
 
 
 def restart(
@@ -154,79 +150,74 @@ def restart(
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
     no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Down + up with one plan; the restart is recorded in the event log."""
+    """Down + up with one plan; the restart is recorded in the event log. --json needs --yes
+    (or --dry-run): a prompt would corrupt the JSON on stdout."""
+    if as_json and not (yes or dry_run):
+        raise ConfigError("restart --json asks nothing", key="--json", hint="add --yes")
     spec = load(inventory)
-    view = _BootView()
-    with Controller(spec, on_event=view) as ctl:
+    view = BootView()
+    with Controller(spec, on_event=_quiet if as_json else view) as ctl:
         plan = ctl.plan_restart()
-        _print_plan(plan)
+        if dry_run or not as_json:
+            _show_plan(plan, "restart", as_json)
         if dry_run:
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        with view.progress:
+        if as_json:
             result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-    raise typer.Exit(_report(result))
+        else:
+            with view.progress:
+                result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+    raise typer.Exit(_report(result, "restart", as_json))
 
 
-def _status_table(st: ClusterStatus) -> Table:
-    colour = "green" if st.ok else "red"
-    t = Table(
-        title=f"{st.cluster}: [{colour}]{st.verdict.value}[/] (config {st.config_hash}, "
-        f"{st.elapsed_s:.2f} s)"
-    )
-    for col in (
-        "node",
-        "role",
-        "reach",
-        "container",
-        "up",
-        "config",
-        "GPU °C",
-        "SM MHz",
-        "W",
-        "cap",
-        "events",
-    ):
-        t.add_column(col, overflow="fold")
-    for n in st.nodes:
-        g = n.gpus[0] if n.gpus else {}
-        t.add_row(
-            n.node,
-            n.role,
-            "yes" if n.reachable else f"[red]no[/]: {n.reason}",
-            n.state or "-",
-            _fmt_s(n.uptime_s),
-            "-"
-            if not n.config_hash
-            else (f"[yellow]{n.config_hash} (drift)[/]" if n.drift else n.config_hash),
-            str(g.get("temp_c", "-")),
-            str(g.get("sm_clock_mhz", "-")),
-            str(g.get("power_w", "-")),
-            str(g.get("locked_clock_max_mhz") or "-"),
-            ",".join(g.get("clock_event_reasons") or []) or (n.gpu_reason or "-"),
+WIDE_WIDTH = 400
+
+
+def status_renderables(
+    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict | None = None
+) -> list[Table]:
+    """The status screen for a terminal ``width`` columns wide (see cluster.status_view)."""
+    view = status_view(st, width, wide, zone_roles)
+    colour = "green" if view.ok else "red"
+    title = view.title.replace(st.verdict.value, f"[{colour}]{st.verdict.value}[/]", 1)
+    nodes = Table(title=title, title_justify="left")
+    for key, header in zip(view.keys, view.headers, strict=True):
+        if key == "reason":  # the only column that may wrap, and only between words
+            nodes.add_column(header, overflow="fold", min_width=REASON_MIN)
+        else:
+            nodes.add_column(header, no_wrap=True)
+    for row in view.rows:
+        verdict = row[view.keys.index("verdict")]
+        style = "green" if verdict == "ok" else ("yellow" if verdict == "drift" else "red")
+        nodes.add_row(
+            *(
+                f"[{style}]{c}[/]" if k == "verdict" else Text(c)
+                for k, c in zip(view.keys, row, strict=True)
+            )
         )
-    return t
+    server = Table(title="server", show_header=False, title_justify="left")
+    server.add_column("k", no_wrap=True)
+    server.add_column("v", overflow="fold")
+    for k, v in view.server:
+        server.add_row(k, Text(v))
+    for note in view.notes:
+        server.add_row("note", Text(note))
+    return [nodes, server]
 
 
-def _server_table(st: ClusterStatus) -> Table:
-    s = st.server
-    t = Table(title="server", show_header=False)
-    t.add_column("k")
-    t.add_column("v")
-    t.add_row("url", s.url)
-    t.add_row("health", str(s.health_status or s.health_error))
-    t.add_row("model", f"{s.model} (max_model_len {s.max_model_len})")
-    t.add_row("drafter k", str(s.drafter_k))
-    t.add_row(
-        "1-token probe", f"{s.probe_latency_ms} ms" if s.probe_ok else f"[red]{s.probe_error}[/]"
-    )
-    t.add_row("running / waiting", f"{s.requests_running} / {s.requests_waiting}")
-    t.add_row("KV cache usage", f"{s.kv_cache_usage_pct} %")
-    for note in st.notes:
-        t.add_row("note", note)
-    return t
+def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None) -> None:
+    width = console.width
+    try:
+        if wide:  # the natural width even on a narrow terminal: rich would squeeze every cell
+            console.width = WIDE_WIDTH
+        for table in status_renderables(st, width, wide, zone_roles):
+            console.print(table, crop=not wide)
+    finally:
+        console.width = width
 
 
 def status(
@@ -236,6 +227,9 @@ def status(
         float, typer.Option("--watch", min=0, help="Refresh every N s (0: once).")
     ] = 0,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Per-node seconds.")] = 5.0,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column, however wide the terminal.")
+    ] = False,
 ) -> None:
     """One screen: every node (reachable, container, drift, GPU) and the server; exit 0 only
     if all is well."""
@@ -244,18 +238,32 @@ def status(
         while True:
             st = ctl.status(timeout_s=timeout)
             wd_doc, wd_text = watchdog_line(spec.watchdog.state_dir)
+            boot_state = _head_boot(ctl)
             if as_json:
-                print(json.dumps({**st.to_json(), "watchdog": wd_doc}, default=str))
+                doc = {**st.to_json(), "watchdog": wd_doc}
+                doc["boot"] = boot_state.to_json() if boot_state is not None else None
+                emit_json("status", doc)
             else:
                 if watch:
                     console.clear()
-                console.print(_status_table(st))
-                console.print(_server_table(st))
+                _print_status(st, wide, dict(getattr(spec.thermal, "zone_roles", {}) or {}))
                 console.print(wd_text)
+                if boot_state is not None:
+                    console.print(f"boot: {escape(boot_state.describe())}", highlight=False)
+                    print_notes(boot_state.notes, limit=6)
             if not watch:
                 break
             time.sleep(watch)
     raise typer.Exit(0 if st.ok else 1)
+
+
+def _head_boot(ctl: Controller) -> BootProgress | None:
+    """The head log's boot verdict and notes (non-fatal ERROR/WARNING lines) for `status`; a
+    node that cannot be read leaves it out rather than failing the status screen."""
+    try:
+        return ctl.boot_progress()
+    except ServectlError:
+        return None
 
 
 def logs(
@@ -285,31 +293,13 @@ def logs(
             console.print(text, markup=False, highlight=False)
 
 
-def boot(inventory: InventoryOption = DEFAULT_INVENTORY, timeout: Timeout = 2400.0) -> None:
-    """Attach to a boot in progress: phase, shards, ETA, until the server answers."""
-    spec = load(inventory)
-    view = _BootView()
-    with Controller(spec, on_event=view) as ctl, view.progress:
-        result = ctl.attach_boot(timeout_s=timeout)
-    _report_boot(result)
-    raise typer.Exit(0 if result.ready else 1)
-
-
 def _clock_report(results, as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "node": r.node,
-                        "ok": r.ok,
-                        "message": r.message,
-                        "gpus": [dict(g) for g in r.gpus],
-                    }
-                    for r in results
-                ]
-            )
-        )
+        nodes = [
+            {"node": r.node, "ok": r.ok, "message": r.message, "gpus": [dict(g) for g in r.gpus]}
+            for r in results
+        ]
+        emit_json("clocks", {"ok": all(r.ok for r in results), "nodes": nodes})
     else:
         t = Table(title="GPU clocks")
         for col in ("node", "GPU", "SM MHz", "max MHz", "cap MHz", "ok"):

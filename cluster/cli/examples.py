@@ -14,7 +14,7 @@ EXAMPLES: dict[str, str] = {
     "restart": f'servectl restart {INV} --reason "engine hung" --yes',
     "status": f"servectl status {INV} --json | jq .verdict",
     "logs": f"servectl logs node1 {INV} --tail 50 --follow",
-    "boot": f"servectl boot {INV}",
+    "boot": f"servectl boot {INV}     (a saved log: servectl boot --from-file head.log --json)",
     "lab up": "servectl lab up && servectl up -i /var/lib/servectl-lab/inventory.yml",
     "lab down": "servectl lab down",
     "lab status": "servectl lab status --json",
@@ -47,6 +47,8 @@ EXAMPLES: dict[str, str] = {
     "clocks cap": f"servectl clocks cap 2000 {INV}",
     "clocks reset": f"servectl clocks reset {INV}",
     "rollout history": f"servectl rollout history {INV} --json",
+    "report": f"servectl report {INV} --since 22:00 --until 07:30 --tz Asia/Seoul --html night.html",
+    "thermal zones": f"servectl thermal zones {INV} --minutes 10",
 }
 
 

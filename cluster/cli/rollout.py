@@ -22,6 +22,7 @@ from servectl.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -48,7 +49,7 @@ def _store(inventory: Path) -> RolloutStore:
     return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 
 
-def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
+def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = False) -> RolloutPorts:
     from servectl.cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
 
     spec = load(inventory)
@@ -59,7 +60,10 @@ def _ports(inventory: Path, bench: str, via: str = "direct") -> RolloutPorts:
             if data.get("reason") and kind in ("rolling_back", "rolled_back", "failed")
             else ""
         )
-        console.print(f"[bold]rollout[/] {kind}{detail}", highlight=False)
+        # with --json, stdout carries one document; progress goes to stderr
+        (err_console if as_json else console).print(
+            f"[bold]rollout[/] {kind}{detail}", highlight=False
+        )
 
     return RolloutPorts(
         ControllerCluster(),
@@ -79,7 +83,8 @@ def rollout(
         list[str], typer.Option("--set", help="KEY=VALUE under servectl (repeatable).")
     ] = [],  # noqa: B006
     bench: Annotated[
-        str, typer.Option("--bench", help="Measure before/after: none, quick (c=1,32) or full.")
+        str,
+        typer.Option("--bench", help="Measure before/after: none, quick (c=1,8,32) or full."),
     ] = "none",
     guard: Annotated[
         list[str], typer.Option("--guard", help="Keep only if e.g. 'c=32 aggregate >= -5%'.")
@@ -102,6 +107,7 @@ def rollout(
             "server and let the watchdog restart it on the new config (as the field report did).",
         ),
     ] = "direct",
+    as_json: JsonOption = False,
 ) -> None:
     """Change settings with --set, restart on them, verify with a 1-token probe, measure before and
     after (--bench), and roll back by itself if the new server does not come up or a --guard fails."""
@@ -111,15 +117,17 @@ def rollout(
         raise ConfigError(f"--bench {bench!r}", hint="none, quick or full")
     if via not in ("direct", "watchdog"):
         raise ConfigError(f"--via {via!r}", hint="direct or watchdog")
+    if as_json and not (yes or dry_run or resume or abort):
+        raise ConfigError("rollout --json asks nothing", key="--json", hint="add --yes")
     store = _store(inventory)
     guards = [parse_guard(g) for g in guard]
     current = store.current()
     if resume or abort:
         if not current or current.step in TERMINAL:
             raise ConfigError("no interrupted rollout to resume or abort")
-        ro = Rollout(store, _ports(inventory, bench, current.via))
+        ro = Rollout(store, _ports(inventory, bench, current.via, as_json))
         result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
-        raise typer.Exit(_render(result))
+        raise typer.Exit(_render(result, as_json))
     if current and current.step not in TERMINAL:
         err_console.print(
             f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
@@ -134,7 +142,9 @@ def rollout(
         )
     changes = [parse_set(s) for s in set_]
     ports = (
-        _ports(inventory, bench, via) if not dry_run else RolloutPorts(None, None, None, via=via)
+        _ports(inventory, bench, via, as_json)
+        if not dry_run
+        else RolloutPorts(None, None, None, via=via)
     )  # type: ignore[arg-type]
     ro = Rollout(store, ports)
     record = ro.prepare(str(inventory), changes, guards)
@@ -142,8 +152,25 @@ def rollout(
     new_text = store.revision_text(record.new_revision)
     from servectl.cluster.inventory import parse_inventory
 
+    argv = argv_diff(parse_inventory(old_text), parse_inventory(new_text))
+    if as_json and dry_run:
+        emit_json(
+            "rollout",
+            {
+                "ok": True,
+                "dry_run": True,
+                "diff": text_diff(old_text, new_text, inventory.name),
+                "argv_diff": {
+                    n: [ln for ln in lines if ln[:1] in "+-"] for n, lines in argv.items()
+                },
+                "record": record.__dict__,
+            },
+        )
+        raise typer.Exit(0)
+    if as_json:
+        raise typer.Exit(_render(ro.run(record, guards), as_json))
     console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
-    for node, lines in argv_diff(parse_inventory(old_text), parse_inventory(new_text)).items():
+    for node, lines in argv.items():
         console.print(
             f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
             highlight=False,
@@ -188,18 +215,27 @@ def rollback(
     ] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Restore a recorded config revision (default: the one before the last rollout) and restart.
+    --json needs --yes.
 
     Example: servectl rollback -i inv.yml
     """
+    if as_json and not yes:
+        raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
-    result = rollback_to(_store(inventory), _ports(inventory, "none"), str(inventory), revision)
-    raise typer.Exit(_render(result))
+    ports = _ports(inventory, "none", as_json=as_json)
+    result = rollback_to(_store(inventory), ports, str(inventory), revision)
+    raise typer.Exit(_render(result, as_json, "rollback"))
 
 
-def _render(record: RolloutRecord) -> int:
+def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollout") -> int:
+    code = 0 if record.step == "done" else 1
+    if as_json:
+        emit_json(command, {"ok": code == 0, "dry_run": False, "record": record.__dict__})
+        return code
     table = Table(title=f"rollout {record.id}: {record.step}")
     table.add_column("concurrency")
     table.add_column("metric")
@@ -224,7 +260,7 @@ def _render(record: RolloutRecord) -> int:
         f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"
         + (f": {record.reason}" if record.reason else "")
     )
-    return 0 if record.step == "done" else 1
+    return code
 
 
 def _f(v: float | None) -> str:

@@ -6,7 +6,6 @@ sets exit codes; the work lives in ``servectl.watchdog.thermal``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -18,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from servectl.cluster.cli.common import emit_json
 
 app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 log = logging.getLogger("servectl.thermal")
@@ -71,6 +71,9 @@ def agent(
     budget_mb: float = typer.Option(
         1024.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
     ),
+    zone_role: Annotated[
+        list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")
+    ] = [],  # noqa: B006
 ) -> None:
     """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
     from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
@@ -83,6 +86,7 @@ def agent(
             node=node, directory=directory, interval_s=interval, metrics_port=metrics_port,
             sysfs_root=sysfs_root, role=role, alert_margin_c=alert_margin,
             max_file_bytes=int(max_file_mb * 2**20), budget_bytes=int(budget_mb * 2**20),
+            zone_roles=dict(x.split("=", 1) for x in zone_role if "=" in x) or None,
         )
     )  # fmt: skip
 
@@ -93,91 +97,6 @@ def _fmt(v: float | None, unit: str = " C") -> str:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-@app.command()
-def report(
-    inventory: Annotated[
-        Path | None,
-        typer.Option("--inventory", "-i", help="Pull every node's files over SFTP first."),
-    ] = None,
-    from_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--from-dir", exists=True, file_okay=False, help="Directory of thermal-*.jsonl files."
-        ),
-    ] = None,
-    since: str | None = typer.Option(
-        None, "--since", help="Window start (epoch or ISO 8601, UTC if no zone)."
-    ),
-    until: str | None = typer.Option(None, "--until", help="Window end."),
-    head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
-    keep: Annotated[
-        Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
-    ] = None,
-    csv_path: Annotated[
-        Path | None, typer.Option("--csv", help="Write every sample as CSV here.")
-    ] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-) -> None:
-    """Peaks, margins to critical, throttle episodes and gaps: every node's files (-i) or a
-    local directory (--from-dir). Exit 1 when a node could not be read."""
-    import tempfile
-
-    from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
-    from servectl.watchdog.thermal.report import report_to_json
-
-    if (inventory is None) == (from_dir is None):
-        raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
-    t_since, t_until = parse_time(since, "--since"), parse_time(until, "--until")
-    roles: dict[str, str] | None = None
-    unreachable: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
-        directory = from_dir
-        if inventory is not None:
-            from servectl.cluster.cli.common import load
-            from servectl.watchdog.thermal.fetch import fetch_files
-
-            spec = _load_or_exit(inventory, load)
-            directory = keep or Path(tmp)
-            fetched = fetch_files(spec, t_since, t_until, directory)
-            unreachable = fetched.unreachable
-            roles = {n.name: n.role for n in spec.nodes}
-        assert directory is not None
-        rep, records, stats = report_from_dir(
-            directory, since=t_since, until=t_until, roles=roles, head=head
-        )
-    if csv_path:
-        write_csv(records, csv_path)
-    if plot_path:
-        write_plot(rep, records, plot_path)
-    if as_json:
-        doc = report_to_json(rep)
-        doc["read"] = {
-            "records": stats.records,
-            "bad_lines": stats.bad_lines,
-            "truncated_tail": stats.truncated_tail,
-        }
-        doc["unreachable"] = unreachable
-        typer.echo(json.dumps(doc, indent=2))
-        raise typer.Exit(1 if unreachable else 0)
-    console = Console()
-    if not rep.nodes or not records:
-        console.print(f"no samples in {directory or from_dir} for this window")
-        _print_unreachable(console, unreachable)
-        raise typer.Exit(1)
-    _render(console, rep)
-    if stats.bad_lines:
-        console.print(
-            f"[yellow]skipped {stats.bad_lines} unreadable line(s) ({stats.truncated_tail} truncated at a file end)[/]"
-        )
-    _print_unreachable(console, unreachable)
-    for p in (csv_path, plot_path):
-        if p:
-            console.print(f"wrote {p}")
-    if unreachable:
-        raise typer.Exit(1)
 
 
 def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
@@ -191,57 +110,10 @@ def _load_or_exit(inventory: Path, load: Any) -> Any:
     try:
         return load(inventory)
     except ConfigError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        from servectl.cluster.cli.common import error_line
+
+        Console(stderr=True).print(error_line(exc.render()), highlight=False)
         raise typer.Exit(2) from None
-
-
-def _render(console: Console, rep: Any) -> None:
-    t = Table(
-        title=f"Thermal {_iso(rep.since)} .. {_iso(rep.until)} UTC, every {rep.interval_s:g} s"
-    )
-    for col in (
-        "node",
-        "role",
-        "samples",
-        "GPU peak",
-        "hottest zone",
-        "min margin to crit",
-        "thermal throttle",
-        "gaps",
-    ):
-        t.add_column(col)
-    for n in rep.nodes:
-        hz = n.hottest_zone
-        t.add_row(
-            n.node, n.role, f"{n.samples_received}/{n.samples_expected}",
-            _fmt(n.gpu_peak_c) if n.gpu_peak_c is not None else f"- ({n.null_reasons.get('gpu_peak_c', '')})",
-            f"{_fmt(hz.peak_c)} {hz.type}" if hz else "-",
-            _fmt(n.min_margin_c),
-            f"{n.throttle.episodes} ({n.throttle.duration_s:g} s)" if n.throttle.episodes else "none",
-            str(len(n.gaps)) if n.gaps else "none",
-        )  # fmt: skip
-    console.print(t)
-    types = sorted({k for n in rep.nodes for k in n.zone_type_peaks})
-    zt = Table(title="Peak per zone type")
-    zt.add_column("node")
-    for ty in types:
-        zt.add_column(ty)
-    for n in rep.nodes:
-        zt.add_row(n.node, *(_fmt(n.zone_type_peaks.get(ty)) for ty in types))
-    console.print(zt)
-    hv = rep.head_vs_workers
-    if hv:
-        line = ", ".join(
-            f"{k} {_fmt(v['head'])} vs {_fmt(v['workers_min'])}-{_fmt(v['workers_max'])}"
-            for k, v in hv.items()
-            if k in ("gpu_peak_c", "hottest_zone_c")
-        )
-        console.print(f"head vs workers: {line}")
-    for n in rep.nodes:
-        for g in n.gaps:
-            console.print(
-                f"[yellow]gap[/] {n.node}: {_iso(g.start)} .. {_iso(g.end)} ({g.end - g.start:.0f} s, {g.kind}, ~{g.missing} missing)"
-            )
 
 
 # -- all nodes: start, stop, status, watch (watchdog.thermal.remote does the work) ----------------
@@ -275,7 +147,8 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
         if dry_run:
             doc = {n: [s.render() for s in p.steps] for n, p in plans.items()}
             if as_json:
-                typer.echo(json.dumps({"plan": doc, "unreachable": failed}, indent=2))
+                emit_json(f"thermal {verb}", {"ok": not failed, "dry_run": True, "plan": doc,
+                                              "unreachable": failed})  # fmt: skip
             else:
                 for n, steps in doc.items():
                     console.print(f"[bold]{n}[/]" + ("" if steps else ": nothing to do"))
@@ -294,7 +167,9 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
     rows |= {o.node: (f"failed: {o.error}", "-") for o in applied if not o.ok}
     rows |= {n: (f"unreachable: {e}", "-") for n, e in failed.items()}
     if as_json:
-        typer.echo(json.dumps({n: {"result": r, "unit": u} for n, (r, u) in rows.items()}))
+        nodes = {n: {"result": r, "unit": u} for n, (r, u) in rows.items()}
+        ok = all(r == "ok" for r, _ in rows.values())
+        emit_json(f"thermal {verb}", {"ok": ok, "dry_run": False, "nodes": nodes})
     else:
         table = Table(title=f"thermal {verb}")
         for col in ("node", "unit", "result"):
@@ -385,7 +260,7 @@ def status(
         for r in rows
     )  # fmt: skip
     if as_json:
-        typer.echo(json.dumps({"ok": healthy, "nodes": [dataclasses.asdict(r) for r in rows]}))
+        emit_json("thermal status", {"ok": healthy, "nodes": [dataclasses.asdict(r) for r in rows]})
         raise typer.Exit(0 if healthy else 1)
     table = Table(title=f"thermal agents (every {spec.thermal.interval_s:g} s)")
     for col in ("node", "agent", "last sample", "today", "disk / budget", "dropped", "note"):
@@ -433,10 +308,15 @@ def watch(
         )
         now = time.time()
         tb = Table(title=f"thermal, {_iso(now)} UTC (every {period:g} s; Ctrl-C ends)")
+        # zone roles (thermal.zone_roles) name the hottest zone: "P-cores", not "acpitz"
         for col in ("node", "age", "GPU", "hottest zone", "to critical", "clock events", "note"):
             tb.add_column(col)
         for o in outs:
-            r = live_row(o.node, o.value, now) if o.ok else LiveRow(o.node, note=o.error)
+            r = (
+                live_row(o.node, o.value, now, spec.thermal.zone_roles)
+                if o.ok
+                else LiveRow(o.node, note=o.error)
+            )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",
                 _fmt(r.gpu_temp_c), f"{_fmt(r.hottest_zone_c)} {r.hottest_zone or ''}",
@@ -458,3 +338,9 @@ def watch(
                 live.update(table(), refresh=True)
         except KeyboardInterrupt:
             pass
+
+
+from servectl.cluster.cli import (  # noqa: E402, F401  (register `thermal report` and `zones`)
+    thermal_report,
+    thermal_zones,
+)

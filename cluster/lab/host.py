@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -197,3 +199,42 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def stop_lock_holder(lockfile: Path, grace_s: float) -> int | None:
+    """Stop the process that holds ``lockfile`` (a flock whose file starts ``pid=N``).
+
+    Returns the pid that was stopped, or None when nobody held the lock. SIGTERM first (the
+    watchdog records ``daemon_stop`` and releases its lock), SIGKILL after ``grace_s``.
+    """
+    if not lockfile.is_file():
+        return None
+    with open(lockfile, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: somebody runs
+        else:
+            return None
+        head = f.read(64).decode(errors="replace")
+    match = re.match(r"pid=(\d+)", head)
+    if not match:
+        raise LabError(f"{lockfile} is held by a process that did not record its pid")
+    pid = int(match.group(1))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return pid
+        if wait_for(lambda: not _alive(pid), grace_s if sig == signal.SIGTERM else 10, 0.2):
+            return pid
+    raise LabError(f"process {pid} (holder of {lockfile}) survived SIGKILL")
+
+
+def _alive(pid: int) -> bool:
+    _reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -53,7 +53,7 @@ def inventory_doc(paths: LabPaths) -> dict:
             "timeout_s": 2,
             "failures": 3,
             "boot_deadline_s": 120,
-            "state_dir": str(paths.root / "watchdog"),
+            "state_dir": str(paths.watchdog_dir),
         },
         "thermal": {"interval_s": 1, "dir": "/var/log/servectl/thermal"},
         # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).

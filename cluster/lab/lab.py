@@ -161,8 +161,13 @@ def _lab_containers(client: docker.DockerClient) -> list:
 
 
 def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
-    """Stop everything the lab started; keep the caches."""
+    """Stop everything the lab started, and the watchdog watching it; keep the caches."""
     _check_host()
+    # A watchdog left watching the lab (the demo arms one) would restart what is stopped below,
+    # and keeps its /metrics port: it goes first.
+    pid = host.stop_lock_holder(paths.watchdog_dir / "watchdog.lock", 15)
+    if pid is not None:
+        on_step("watchdog", f"stopped (pid {pid})")
     host.stop_group(paths.sensord_pid, 10)
     on_step("sensors", "stopped")
     try:

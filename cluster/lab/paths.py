@@ -125,6 +125,11 @@ class LabPaths:
         return self.models / DRAFTER_NAME
 
     @property
+    def watchdog_dir(self) -> Path:
+        """The lab inventory's watchdog.state_dir: the watchdog watching the lab runs here."""
+        return self.root / "watchdog"
+
+    @property
     def sim_faults(self) -> Path:
         return self.model / ".vllm-sim" / "faults.json"
 

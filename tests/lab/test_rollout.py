@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -153,12 +154,25 @@ def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
             ctl.down()
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture
 def watched(inv, tmp_path):
     """A watchdog (the real daemon, a subprocess) armed on the private inventory copy."""
     wd = tmp_path / "wd"
     text = inv.read_text()
-    text = re.sub(r"state_dir: \S+", f"state_dir: {wd}", text, count=1)
+    # its own state dir and a free /metrics port: never the port a demo or real watchdog uses
+    text = re.sub(
+        r"^( *)state_dir: \S+",
+        lambda m: f"{m[1]}state_dir: {wd}\n{m[1]}metrics_port: {free_port()}",
+        text,
+        count=1,
+        flags=re.M,
+    )
     inv.write_text(text)
     wd.mkdir()
     log = open(tmp_path / "watchdog.log", "w")  # noqa: SIM115

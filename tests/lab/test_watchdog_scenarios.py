@@ -72,6 +72,7 @@ def make_watchdog(spec, tmp_path: Path, name: str = "wd", **overrides) -> Watchd
         boot_deadline_s=60.0,
         boot_extend_s=5.0,
         metrics_timeout_s=1.0,
+        metrics_port=0,  # a free port per watchdog: never the one a demo or real daemon uses
         max_restarts=2,
         alert_command=(
             "sh",

@@ -47,9 +47,12 @@ def _refused(url: str) -> bool:
 
 def test_boot_log_and_late_rank(sim_factory):
     c = sim_factory().start(ranks=[0, 1, 2])  # rank 3 is missing
-    time.sleep(2.0)
-    assert _refused(c.url) and c.procs[0].poll() is None
+    # wait for the condition (with a deadline for a loaded 2-core machine), not a fixed time
+    deadline = time.monotonic() + 60
+    while "Waiting for 1 remote node(s)" not in c.log(0) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert "Waiting for 1 remote node(s)" in c.log(0)
+    assert _refused(c.url) and c.procs[0].poll() is None
     c.start_rank(3)
     c.wait_ready()
     log = c.log(0)

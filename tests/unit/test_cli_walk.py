@@ -1,95 +1,239 @@
-"""Every command given wrong arguments: an error that names the argument, exit 2, no traceback.
+"""A walk over the whole command line: every command that acts or reports takes --json, and
+exit codes are exactly the README's (0 all well, 1 failed or unhealthy, 2 bad input).
 
-No case may reach a node: each is refused while arguments and the inventory are checked (the
-inventory points at closed ports on 127.0.0.1 in case one ever gets that far).
+Cluster control is replaced by a fake Controller with fixed observations, so the walk runs the
+real CLI layer (parsing, rendering, exit codes) without SSH or Docker.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from servectl.cluster.cli import app
+from servectl.cluster.cli import control as control_cli
+from servectl.cluster.cli.common import SCHEMA_VERSION
+from servectl.cluster.control import ApplyResult, NodeOutcome
+from servectl.cluster.control_plan import Action, ControlPlan, NodeStep
+from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
+from typer.main import get_command
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[2]
+GOOD = str(Path(__file__).parent / "inventories" / "good.yml")
+MISSING = "/nonexistent/inventory.yml"
+
+# Commands that only serve other commands or humans at a terminal (no document to print).
+NO_JSON = {
+    ("logs",), ("boot",), ("thermal", "agent"), ("thermal", "watch"), ("watchdog", "run"),
+    ("watchdog", "hold"), ("watchdog", "release"), ("lab", "up"), ("lab", "down"),
+    ("lab", "inventory"), ("provision",), ("lab", "fault"),
+}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def inv(tmp_path_factory) -> Path:
-    text = (ROOT / "inventory.example.yml").read_text()
-    for i in range(1, 5):
-        text = text.replace(
-            f"ansible_host: 10.0.0.1{i}", f"ansible_host: 127.0.0.1\n          ansible_port: {i}"
-        )
-    path = tmp_path_factory.mktemp("walk") / "inv.yml"
-    path.write_text(text)
-    return path
+def _commands(cmd, path=()):
+    subs = getattr(cmd, "commands", None)
+    if subs:
+        for name, sub in subs.items():
+            yield from _commands(sub, (*path, name))
+    if not subs or getattr(cmd, "invoke_without_command", False):
+        yield path, cmd
 
 
-WRONG = [
-    (["logs", "-i", "{inv}", "node9"], "no node 'node9'"),
-    (["logs", "-i", "{inv}", "node1", "--tail", "-1"], "--tail"),
-    (["status", "-i", "{inv}", "--watch", "-1"], "--watch"),
-    (["status", "-i", "{inv}", "--watch", "abc"], "--watch"),
-    (["status", "-i", "{inv}", "--timeout", "-1"], "--timeout"),
-    (["up", "-i", "{inv}", "--timeout", "-5"], "--timeout"),
-    (["restart", "-i", "{inv}", "-y", "--timeout", "-1"], "--timeout"),
-    (["boot", "-i", "{inv}", "--timeout", "0"], "--timeout"),
-    (["watchdog", "hold", "-i", "{inv}", "--for", "xyz", "--reason", "r"], "--for"),
-    (["watchdog", "hold", "-i", "{inv}", "--for", "-5m", "--reason", "r"], "--for"),
-    (["watchdog", "history", "-i", "{inv}", "--limit", "-1"], "--limit"),
-    (["thermal", "report", "-i", "{inv}", "--since", "garbage"], "garbage"),
-    (["thermal", "report", "--from-dir", "/nonexistent/servectl"], "--from-dir"),
-    (["thermal", "watch", "-i", "{inv}", "--count", "-1"], "--count"),
-    (["thermal", "watch", "-i", "{inv}", "--every", "0"], "--every"),
-    (["thermal", "agent", "--node", "n", "--interval", "0"], "--interval"),
-    (["thermal", "agent", "--node", "n", "--budget-mb", "0"], "--budget-mb"),
-    (["bench", "sweep", "-i", "{inv}", "--concurrency", "a,b", "--dry-run"], "concurrency"),
-    (["bench", "sweep", "-i", "{inv}", "--concurrency", "-1", "--dry-run"], "concurrency"),
-    (["bench", "sweep", "-i", "{inv}", "--num-prompts", "0", "--dry-run"], "--num-prompts"),
-    (["bench", "prefill", "-i", "{inv}", "--input-len", "-1", "--dry-run"], "input-len"),
-    (["clocks", "cap", "-i", "{inv}", "--", "-5"], "mhz"),
-    (["clocks", "cap", "-i", "{inv}", "abc"], "mhz"),
-    (["rollback", "-i", "{inv}", "999", "-y"], "no config revision 999"),
-    (["inventory", "check", "-i", "/nonexistent/inv.yml"], "file not found"),
-    (["plan", "-i", "/nonexistent/inv.yml"], "file not found"),
-    (["provision", "-i", "/nonexistent/inv.yml"], "file not found"),
-    (["provision", "-i", "{inv}", "--tags", "nope", "--check"], "unknown tag"),
-]
+def _needs_json(path) -> bool:
+    return not any(path[: len(p)] == p for p in NO_JSON) and path[-1:] != ("examples",)
 
 
-@pytest.mark.parametrize(("argv", "says"), WRONG, ids=[" ".join(a[:2]) for a, _ in WRONG])
-def test_wrong_arguments_exit_2_without_traceback(inv, argv, says):
-    argv = [a.replace("{inv}", str(inv)) for a in argv]
-    result = CliRunner().invoke(app, argv)
-    assert isinstance(result.exception, SystemExit), result.exception  # not a traceback
-    assert result.exit_code == 2, result.output
-    assert says in result.output.replace("\n", " ").replace("│", " ")
+def test_every_acting_or_reporting_command_takes_json():
+    missing = []
+    for path, cmd in _commands(get_command(app)):
+        if not path or not _needs_json(path):
+            continue
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        if "--json" not in opts:
+            missing.append(" ".join(path))
+    assert not missing, f"commands without --json: {missing}"
 
 
-def test_errors_not_about_a_file_are_not_labelled_inventory(inv):
-    result = CliRunner().invoke(app, ["logs", "-i", str(inv), "node9"])
-    assert "<inventory>" not in result.output
-    assert result.output.startswith("error: NODE: no node 'node9'")
+def test_the_walk_covers_the_commands_the_issue_names():
+    paths = {p for p, _ in _commands(get_command(app))}
+    for need in [("up",), ("down",), ("restart",), ("rollout",), ("rollback",), ("report",)]:
+        assert need in paths and _needs_json(need), need
 
 
-def test_user_text_is_never_terminal_markup(inv, tmp_path, monkeypatch):
-    """A model path with [/] and [conceal] prints as written; an unknown key named [/oops]
-    is reported, not a rich MarkupError."""
-    text = inv.read_text().replace(
-        "path: /models/GLM-5.3-Flash-NVFP4", "path: /models/[/]x[conceal]hidden"
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["up", "-i", MISSING, "--dry-run"],
+        ["down", "-i", MISSING, "--dry-run", "--json"],
+        ["restart", "-i", MISSING, "--dry-run"],
+        ["status", "-i", MISSING, "--json"],
+        ["rollout", "-i", MISSING, "--set", "drafter.num_speculative_tokens=3", "--dry-run"],
+        ["rollback", "-i", MISSING, "--yes", "--json"],
+        ["plan", "-i", MISSING, "--json"],
+        ["restart", "-i", GOOD, "--json"],  # --json without --yes: bad input, nothing run
+        ["rollout", "-i", GOOD, "--set", "x=1", "--bench", "fast"],
+        ["rollout", "-i", GOOD, "--guard", "c=32 vibes >= 5%", "--set", "x=1"],
+        ["report", "--from-dir", "/nonexistent-dir"],
+        ["report", "--from-dir", ".", "--tz", "Mars/Olympus"],
+        ["bench", "sweep", "-i", GOOD, "--concurrency", "one", "--dry-run"],
+    ],
+)
+def test_bad_input_exits_2(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (args, result.output)
+
+
+# --- fixed observations behind a fake Controller ---------------------------------------------
+def _plan(refused=False, changes=True) -> ControlPlan:
+    action = Action.START if changes else Action.KEEP
+    steps = tuple(NodeStep(f"node{i}", action, "not running") for i in range(1, 5))
+    return ControlPlan("glm", "1f2661cca5ba", steps, (("node1",), ("node2", "node3", "node4")),
+                       {"node2": "0000"} if refused else {}, refused)  # fmt: skip
+
+
+class FakeController:
+    refused = False
+    fail_node: str | None = None
+    verdict = Verdict.HEALTHY
+
+    def __init__(self, spec, **kw):
+        self.spec = spec
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def plan_up(self, replace=False):
+        return _plan(refused=self.refused and not replace)
+
+    def plan_down(self):
+        return _plan()
+
+    def plan_restart(self):
+        return _plan()
+
+    def _apply(self, plan):
+        outcomes = tuple(
+            NodeOutcome(s.node, s.node != self.fail_node, "ok" if s.node != self.fail_node
+                        else "docker: 500 Server Error") for s in plan.steps
+        )  # fmt: skip
+        return ApplyResult(plan, outcomes)
+
+    def up(self, replace, wait_ready=True, timeout_s=0, plan=None):
+        return self._apply(plan or _plan())
+
+    def down(self, plan=None):
+        return self._apply(plan or _plan())
+
+    def restart(self, reason, timeout_s=0, wait_ready=True):
+        return self._apply(_plan())
+
+    def boot_progress(self):
+        return None
+
+    def status(self, timeout_s=None):
+        nodes = tuple(
+            NodeStatus(f"node{i}", "head" if i == 1 else "worker", True, state="running",
+                       config_hash="1f2661cca5ba")
+            for i in range(1, 5)
+        )  # fmt: skip
+        server = ServerStatus("http://h:8000", 200, probe_ok=self.verdict is Verdict.HEALTHY)
+        return ClusterStatus("glm", "1f2661cca5ba", self.verdict, nodes, server, 0.1)
+
+
+@pytest.fixture()
+def fake(monkeypatch, tmp_path):
+    class Fake(FakeController):
+        pass
+
+    monkeypatch.setattr(control_cli, "Controller", Fake)
+    monkeypatch.setattr(
+        control_cli, "watchdog_line", lambda sd: (None, "watchdog: no state (test)")
     )
-    monkeypatch.setenv("COLUMNS", "1000")  # rich reads it: no folding inside a cell
-    marked = tmp_path / "marked.yml"
-    marked.write_text(text)
-    result = CliRunner().invoke(app, ["plan", "-i", str(marked)], terminal_width=400)
+    return Fake
+
+
+def _doc(result) -> dict:
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    return doc
+
+
+@pytest.mark.parametrize("command", ["up", "down", "restart"])
+def test_dry_run_json_is_one_document_and_exit_0(fake, command):
+    result = CliRunner().invoke(app, [command, "-i", GOOD, "--dry-run", "--json"])
     assert result.exit_code == 0, result.output
-    assert "/models/[/]x[conceal]hidden --tensor-parallel-size" in result.output
-    bad = tmp_path / "oops.yml"
-    bad.write_text(
-        inv.read_text().replace("      port: 8000\n", '      port: 8000\n      "[/oops]": 1\n')
+    doc = _doc(result)
+    assert doc["command"] == command and doc["dry_run"] is True
+    assert [s["node"] for s in doc["plan"]["steps"]] == ["node1", "node2", "node3", "node4"]
+
+
+def test_up_dry_run_refused_plan_exits_1_never_3(fake):
+    fake.refused = True
+    result = CliRunner().invoke(app, ["up", "-i", GOOD, "--dry-run", "--json"])
+    assert result.exit_code == 1
+    assert _doc(result)["ok"] is False and _doc(result)["plan"]["refused"] is True
+    plain = CliRunner().invoke(app, ["up", "-i", GOOD, "--dry-run"])
+    assert plain.exit_code == 1
+
+
+@pytest.mark.parametrize("command", ["up", "down", "restart"])
+def test_apply_json_and_exit_codes(fake, command):
+    extra = ["--yes"] if command == "restart" else []
+    ok = CliRunner().invoke(app, [command, "-i", GOOD, "--json", *extra])
+    assert ok.exit_code == 0, ok.output
+    assert _doc(ok)["ok"] is True and len(_doc(ok)["outcomes"]) == 4
+    fake.fail_node = "node3"
+    bad = CliRunner().invoke(app, [command, "-i", GOOD, "--json", *extra])
+    assert bad.exit_code == 1
+    failed = [o for o in _doc(bad)["outcomes"] if not o["ok"]]
+    assert failed == [{"node": "node3", "ok": False, "message": "docker: 500 Server Error"}]
+
+
+def test_status_json_and_exit_codes(fake):
+    ok = CliRunner().invoke(app, ["status", "-i", GOOD, "--json"])
+    assert ok.exit_code == 0 and _doc(ok)["verdict"] == "healthy"
+    fake.verdict = Verdict.HUNG
+    bad = CliRunner().invoke(app, ["status", "-i", GOOD, "--json"])
+    assert bad.exit_code == 1 and _doc(bad)["verdict"] == "hung"
+    text = CliRunner().invoke(app, ["status", "-i", GOOD, "--wide"])
+    assert text.exit_code == 1 and "node4" in text.stdout
+
+
+def test_rollout_dry_run_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(Path(GOOD).read_text())
+    result = CliRunner().invoke(
+        app,
+        ["rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=5", "--dry-run",
+         "--json", "--guard", "c=8 acceptance >= -10%"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = _doc(result)
+    assert doc["command"] == "rollout" and doc["dry_run"] is True
+    assert "num_speculative_tokens" in doc["diff"]
+    assert doc["record"]["guards"] == ["c=8 acceptance >= -10%"]
+
+
+def test_bench_dry_run_prints_json_only_when_asked():
+    plain = CliRunner().invoke(app, ["bench", "sweep", "-i", GOOD, "--dry-run"])
+    assert plain.exit_code == 0, plain.output
+    with pytest.raises(ValueError):
+        json.loads(plain.stdout)
+    asked = CliRunner().invoke(app, ["bench", "sweep", "-i", GOOD, "--dry-run", "--json"])
+    assert asked.exit_code == 0 and len(_doc(asked)["containers"]) == 5
+
+
+@pytest.mark.parametrize(
+    "args", [["plan", "-i", GOOD, "--json"], ["inventory", "check", "-i", GOOD, "--json"]]
+)
+def test_reporting_commands_carry_the_schema_version(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _doc(result)["command"] == " ".join(
+        a for a in args if not a.startswith("-") and a != GOOD
     )
-    result = CliRunner().invoke(app, ["inventory", "check", "-i", str(bad)], terminal_width=400)
-    assert result.exit_code == 2
-    assert "servectl.[/oops]: unknown key" in result.output

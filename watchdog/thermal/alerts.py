@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servectl.watchdog.thermal.records import THERMAL_REASONS
+from servectl.watchdog.thermal.zones import critical_trip_c
 
 
 @dataclass
@@ -54,9 +55,4 @@ class AlertPolicy:
 
 
 def _critical(zone: dict[str, Any]) -> float | None:
-    temps = [
-        t["temp_c"]
-        for t in zone.get("trips", [])
-        if t.get("type") == "critical" and t.get("temp_c") is not None
-    ]
-    return min(temps) if temps else None
+    return critical_trip_c(zone.get("trips") or [])

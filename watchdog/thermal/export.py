@@ -10,13 +10,12 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from datetime import UTC
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
 
 from servectl.watchdog.thermal.records import iso_utc
 from servectl.watchdog.thermal.report import (
-    GAP_FACTOR,
     FieldReport,
     build_report,
     filter_window,
@@ -38,6 +37,7 @@ def report_from_dir(
     until: float | None = None,
     roles: Mapping[str, str] | None = None,
     head: str | None = None,
+    zone_roles: Mapping[str, str] | None = None,
 ) -> tuple[FieldReport, list[dict[str, Any]], ReadStats]:
     """Read every ``thermal-*.jsonl`` under ``directory`` and build the report for the window.
     ``head`` names the head node (every other node is then a worker); ``roles`` overrides.
@@ -47,7 +47,8 @@ def report_from_dir(
     if head is not None and roles is None:
         names = {str(r.get("node")) for r in recs} | {head}
         roles = {n: "head" if n == head else "worker" for n in names}
-    return build_report(recs, since=since, until=until, roles=roles), recs, stats
+    rep = build_report(recs, since=since, until=until, roles=roles, zone_roles=zone_roles)
+    return rep, recs, stats
 
 
 def _atomic_target(path: Path) -> tuple[int, str]:
@@ -100,89 +101,20 @@ def write_json(rep: FieldReport, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _series(
-    rs: list[Mapping[str, Any]], value_of: Any, interval: float
-) -> tuple[list[Any], list[float]]:
-    """Times and values with a NaN inserted at each gap, so lines break where data is missing."""
-    from datetime import datetime
-
-    xs: list[Any] = []
-    ys: list[float] = []
-    last = None
-    for r in rs:
-        if last is not None and r["ts"] - last > GAP_FACTOR * interval:
-            xs.append(datetime.fromtimestamp((r["ts"] + last) / 2, tz=UTC))
-            ys.append(float("nan"))
-        v = value_of(r)
-        xs.append(datetime.fromtimestamp(r["ts"], tz=UTC))
-        ys.append(float("nan") if v is None else float(v))
-        last = r["ts"]
-    return xs, ys
-
-
-def _max_or_none(values: Iterable[Any]) -> float | None:
-    vs = [v for v in values if v is not None]
-    return max(vs) if vs else None
-
-
 def write_plot(
-    rep: FieldReport, records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]
+    rep: FieldReport,
+    records: Iterable[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    tz: tzinfo = UTC,
+    zone_roles: Mapping[str, str] | None = None,
 ) -> Path:
-    """PNG: GPU temperature and hottest zone over time, one line per node (matplotlib, Agg)."""
-    try:
-        import matplotlib
-    except ImportError:  # nodes install servectl without the control machine's extras
-        from servectl.cluster.errors import ServectlError
+    """PNG: one panel per node (GPU and zones in °C, critical trip, throttle episodes)."""
+    from servectl.watchdog.thermal.plot import figure_png, thermal_figure
 
-        raise ServectlError("the plot needs matplotlib: pip install 'servectl[control]'") from None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_node: dict[str, list[Mapping[str, Any]]] = {}
-    for r in sorted(records, key=lambda r: r["ts"]):
-        by_node.setdefault(str(r.get("node")), []).append(r)
-    fig, (ax_gpu, ax_zone) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    for node, rs in sorted(by_node.items()):
-        role = next((n.role for n in rep.nodes if n.node == node), "")
-        label = f"{node} ({role})" if role and role != "unknown" else node
-        ax_gpu.plot(
-            *_series(
-                rs,
-                lambda r: _max_or_none(g.get("temp_c") for g in r.get("gpus") or []),
-                rep.interval_s,
-            ),
-            label=label,
-        )
-        ax_zone.plot(
-            *_series(
-                rs,
-                lambda r: _max_or_none(z.get("temp_c") for z in r.get("zones") or []),
-                rep.interval_s,
-            ),
-            label=label,
-        )
-    crits = [z.critical_c for n in rep.nodes for z in n.zones if z.critical_c is not None]
-    if crits:
-        ax_zone.axhline(
-            min(crits),
-            color="red",
-            linestyle="--",
-            linewidth=1,
-            label=f"critical trip {min(crits):g} C",
-        )
-    ax_gpu.set_ylabel("GPU temp (C)")
-    ax_zone.set_ylabel("hottest zone (C)")
-    ax_zone.set_xlabel("time (UTC)")
-    ax_gpu.set_title(f"Thermal {iso_utc(rep.since)} .. {iso_utc(rep.until)}")
-    for ax in (ax_gpu, ax_zone):
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
-    fig.autofmt_xdate()
+    data = figure_png(thermal_figure(rep, records, tz, zone_roles))
     path = Path(path)
     fd, tmp = _atomic_target(path)
-    os.close(fd)
-    fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     _commit(tmp, path)
     return path

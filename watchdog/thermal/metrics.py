@@ -32,9 +32,14 @@ class ThermalCollector(Collector):
     """Builds the exposition from an agent's latest record and counters at scrape time."""
 
     def __init__(
-        self, agent: ThermalAgent, clock: Callable[[], float], stale_after_s: float | None = None
+        self,
+        agent: ThermalAgent,
+        clock: Callable[[], float],
+        stale_after_s: float | None = None,
+        zone_roles: dict[str, str] | None = None,
     ):
         self.agent = agent
+        self.zone_roles = zone_roles or {}  # thermal.zone_roles: exported as an info metric
         self.clock = clock
         self.stale_after_s = stale_after_s if stale_after_s is not None else 3 * agent.interval_s
 
@@ -64,7 +69,25 @@ class ThermalCollector(Collector):
         if self.clock() - rec["ts"] > self.stale_after_s:
             return
         yield from _zone_metrics(rec)
+        if self.zone_roles:
+            yield _zone_role_info(rec, self.zone_roles)
         yield from _gpu_metrics(rec, self.agent.node)
+
+
+def _zone_role_info(rec: dict[str, Any], zone_roles: dict[str, str]) -> Metric:
+    """``servectl_thermal_zone_role{zone,type,role} 1``: join on ``zone`` to label
+    node_thermal_zone_temp by role (GB10 zones all say "acpitz"), without changing its labels."""
+    from servectl.watchdog.thermal.roles import zone_role
+
+    info = GaugeMetricFamily(
+        "servectl_thermal_zone_role", "Role of a thermal zone (inventory thermal.zone_roles).",
+        labels=["zone", "type", "role"],
+    )  # fmt: skip
+    for z in rec.get("zones", []):
+        role = zone_role(z["name"], z.get("type"), zone_roles)
+        if role:
+            info.add_metric([z["name"].removeprefix("thermal_zone"), z.get("type") or "", role], 1)
+    return info
 
 
 def _zone_metrics(rec: dict[str, Any]) -> Iterator[Metric]:

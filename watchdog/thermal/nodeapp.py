@@ -43,6 +43,7 @@ class AgentOptions:
     alert_margin_c: float | None = None
     max_file_bytes: int = 64 * 2**20
     budget_bytes: int = 1024 * 2**20
+    zone_roles: dict[str, str] | None = None  # zone index/name/type -> role (metrics label)
 
 
 class NoGpu:
@@ -101,7 +102,9 @@ def run_agent(opts: AgentOptions) -> Any:
             from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
 
             server = MetricsServer(
-                ThermalCollector(agent, time.time), "127.0.0.1", opts.metrics_port
+                ThermalCollector(agent, time.time, zone_roles=opts.zone_roles),
+                "127.0.0.1",
+                opts.metrics_port,
             )
             log.info("metrics on http://127.0.0.1:%d/metrics", server.start())
         except (
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--alert-margin", type=float)
     a.add_argument("--max-file-mb", type=float, default=64.0)
     a.add_argument("--budget-mb", type=float, default=1024.0)
+    a.add_argument("--zone-role", action="append", default=[], help="INDEX=ROLE (repeatable)")
     s = sub.add_parser("status", help="print this node's file facts as JSON")
     s.add_argument("--node", required=True)
     s.add_argument("--dir", default=DEFAULT_DIR)
@@ -221,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             alert_margin_c=args.alert_margin,
             max_file_bytes=int(args.max_file_mb * 2**20),
             budget_bytes=int(args.budget_mb * 2**20),
+            zone_roles=dict(x.split("=", 1) for x in args.zone_role if "=" in x) or None,
         )
     )
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servectl.cluster.errors import ServectlError
+from servectl.watchdog.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
 TRANSIENT_UNIT = "servectl-thermal-agent.service"
@@ -105,6 +106,8 @@ def agent_argv(spec: Any, node: Any) -> list[str]:
         "--budget-mb", f"{budget_mb:g}",
         "--max-file-mb", f"{min(64.0, budget_mb / 8):g}",
     ]  # fmt: skip
+    for key, role in sorted(getattr(th, "zone_roles", {}).items()):
+        argv += ["--zone-role", f"{key}={role}"]  # only when mapped: argv unchanged otherwise
     return argv
 
 
@@ -319,8 +322,9 @@ class LiveRow:
     note: str | None = None
 
 
-def live_row(node: str, rec: dict[str, Any] | None, now: float) -> LiveRow:
-    """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events."""
+def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any = None) -> LiveRow:
+    """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events.
+    With ``zone_roles`` (thermal.zone_roles) the zone is named by its role (roles.py)."""
     if rec is None:
         return LiveRow(node, note="no samples yet")
     temps = [g.get("temp_c") for g in rec.get("gpus") or [] if g.get("temp_c") is not None]
@@ -330,10 +334,15 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float) -> LiveRow:
         t = z.get("temp_c")
         if t is None:
             continue
-        crit = [p.get("temp_c") for p in z.get("trips") or [] if p.get("type") == "critical"]
-        margin = round(crit[0] - t, 1) if crit and crit[0] is not None else None
+        crit = critical_trip_c(z.get("trips") or [])
+        margin = round(crit - t, 1) if crit is not None else None
         if best is None or t > best[0]:
-            best = (t, z.get("type") or z.get("name") or "?", margin)
+            label = z.get("type") or z.get("name") or "?"
+            if zone_roles and z.get("name"):
+                from servectl.watchdog.thermal.roles import zone_label
+
+                label = zone_label(z["name"], z.get("type"), zone_roles)
+            best = (t, label, margin)
     errs = [e.get("error", "") for e in rec.get("errors") or []]
     return LiveRow(
         node,

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servectl.watchdog.thermal.records import THERMAL_REASONS, iso_utc
+from servectl.watchdog.thermal.roles import zone_label, zone_role
+from servectl.watchdog.thermal.zones import critical_trip_c
 
 GAP_FACTOR = 1.5  # consecutive samples further apart than this many intervals make a gap
 GPU_SUMMARY_FIELDS = (
@@ -43,6 +45,7 @@ class ZonePeak:
     critical_c: float | None
     margin_c: float | None  # critical_c - peak_c
     null_reason: str | None = None  # why there is no peak (every read failed)
+    role: str | None = None  # from the inventory's thermal.zone_roles (roles.py)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ class NodeReport:
     dropped_records: int
     errors: int
     null_reasons: dict[str, str] = field(default_factory=dict)  # node-level missing readings
+    # label (role, else "thermal_zoneN (type)") -> {peak_c, critical_c, margin_c}: one entry per
+    # role, so seven "acpitz" zones no longer collapse into one number
+    role_peaks: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    throttle_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each episode
 
 
 @dataclass(frozen=True)
@@ -103,13 +110,14 @@ def build_report(
     until: float | None = None,
     roles: Mapping[str, str] | None = None,
     interval_s: float | None = None,
+    zone_roles: Mapping[str, str] | None = None,
 ) -> FieldReport:
     """Merge records from any number of nodes into the field report.
 
     The window defaults to the first and last sample of all nodes together, so a node that
     stopped early shows a gap at the end. ``roles`` maps node -> "head"/"worker"; nodes named
     there but without records appear with no samples. Without it, roles recorded by the agents
-    are used.
+    are used. ``zone_roles`` maps zone index, name or type to a role (roles.py).
     """
     recs = sorted(filter_window(records, since, until), key=lambda r: r["ts"])
     interval = interval_s or _interval_of(recs)
@@ -121,7 +129,7 @@ def build_report(
     for r in recs:
         by_node.setdefault(str(r.get("node")), []).append(r)
     nodes = tuple(
-        _node_report(node, rs, _role(node, rs, roles), since, until, interval)
+        _node_report(node, rs, _role(node, rs, roles), since, until, interval, zone_roles)
         for node, rs in sorted(by_node.items())
     )
     return FieldReport(since, until, interval, nodes, head_vs_workers(nodes))
@@ -163,7 +171,13 @@ def find_gaps(ts: list[float], since: float, until: float, interval_s: float) ->
 
 
 def _node_report(
-    node: str, rs: list[Mapping[str, Any]], role: str, since: float, until: float, interval: float
+    node: str,
+    rs: list[Mapping[str, Any]],
+    role: str,
+    since: float,
+    until: float,
+    interval: float,
+    zone_roles: Mapping[str, str] | None = None,
 ) -> NodeReport:
     gpu_peak, gpu_peak_ts, shutdown = None, None, None
     for r in rs:
@@ -173,7 +187,7 @@ def _node_report(
                 gpu_peak, gpu_peak_ts = t, r["ts"]
             if g.get("shutdown_temp_c") is not None:
                 shutdown = g["shutdown_temp_c"]
-    zones = _zone_peaks(rs)
+    zones = _zone_peaks(rs, zone_roles)
     type_peaks: dict[str, float | None] = {}
     for z in zones:
         key = z.type or z.zone
@@ -186,6 +200,7 @@ def _node_report(
     hottest = max(with_peak, key=lambda z: z.peak_c or 0.0) if with_peak else None
     margins = [z.margin_c for z in zones if z.margin_c is not None]
     throttle, by_reason = throttle_episodes(rs, interval)
+    spans = throttle_spans(rs, interval)
     gpu_fields = _gpu_fields(rs)
     null_reasons: dict[str, str] = {}
     if gpu_peak is None:
@@ -222,10 +237,27 @@ def _node_report(
         dropped_records=sum(int(r.get("dropped_records") or 0) for r in rs),
         errors=sum(len(r.get("errors") or []) for r in rs),
         null_reasons=null_reasons,
+        role_peaks=role_peaks(zones, zone_roles),
+        throttle_spans=tuple(spans),
     )
 
 
-def _zone_peaks(rs: list[Mapping[str, Any]]) -> list[ZonePeak]:
+def role_peaks(
+    zones: Iterable[ZonePeak], zone_roles: Mapping[str, str] | None
+) -> dict[str, dict[str, float | None]]:
+    """Peak, critical trip and margin per role (zones sharing a role: the hottest one)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for z in zones:
+        label = zone_label(z.zone, z.type, zone_roles)
+        cur = out.get(label)
+        if cur is None or (z.peak_c is not None and (cur["peak_c"] or -1e9) < z.peak_c):
+            out[label] = {"peak_c": z.peak_c, "critical_c": z.critical_c, "margin_c": z.margin_c}
+    return out
+
+
+def _zone_peaks(
+    rs: list[Mapping[str, Any]], zone_roles: Mapping[str, str] | None = None
+) -> list[ZonePeak]:
     acc: dict[str, dict[str, Any]] = {}
     for r in rs:
         for z in r.get("zones") or []:
@@ -234,13 +266,9 @@ def _zone_peaks(rs: list[Mapping[str, Any]]) -> list[ZonePeak]:
                 {"type": None, "peak": None, "ts": None, "crit": None, "reasons": Counter()},
             )
             a["type"] = z.get("type") or a["type"]
-            crits = [
-                t["temp_c"]
-                for t in z.get("trips") or []
-                if t.get("type") == "critical" and t.get("temp_c") is not None
-            ]
-            if crits:
-                a["crit"] = min(crits)
+            crit = critical_trip_c(z.get("trips") or [])
+            if crit is not None:
+                a["crit"] = crit
             t = z.get("temp_c")
             if t is None:
                 a["reasons"][(z.get("null_reasons") or {}).get("temp_c", "unknown")] += 1
@@ -259,7 +287,8 @@ def _zone_peaks(rs: list[Mapping[str, Any]]) -> list[ZonePeak]:
             if a["peak"] is not None
             else (a["reasons"].most_common(1)[0][0] if a["reasons"] else "no readings")
         )
-        out.append(ZonePeak(name, a["type"], a["peak"], a["ts"], a["crit"], margin, reason))
+        role = zone_role(name, a["type"], zone_roles)
+        out.append(ZonePeak(name, a["type"], a["peak"], a["ts"], a["crit"], margin, reason, role))
     return out
 
 
@@ -269,39 +298,51 @@ def _natural(name: str) -> tuple[str, int]:
     return head, int(tail) if tail else -1
 
 
+def _runs(active: list[tuple[float, bool]], interval_s: float) -> list[tuple[float, float]]:
+    """Runs of consecutive active samples (no gap over 1.5 intervals) as (start, end); each
+    active sample stands for one interval, so end = last active sample + one interval."""
+    spans: list[tuple[float, float]] = []
+    start = last = None
+    for ts, on in active:
+        if on and start is not None and last is not None and ts - last <= GAP_FACTOR * interval_s:
+            last = ts
+            continue
+        if start is not None and last is not None:
+            spans.append((start, last + interval_s))
+            start = last = None
+        if on:
+            start = last = ts
+    if start is not None and last is not None:
+        spans.append((start, last + interval_s))
+    return spans
+
+
+def _episodes(spans: list[tuple[float, float]]) -> Episodes:
+    return Episodes(len(spans), round(sum(b - a for a, b in spans), 3))
+
+
+def _reasons_per_sample(rs: list[Mapping[str, Any]]) -> list[tuple[float, set[str]]]:
+    return [
+        (r["ts"], {x for g in r.get("gpus") or [] for x in (g.get("clock_event_reasons") or [])})
+        for r in rs
+    ]
+
+
+def throttle_spans(rs: list[Mapping[str, Any]], interval_s: float) -> list[tuple[float, float]]:
+    """(start, end) of each thermal throttle episode on any GPU of a node (for plots)."""
+    per_sample = _reasons_per_sample(rs)
+    return _runs([(ts, bool(r & THERMAL_REASONS)) for ts, r in per_sample], interval_s)
+
+
 def throttle_episodes(
     rs: list[Mapping[str, Any]], interval_s: float
 ) -> tuple[Episodes, dict[str, Episodes]]:
     """Episodes of thermal clock-event reasons on any GPU of a node: runs of consecutive samples
     (no gap over 1.5 intervals) with the reason active. Duration = run length + one interval."""
-
-    def runs(active: list[tuple[float, bool]]) -> Episodes:
-        n, total, start, last = 0, 0.0, None, None
-        for ts, on in active:
-            if (
-                on
-                and start is not None
-                and last is not None
-                and ts - last <= GAP_FACTOR * interval_s
-            ):
-                last = ts
-                continue
-            if start is not None and last is not None:
-                n, total = n + 1, total + (last - start) + interval_s
-                start = last = None
-            if on:
-                start = last = ts
-        if start is not None and last is not None:
-            n, total = n + 1, total + (last - start) + interval_s
-        return Episodes(n, round(total, 3))
-
-    per_sample = [
-        (r["ts"], {x for g in r.get("gpus") or [] for x in (g.get("clock_event_reasons") or [])})
-        for r in rs
-    ]
-    overall = runs([(ts, bool(reasons & THERMAL_REASONS)) for ts, reasons in per_sample])
+    per_sample = _reasons_per_sample(rs)
+    overall = _episodes(throttle_spans(rs, interval_s))
     by_reason = {
-        reason: runs([(ts, reason in reasons) for ts, reasons in per_sample])
+        reason: _episodes(_runs([(ts, reason in r) for ts, r in per_sample], interval_s))
         for reason in sorted(THERMAL_REASONS)
     }
     return overall, by_reason
@@ -343,6 +384,7 @@ def head_vs_workers(nodes: Iterable[NodeReport]) -> dict[str, dict[str, float | 
             "hottest_zone_c": n.hottest_zone.peak_c if n.hottest_zone else None,
         }
         m.update({f"zone:{t}": v for t, v in n.zone_type_peaks.items()})
+        m.update({f"role:{r}": v["peak_c"] for r, v in n.role_peaks.items()})
         return m
 
     hm = metrics(head)

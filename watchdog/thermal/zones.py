@@ -10,9 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ReadText = Callable[[Path], str]
 
@@ -37,8 +38,7 @@ class ZoneReading:
 
     @property
     def critical_c(self) -> float | None:
-        temps = [t.temp_c for t in self.trips if t.type == "critical" and t.temp_c is not None]
-        return min(temps) if temps else None
+        return critical_trip_c({"type": t.type, "temp_c": t.temp_c} for t in self.trips)
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,10 @@ class SysfsZoneReader:
         for i in indexes:
             ttype, type_reason = self._text(path / f"trip_point_{i}_type")
             temp_c, temp_reason = self._millideg(path / f"trip_point_{i}_temp")
+            if temp_c is not None and temp_c <= 0:
+                # firmware writes 0 (or a negative sentinel) for a trip it does not use; a
+                # "critical at 0 C" trip would keep the near-critical alert firing forever
+                temp_c, temp_reason = None, f"disabled (trip temp {temp_c:g} C)"
             trips.append(TripPoint(i, ttype, temp_c, temp_reason or type_reason))
         return tuple(trips)
 
@@ -160,6 +164,17 @@ class SysfsZoneReader:
     def read(self) -> SysfsSnapshot:
         zones, errors = self.read_zones()
         return SysfsSnapshot(zones, self.read_hwmon(), errors)
+
+
+def critical_trip_c(trips: Iterable[Mapping[str, Any]]) -> float | None:
+    """The lowest critical trip of a zone's trips (records or readings); a trip at 0 C or below
+    is a disabled one (records written before the reader knew that may still hold it)."""
+    temps = [
+        float(t["temp_c"])
+        for t in trips
+        if t.get("type") == "critical" and t.get("temp_c") is not None and t["temp_c"] > 0
+    ]
+    return min(temps) if temps else None
 
 
 def zone_to_record(z: ZoneReading) -> dict[str, object]:

@@ -17,6 +17,7 @@ from .engine import Delta, Engine, Request
 from .faults import FaultWatcher
 from .logfmt import VllmLog
 from .metrics import Metrics
+from .oracle import LogprobOracle
 from .textgen import Generator, TokenChoice, prompt_logprobs, token_of_id, tokenize
 
 ROUTES = [
@@ -91,6 +92,7 @@ class Api:
         )
         self.max_stop = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))
         self.created = int(time.time())
+        self.oracle = LogprobOracle.from_env()  # VLLM_SIM_LOGPROB_ORACLE: scripted label logprobs
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=1 << 30)
@@ -227,7 +229,12 @@ class Api:
         temp = body.get("temperature")
         temp = 1.0 if temp is None else float(temp)
         gen = Generator(
-            text, temp, body.get("seed"), self.engine.sample_rng, bool(body.get("ignore_eos"))
+            text,
+            temp,
+            body.get("seed"),
+            self.engine.sample_rng,
+            bool(body.get("ignore_eos")),
+            self.oracle,
         )
         return Request(uuid.uuid4().hex, tokens, max_tokens, gen, n_top, stop, time.monotonic())
 
@@ -448,6 +455,7 @@ class Api:
         )
         if kwargs.get("enable_thinking", True):
             r.gen.letters = None  # a thinking model opens with <think>, not with a letter
+            r.gen.oracle = None
         rid = f"chatcmpl-{r.rid}"
         model = self.cfg.served_model_name
         created = int(time.time())

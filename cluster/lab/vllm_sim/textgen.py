@@ -15,6 +15,10 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .oracle import LogprobOracle
 
 _TOKEN_RE = re.compile(r" ?[A-Za-z]{1,10}| ?[0-9]| ?[^\sA-Za-z0-9\w]| ?[^\W\d_A-Za-z]|[\s\S]")
 _MC_OPTION = re.compile(r"^\s*\(?([A-J])[\.\):]\s", re.M)
@@ -107,6 +111,7 @@ class Generator:
         seed: int | None,
         server_rng: random.Random,
         ignore_eos: bool,
+        oracle: LogprobOracle | None = None,
     ) -> None:
         self.prompt = prompt_text
         self.greedy = temperature <= 0.0
@@ -120,12 +125,19 @@ class Generator:
         self.eos_at = None if ignore_eos else EOS_MIN + _h("eos", prompt_text) % EOS_SPAN
         self.pos = 0
         self.letters = mc_letters(prompt_text)
+        # a scripted first token (tests of logprob decisions) only after an answer cue
+        self.oracle = oracle if _MC_TAIL.search(prompt_text) else None
 
     def finished_naturally(self) -> bool:
         return self.eos_at is not None and self.pos >= self.eos_at
 
     def next(self, n_top: int) -> TokenChoice:
-        if self.pos == 0 and self.letters:
+        scripted = (
+            self.oracle.first_token(self.prompt, n_top) if self.pos == 0 and self.oracle else None
+        )
+        if scripted:
+            top = scripted
+        elif self.pos == 0 and self.letters:
             top = mc_distribution(self.prompt, self.letters)
         else:
             top = candidates(_h(self.key, self.pos), n_top)

@@ -1,0 +1,177 @@
+"""CLI for `servectl boot`: the boot progress bar, boot reports and notes, and `--from-file`
+(judge a vLLM log copied from anywhere). `up`, `restart` and `status` reuse the renderers.
+Rendering lives here and only here; the verdict comes from `servectl.cluster.boot`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from servectl.cluster.boot import BootNote, BootProgress, read_boot_log
+from servectl.cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    err_console,
+    load,
+)
+from servectl.cluster.control import BootResult, ControlEvent, Controller
+from servectl.cluster.errors import ConfigError
+
+Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class BootView:
+    """Event callback that drives one rich progress bar (phase, shards a/b, ETA)."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[phase]}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TextColumn("eta {task.fields[eta]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(
+            "boot", total=1.0, phase="starting", eta="-", visible=False
+        )
+
+    def __call__(self, ev: ControlEvent) -> None:
+        if ev.progress is None or ev.kind not in ("boot", "ready", "failed"):
+            if ev.kind in ("remove", "start", "preflight", "info"):
+                self.progress.console.print(f"[dim]{ev.node or '*'}[/] {ev.message}")
+            return
+        p = ev.progress
+        eta = "no history" if p.eta_s is None and not p.failed else fmt_s(p.eta_s)
+        self.progress.update(
+            self.task, completed=p.fraction, phase=p.describe(), eta=eta, visible=True
+        )
+
+
+def report_boot(boot: BootResult) -> None:
+    if boot.ready:
+        p = boot.progress
+        console.print(
+            f"[green]ready[/] in {fmt_s(boot.elapsed_s)}"
+            + (
+                f", KV cache {p.kv_cache_gib} GiB / {p.kv_cache_tokens} tokens"
+                if p.kv_cache_gib
+                else ""
+            )
+        )
+        return
+    err_console.print(f"[red]boot failed[/] after {fmt_s(boot.elapsed_s)}: {boot.reason}")
+    for node, text in boot.last_lines.items():
+        err_console.rule(node)
+        err_console.print(text, markup=False, highlight=False)
+
+
+def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
+    """Non-fatal ERROR/WARNING lines of the boot: errors first, repeats counted."""
+    ordered = sorted(notes, key=lambda n: (n.level not in ("ERROR", "CRITICAL"), n.after_ready))
+    for n in ordered[:limit]:
+        colour = "red" if n.level in ("ERROR", "CRITICAL") else "yellow"
+        when = " after ready" if n.after_ready else ""
+        times = f" (x{n.count})" if n.count > 1 else ""
+        console.print(
+            f"[{colour}]note[/] {n.level}{when} [dim]{n.who}[/]{times}: {escape(n.message)}",
+            highlight=False,
+        )
+    if len(ordered) > limit:
+        console.print(f"[dim]... {len(ordered) - limit} more notes (--json shows all)[/]")
+
+
+def _report_log_verdict(p: BootProgress, source: str) -> None:
+    colour = {"ready": "green", "failed": "red"}.get(p.verdict, "yellow")
+    console.print(f"[{colour}]{p.verdict}[/] ({source}): {escape(p.describe())}", highlight=False)
+    facts = []
+    if p.version:
+        facts.append(f"vLLM {p.version}")
+    if p.shards_total:
+        facts.append(f"shards {p.shards_loaded}/{p.shards_total}")
+    if p.drafter_shards_total:
+        facts.append(f"drafter shards {p.drafter_shards_loaded}/{p.drafter_shards_total}")
+    if p.kv_cache_tokens:
+        facts.append(f"KV cache {p.kv_cache_tokens} tokens")
+    if facts:
+        console.print(", ".join(facts), highlight=False)
+    if p.failed and p.error_context:
+        console.print(f"[dim]reported as:[/] {escape(p.error_context)}", highlight=False)
+    if not p.ready and not p.failed and p.last_line:
+        console.print(f"[dim]last line:[/] {escape(p.last_line)}", highlight=False)
+    print_notes(p.notes)
+
+
+def boot(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    timeout: Timeout = 2400.0,
+    from_file: Annotated[
+        str | None,
+        typer.Option(
+            "--from-file",
+            help="Read a vLLM log copied from anywhere ('-' = stdin) instead of the cluster: "
+            "where did this boot stop, and why.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Attach to a boot in progress: phase, shards, ETA, until the server answers; or judge a
+    saved log with --from-file (exit 0 ready, 1 failed or stopped short of ready)."""
+    if from_file is not None:
+        progress = _read_log_file(from_file)
+        if as_json:
+            print(json.dumps({"source": from_file, **progress.to_json()}))
+        else:
+            _report_log_verdict(progress, from_file)
+        raise typer.Exit(0 if progress.ready else 1)
+    spec = load(inventory)
+    view = BootView()
+    with Controller(spec, on_event=None if as_json else view) as ctl:
+        if as_json:
+            result = ctl.attach_boot(timeout_s=timeout)
+        else:
+            with view.progress:
+                result = ctl.attach_boot(timeout_s=timeout)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ready": result.ready,
+                    "elapsed_s": round(result.elapsed_s, 3),
+                    "reason": result.reason,
+                    **result.progress.to_json(),
+                }
+            )
+        )
+    else:
+        report_boot(result)
+        print_notes(result.progress.notes)
+    raise typer.Exit(0 if result.ready else 1)
+
+
+def _read_log_file(path: str) -> BootProgress:
+    if path == "-":
+        return read_boot_log(sys.stdin)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return read_boot_log(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the log ({exc.strerror or exc})") from None

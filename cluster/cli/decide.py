@@ -1,0 +1,133 @@
+"""`servectl decide`: generation-free decisions from the first token's logprobs.
+
+servectl decide ask -i inv.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
+servectl decide yesno -i inv.yml "Is the aorta an artery?"
+servectl decide score -i inv.yml "Rate the answer's correctness: ..."
+servectl decide run -i inv.yml --data items.jsonl --runs 2 --permute --json
+servectl decide calibrate -i inv.yml --data validation.jsonl --target-accuracy 0.95
+
+Exit codes: 0 done (a run with some failed items still exits 0, they are counted as errors);
+1 the server or the decision failed (every item failed, label missing, HTTP error); 2 bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from servectl.cluster.cli import decide_batch
+from servectl.cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    handle_errors,
+)
+from servectl.cluster.cli.decide_common import (
+    CalOpt,
+    CueOpt,
+    KOpt,
+    MarginOpt,
+    NoCalOpt,
+    PathOpt,
+    TempOpt,
+    ThinkOpt,
+    TimeoutOpt,
+    ask_one,
+    setup,
+)
+
+app = typer.Typer(
+    help="Decisions from label-token probabilities (max_tokens=1, no text parsing).",
+    no_args_is_help=True,
+)
+
+
+def _choices(raw: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for c in raw:
+        label, sep, text = c.partition("=")
+        if not sep or not label.strip():
+            raise typer.BadParameter(f"{c!r}: give --choice LABEL=TEXT")
+        out[label.strip()] = text
+    if len(out) < 2:
+        raise typer.BadParameter("give at least two --choice LABEL=TEXT")
+    return out
+
+
+@app.command("ask")
+@handle_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    choice: Annotated[list[str], typer.Option("--choice", help="LABEL=TEXT, repeated.")],
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    path: PathOpt = "completions",
+    margin: MarginOpt = None,
+    temperature: TempOpt = None,
+    calibration: CalOpt = None,
+    no_calibration: NoCalOpt = False,
+    cue: CueOpt = "Answer:",
+    top_logprobs: KOpt = None,
+    thinking: ThinkOpt = False,
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOption = False,
+) -> None:
+    """One multiple-choice question -> probabilities over the labels, decision, margin, verdict.
+
+    Example: servectl decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
+    """
+    from servectl.cluster.decide.core import Item
+
+    item = Item("ask", question, _choices(choice))
+    ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
+                   top_logprobs, thinking, timeout)  # fmt: skip
+    ask_one(ctx, item, as_json)
+
+
+@app.command("yesno")
+@handle_errors
+def yesno(
+    question: Annotated[str, typer.Argument(help="A yes/no question.")],
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    path: PathOpt = "completions",
+    margin: MarginOpt = None,
+    cue: CueOpt = "Answer:",
+    top_logprobs: KOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOption = False,
+) -> None:
+    """P(Yes) vs P(No) from the first token (Yes/yes/YES count together).
+
+    Example: servectl decide yesno -i inventory.yml "Is the aorta an artery?" --json
+    """
+    from servectl.cluster.decide.core import Item
+
+    ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
+    ask_one(ctx, Item("yesno", question, kind="yesno"), as_json)
+
+
+@app.command("score")
+@handle_errors
+def score(
+    question: Annotated[str, typer.Argument(help="What to score, with the rubric.")],
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    low: Annotated[int, typer.Option(help="Lowest score.")] = 0,
+    high: Annotated[int, typer.Option(help="Highest score (10 needs a tokenizer with '10').")] = 10,
+    path: PathOpt = "completions",
+    cue: CueOpt = "Score:",
+    top_logprobs: KOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOption = False,
+) -> None:
+    """A distribution over integer scores and its expected value.
+
+    Example: servectl decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
+    """
+    from servectl.cluster.decide.core import Item
+
+    if not 0 <= low < high:
+        raise typer.BadParameter("need 0 <= --low < --high")
+    ctx = setup(inventory, path, 0.0, None, None, True, cue, top_logprobs, False, timeout)
+    ask_one(ctx, Item("score", question, kind="score", score_range=(low, high)), as_json)
+
+
+decide_batch.register(app)

@@ -1,0 +1,144 @@
+"""Options and setup shared by the `servectl decide` commands (inventory -> client, decider,
+fitted calibration); rendering of one decision."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from servectl.cluster.cli.common import console, err_console, load
+
+PathOpt = Annotated[
+    str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")
+]
+MarginOpt = Annotated[
+    float | None, typer.Option("--margin", help="Hold when top1-top2 < this (default: fitted).")
+]
+TempOpt = Annotated[
+    float | None, typer.Option("--temperature", help="Calibration temperature (default: fitted).")
+]
+CalOpt = Annotated[
+    Path | None, typer.Option("--calibration", help="Fitted calibration file (default: state dir).")
+]
+NoCalOpt = Annotated[bool, typer.Option("--no-calibration", help="Ignore any fitted calibration.")]
+CueOpt = Annotated[str, typer.Option("--cue", help="Answer cue ending the prompt (e.g. 정답:).")]
+KOpt = Annotated[
+    int | None, typer.Option("--top-logprobs", help="k (default: server --max-logprobs or 20).")
+]
+ThinkOpt = Annotated[bool, typer.Option("--thinking", help="Send enable_thinking true (chat).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
+RunsDirOpt = Annotated[
+    Path | None, typer.Option("--runs-dir", help="Where run directories go (SERVECTL_RUNS_DIR).")
+]
+
+
+@dataclass
+class Setup:
+    spec: Any
+    client: Any
+    decider: Any
+    fitted: Any
+    notes: list[str]
+    calibration_file: str | None = None
+
+
+def _api_key(spec) -> str | None:
+    ref = spec.secrets.api_key
+    if ref is None:
+        return None
+    if ref.env:
+        return os.environ.get(ref.env)
+    from servectl.cluster.control import Controller
+
+    with Controller(spec) as ctl:  # the key lives in a root-only file on the head
+        return ctl._api_key()  # noqa: SLF001 - the same resolution as the probe and bench
+
+
+def setup(
+    inventory: Path,
+    path: str,
+    margin: float | None,
+    temperature: float | None,
+    calibration: Path | None,
+    no_calibration: bool,
+    cue: str,
+    k: int | None,
+    thinking: bool,
+    timeout: float,
+) -> Setup:
+    from servectl.cluster.decide import fitted as fitted_mod
+    from servectl.cluster.decide.client import LogprobClient, max_logprobs_from_args
+    from servectl.cluster.decide.core import DEFAULT_MARGIN, Decider
+
+    if path not in ("completions", "chat"):
+        raise typer.BadParameter("--path must be completions or chat")
+    spec = load(inventory)
+    notes: list[str] = []
+    fitted = None
+    cal_path = None
+    if not no_calibration:
+        cal_path = calibration or fitted_mod.default_path(spec.name)
+        fitted = fitted_mod.load(cal_path)
+        if calibration is not None and fitted is None:
+            raise typer.BadParameter(f"{calibration}: no such calibration file")
+        if fitted is not None:
+            if fitted.config_hash != spec.config_hash():
+                notes.append(
+                    f"calibration fitted under config {fitted.config_hash}, cluster is now "
+                    f"{spec.config_hash()}: refit with `servectl decide calibrate`"
+                )
+            if fitted.path != path:
+                notes.append(f"calibration was fitted on the {fitted.path} path, not {path}")
+    t = temperature if temperature is not None else (fitted.temperature if fitted else 1.0)
+    gate = margin
+    if gate is None:
+        gate = fitted.margin_gate if fitted and fitted.margin_gate is not None else DEFAULT_MARGIN
+    client = LogprobClient(
+        spec.api_base,
+        spec.serving.model.served_name,
+        api_key=_api_key(spec),
+        k=k or max_logprobs_from_args(spec.serving.extra_args),
+        path=path,  # type: ignore[arg-type]
+        thinking=thinking,
+        timeout_s=timeout,
+    )
+    decider = Decider(client, temperature=t, margin_gate=gate, cue=cue)
+    used = str(cal_path) if fitted is not None else None
+    return Setup(spec, client, decider, fitted, notes, used)
+
+
+def render_decision(d, title: str) -> None:
+    table = Table(title=title)
+    for col in ("label", "probability", ""):
+        table.add_column(col, justify="left" if col != "probability" else "right")
+    for label, p in d.probs.items():
+        mark = " <" if label == d.decision else ""
+        table.add_row(label, f"{p:.3f}", "#" * round(p * 30) + mark)
+    console.print(table)
+    colour = "green" if d.verdict == "answer" else "yellow"
+    console.print(
+        f"decision [bold]{d.decision}[/] · margin {d.margin:.3f} · verdict [{colour}]{d.verdict}[/]"
+        f" · {d.latency_ms:.0f} ms · label mass {d.label_mass:.2f} · T={d.temperature:.2f}",
+        highlight=False,
+    )
+
+
+def ask_one(setup: Setup, item, as_json: bool) -> None:
+    for note in setup.notes:
+        err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
+    with setup.client:
+        d = setup.decider.decide(item)
+    if as_json:
+        doc = d.to_json()
+        if item.kind == "score":
+            doc["expected_score"] = d.expected_score()
+        print(json.dumps(doc, ensure_ascii=False, indent=2))
+        return
+    render_decision(d, item.question[:70])
+    if item.kind == "score":
+        console.print(f"expected score {d.expected_score():.2f}", highlight=False)

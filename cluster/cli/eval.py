@@ -1,0 +1,196 @@
+"""`servectl eval`: lm-evaluation-harness runs and comparisons. Rendering only; the work is in
+cluster.eval.
+
+servectl eval run -i inventory.yml --tasks mmlu,kmmlu,kormedmcqa,humaneval,gsm8k --limit 50
+servectl eval run -i inventory.yml --tasks my_mc --include-path tasks/ --dry-run
+servectl eval compare runs/A-eval runs/B-eval
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from servectl.cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    console,
+    err_console,
+    handle_errors,
+    load,
+)
+
+app = typer.Typer(
+    help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
+    no_args_is_help=True,
+)
+
+
+def _fmt(v: Any, scale: float = 100.0) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{scale * v:.1f}"
+
+
+def _csv(text: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+
+
+def _print_preflight(pre: dict[str, Any]) -> None:
+    d, s = pre["server_defaults"], pre["server"]
+    console.print(
+        f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
+        f"{s.get('model_id') or '?'} · max_model_len {s.get('max_model_len') or '?'}",
+        highlight=False,
+    )
+    console.print(
+        f"defaults: thinking [bold]{'on' if d['thinking'] else 'off'}[/] ({d['thinking_source']}),"
+        f" chat template kwargs {json.dumps(d['chat_template_kwargs'])}, drafter "
+        f"{d['drafter_method'] or 'none'} k={d['drafter_k'] or '-'}",
+        highlight=False,
+    )
+
+
+def _print_plans(plans: list[dict[str, Any]]) -> None:
+    for p in plans:
+        console.print(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}", highlight=False)
+
+
+@app.command("run")
+@handle_errors
+def run(
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    tasks: Annotated[str, typer.Option(help="Comma list of lm-eval task names.")] = (
+        "mmlu,kmmlu,kormedmcqa,humaneval,gsm8k"
+    ),
+    limit: Annotated[int | None, typer.Option(help="Items per task (lm-eval --limit).")] = None,
+    include_path: Annotated[
+        Path | None, typer.Option("--include-path", help="Folder of task YAMLs (+ data files).")
+    ] = None,
+    chat: Annotated[
+        str | None, typer.Option(help="Local generate_until tasks to send through chat.")
+    ] = None,
+    num_concurrent: Annotated[
+        int | None, typer.Option(help="Concurrent requests (inventory servectl.eval; 16).")
+    ] = None,
+    client_image: Annotated[str | None, typer.Option(help="Client image with lm_eval.")] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue this run directory (finished tasks kept).")
+    ] = None,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = (
+        False
+    ),
+    as_json: JsonOption = False,
+) -> None:
+    """Run lm-eval tasks against the server; one client container per task, resumable.
+
+    Example: servectl eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
+    """
+    from servectl.cluster.bench import default_runs_dir
+    from servectl.cluster.control import Controller
+    from servectl.cluster.eval.plan import EvalOptions
+    from servectl.cluster.eval.presets import DEFAULT_NUM_CONCURRENT
+    from servectl.cluster.eval.runner import EvalRunner, container_plan, eval_settings
+
+    spec = load(inventory)
+    settings = eval_settings(spec)
+    opts = EvalOptions(
+        tasks=_csv(tasks),
+        limit=limit,
+        num_concurrent=num_concurrent or settings.get("num_concurrent") or DEFAULT_NUM_CONCURRENT,
+        include_path=str(include_path) if include_path else None,
+        chat_tasks=_csv(chat),
+        client_image=client_image,
+    )
+    with Controller(spec) as ctl:
+        runner = EvalRunner(
+            ctl, runs_dir or default_runs_dir(), on_progress=lambda m: err_console.print(m)
+        )
+        pre = runner.preflight()
+        if dry_run:
+            plans = runner.plan(opts, pre)
+            doc = [
+                {**p.to_json(), "container": container_plan(spec, p, "<client image>", "dry-run")
+                 .to_json()}
+                for p in plans
+            ]  # fmt: skip
+            print(json.dumps({"preflight": pre, "plans": doc}, indent=2, default=str))
+            return
+        if not as_json:
+            _print_preflight(pre)
+        run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
+    if as_json:
+        print(json.dumps({"run_dir": str(run_dir), "rows": rows}, indent=2, default=str))
+        return
+    _print_plans(manifest["plans"])
+    table = Table(title=f"{manifest['run_id']} ({spec.name}, config {spec.config_hash()})")
+    for col in ("task", "path", "n", "score", "± stderr", "metric"):
+        table.add_column(col, justify="left" if col in ("task", "path", "metric") else "right")
+    for r in rows:
+        table.add_row(
+            r["task"], r["path"], str(r["n"] or "-"), _fmt(r["score"]), _fmt(r["stderr"]),
+            r["metric"] or "-",
+        )  # fmt: skip
+    console.print(table)
+    if manifest.get("restarts"):
+        console.print(f"server restarts survived: {len(manifest['restarts'])}", highlight=False)
+    console.print(f"run directory: {run_dir}", highlight=False)
+
+
+@app.command("compare")
+@handle_errors
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="Earlier run directory.")],
+    run_b: Annotated[Path, typer.Argument(help="Later run directory.")],
+    force: Annotated[
+        bool, typer.Option(help="Compare even if thinking defaults or task paths differ.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Per-task score deltas, and what changed between the runs' manifests. Refused when the
+    runs had different chat-template defaults (thinking) or task paths, unless --force.
+
+    Example: servectl eval compare runs/20260101T000000Z-eval runs/20260115T000000Z-eval
+    """
+    from servectl.cluster.bench import load_run
+    from servectl.cluster.eval.presets import EvalError
+    from servectl.cluster.eval.results import comparability, compare_scores, eval_differences
+
+    ma, ta = load_run(run_a)
+    mb, tb = load_run(run_b)
+    refusal = comparability(ma, mb)
+    diffs = eval_differences(ma, mb)
+    rows = compare_scores(ta["rows"], tb["rows"])
+    if refusal and not force:
+        lines = "\n".join(f"  - {r}" for r in refusal.reasons)
+        raise EvalError(f"runs are not comparable:\n{lines}\n(--force to compare anyway)")
+    if as_json:
+        doc = {
+            "rows": rows,
+            "differences": [d.__dict__ for d in diffs],
+            "not_comparable": list(refusal.reasons) if refusal else [],
+        }
+        print(json.dumps(doc, indent=2, default=str))
+        return
+    table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
+    for col in ("task", "path", "A", "B", "Δ points", "n A/B"):
+        table.add_column(col, justify="left" if col in ("task", "path") else "right")
+    for r in rows:
+        d = r["delta_points"]
+        table.add_row(
+            r["task"], r["path"] or "-", _fmt(r["a"]), _fmt(r["b"]),
+            "-" if d is None else f"{d:+.1f}", f"{r['n_a']}/{r['n_b']}",
+        )  # fmt: skip
+    console.print(table)
+    if refusal:
+        for reason in refusal.reasons:
+            console.print(f"[yellow]not comparable (forced):[/] {reason}", highlight=False)
+    dt = Table(title="what changed between the runs")
+    for col in ("", "fact", "A", "B"):
+        dt.add_column(col, overflow="fold")
+    for d in diffs:
+        dt.add_row("*" if d.likely_cause else "", d.fact, str(d.a), str(d.b))
+    console.print(dt if diffs else "manifests: no recorded difference")

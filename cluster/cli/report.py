@@ -1,0 +1,147 @@
+"""`servectl report`: the morning report. Parses options, reads files, renders; the facts come
+from `servectl.cluster.morning` (pure) and the thermal part from the one thermal report."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from servectl.cluster.cli.common import console, emit_json, err_console, handle_errors, load
+from servectl.cluster.errors import ConfigError
+
+OptPath = Annotated[Path | None, typer.Option()]
+
+
+@handle_errors
+def report(
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Read the watchdog log and every node's thermal "
+            "files as the inventory says (thermal files over SFTP).",
+        ),
+    ] = None,  # fmt: skip
+    from_dir: Annotated[
+        Path | None,
+        typer.Option("--from-dir", help="A directory with events.jsonl, thermal/ and runs/."),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Start: HH:MM (last night), ISO or epoch.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="End: HH:MM (latest past), ISO or epoch.")
+    ] = None,
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="Time zone, e.g. Asia/Seoul (default UTC).")
+    ] = None,
+    runs_dir: Annotated[
+        Path | None,
+        typer.Option("--runs-dir", help="Bench run directories (-i: SERVECTL_RUNS_DIR or ./runs)."),
+    ] = None,
+    head: Annotated[str | None, typer.Option("--head", help="Head node (with --from-dir).")] = None,
+    zone_role: Annotated[
+        list[str], typer.Option("--zone-role", help="INDEX=ROLE, e.g. 5='GPU zone' (repeatable).")
+    ] = [],  # noqa: B006
+    html: Annotated[Path | None, typer.Option("--html", help="Write one HTML page here.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
+    per node and zone role with margin to critical, throttle episodes, gaps, bench runs.
+    Exit 1 when a source could not be read (a node's thermal files, the event log)."""
+    from servectl.cluster.morning import headline, morning_to_json
+    from servectl.cluster.morning_html import morning_html, text_lines
+    from servectl.cluster.morning_io import Sources, morning_from_files
+    from servectl.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
+
+    if (inventory is None) == (from_dir is None):
+        raise ConfigError("give exactly one of --inventory/-i and --from-dir", key="--from-dir")
+    if from_dir is not None and not from_dir.is_dir():
+        raise ConfigError(f"{from_dir}: not a directory", key="--from-dir")
+    try:
+        zone = parse_tz(tz)
+        t_since, t_until = parse_window(since, until, zone, time.time())
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--since/--until/--tz") from None
+    roles_map = _zone_roles(zone_role)
+    problems: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="servectl-report-") as tmp:
+        if from_dir is not None:
+            src = Sources.from_dir(from_dir)
+            roles = {head: "head"} if head else None  # others: the role their agent recorded
+        else:
+            from servectl.cluster.jsonl import default_state_dir
+            from servectl.watchdog.thermal.fetch import fetch_files
+
+            assert inventory is not None
+            spec = load(inventory)
+            fetched = fetch_files(spec, t_since, t_until, tmp)
+            problems.update(fetched.unreachable)
+            roles = {n.name: n.role for n in spec.nodes}
+            roles_map = {**spec.thermal.zone_roles, **roles_map}
+            from servectl.cluster.bench import default_runs_dir
+
+            src = Sources(
+                Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), default_runs_dir(),
+                default_state_dir() / "events.jsonl",
+            )  # fmt: skip
+        if runs_dir is not None:
+            src = Sources(src.events, src.thermal_dir, runs_dir, src.control_events)
+        if not src.events.is_file():
+            problems["watchdog"] = f"no event log at {src.events}"
+        rep, records = morning_from_files(
+            src, since=t_since, until=t_until, roles=roles, zone_roles=roles_map or None
+        )
+    png = None
+    if html or plot:
+        from servectl.watchdog.thermal.plot import figure_png, thermal_figure
+
+        marks = [(r.ts, "restart") for r in rep.watchdog.restarts]
+        fig = thermal_figure(rep.thermal, records, zone, roles_map or None, marks)
+        png = figure_png(fig)
+        if plot:
+            plot.write_bytes(png)
+    if html:
+        html.write_text(morning_html(rep, zone, png), encoding="utf-8")
+    code = 1 if problems else 0
+    if as_json:
+        doc = morning_to_json(rep)
+        doc["tz"] = tz or "UTC"
+        doc["since_local"], doc["until_local"] = (
+            local_iso(rep.since, zone),
+            local_iso(rep.until, zone),
+        )
+        doc["unread"] = problems
+        emit_json("report", {"ok": code == 0, **doc})
+        raise typer.Exit(code)
+    console.print(f"[bold]Night report, {span_text(rep.since, rep.until, zone)}[/]")
+    console.print(headline(rep), highlight=False)
+    for note in rep.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    for line in text_lines(rep, zone):
+        console.print(line, highlight=False, markup=False)
+    for name, why in sorted(problems.items()):
+        err_console.print(f"[red]{name}: not read ({why})[/]")
+    for p in (html, plot):
+        if p:
+            console.print(f"wrote {p}")
+    raise typer.Exit(code)
+
+
+def _zone_roles(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, role = item.partition("=")
+        if not sep or not key.strip() or not role.strip():
+            raise ConfigError(f"--zone-role {item!r}", key="--zone-role", hint="INDEX=ROLE")
+        out[key.strip()] = role.strip()
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

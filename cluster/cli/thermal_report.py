@@ -1,0 +1,182 @@
+"""`servectl thermal report`: peaks, margins to critical, throttle episodes and gaps over the
+thermal agents' files, in the operator's time zone. The facts come from
+``servectl.watchdog.thermal.report`` (the one thermal report; `servectl report` reuses it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from servectl.cluster.cli.common import SCHEMA_VERSION
+from servectl.cluster.cli.thermal import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.watchdog.thermal.localtime import local_iso
+
+
+@app.command()
+def report(
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="Pull every node's files over SFTP first."),
+    ] = None,
+    from_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-dir", exists=True, file_okay=False, help="Directory of thermal-*.jsonl files."
+        ),
+    ] = None,
+    since: str | None = typer.Option(
+        None, "--since", help="Window start (epoch or ISO 8601, UTC if no zone)."
+    ),
+    until: str | None = typer.Option(None, "--until", help="Window end."),
+    head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
+    keep: Annotated[
+        Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
+    ] = None,
+    csv_path: Annotated[
+        Path | None, typer.Option("--csv", help="Write every sample as CSV here.")
+    ] = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    tz: str | None = typer.Option(
+        None, "--tz", help="Show times in this zone, e.g. Asia/Seoul (default UTC)."
+    ),
+    zone_role: Annotated[
+        list[str], typer.Option("--zone-role", help="INDEX=ROLE (adds to the inventory's map).")
+    ] = [],  # noqa: B006
+) -> None:
+    """Peaks, margins to critical, throttle episodes and gaps: every node's files (-i) or a
+    local directory (--from-dir). Exit 1 when a node could not be read."""
+    import tempfile
+
+    from servectl.cluster.cli.report import _zone_roles
+    from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
+    from servectl.watchdog.thermal.localtime import parse_tz, parse_window
+    from servectl.watchdog.thermal.report import report_to_json
+
+    if (inventory is None) == (from_dir is None):
+        raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
+    try:
+        zone = parse_tz(tz)
+        t_since, t_until = parse_window(since, until, zone, time.time())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since/--until/--tz") from None
+    zone_roles = _zone_roles(zone_role)
+    roles: dict[str, str] | None = None
+    unreachable: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
+        directory = from_dir
+        if inventory is not None:
+            from servectl.cluster.cli.common import load
+            from servectl.watchdog.thermal.fetch import fetch_files
+
+            spec = _load_or_exit(inventory, load)
+            directory = keep or Path(tmp)
+            fetched = fetch_files(spec, t_since, t_until, directory)
+            unreachable = fetched.unreachable
+            roles = {n.name: n.role for n in spec.nodes}
+            zone_roles = {**spec.thermal.zone_roles, **zone_roles}
+        assert directory is not None
+        rep, records, stats = report_from_dir(
+            directory, since=t_since, until=t_until, roles=roles, head=head,
+            zone_roles=zone_roles or None,
+        )  # fmt: skip
+    if csv_path:
+        write_csv(records, csv_path)
+    if plot_path:
+        write_plot(rep, records, plot_path, zone, zone_roles or None)
+    if as_json:
+        doc = report_to_json(rep)
+        doc["read"] = {
+            "records": stats.records,
+            "bad_lines": stats.bad_lines,
+            "truncated_tail": stats.truncated_tail,
+        }
+        doc["unreachable"] = unreachable
+        doc["tz"] = tz or "UTC"
+        doc["since_local"], doc["until_local"] = (
+            local_iso(rep.since, zone),
+            local_iso(rep.until, zone),
+        )
+        for node in rep.nodes:
+            doc.setdefault("throttle_spans_local", {})[node.node] = [
+                [local_iso(a, zone), local_iso(b, zone)] for a, b in node.throttle_spans
+            ]
+        typer.echo(
+            json.dumps(
+                {"schema_version": SCHEMA_VERSION, "command": "thermal report", **doc}, indent=2
+            )
+        )
+        raise typer.Exit(1 if unreachable else 0)
+    console = Console()
+    if not rep.nodes or not records:
+        console.print(f"no samples in {directory or from_dir} for this window")
+        _print_unreachable(console, unreachable)
+        raise typer.Exit(1)
+    _render(console, rep, zone)
+    if stats.bad_lines:
+        console.print(
+            f"[yellow]skipped {stats.bad_lines} unreadable line(s) ({stats.truncated_tail} truncated at a file end)[/]"
+        )
+    _print_unreachable(console, unreachable)
+    for p in (csv_path, plot_path):
+        if p:
+            console.print(f"wrote {p}")
+    if unreachable:
+        raise typer.Exit(1)
+
+
+def _render(console: Console, rep: Any, zone: Any = UTC) -> None:
+    from servectl.watchdog.thermal.localtime import local, span_text
+
+    t = Table(title=f"Thermal {span_text(rep.since, rep.until, zone)}, every {rep.interval_s:g} s")
+    for col in (
+        "node",
+        "role",
+        "samples",
+        "GPU peak",
+        "hottest zone",
+        "min margin to crit",
+        "thermal throttle",
+        "gaps",
+    ):
+        t.add_column(col)
+    for n in rep.nodes:
+        hz = n.hottest_zone
+        t.add_row(
+            n.node, n.role, f"{n.samples_received}/{n.samples_expected}",
+            _fmt(n.gpu_peak_c) if n.gpu_peak_c is not None else f"- ({n.null_reasons.get('gpu_peak_c', '')})",
+            f"{_fmt(hz.peak_c)} {hz.role or hz.zone}" if hz else "-",
+            _fmt(n.min_margin_c),
+            f"{n.throttle.episodes} ({n.throttle.duration_s:g} s)" if n.throttle.episodes else "none",
+            str(len(n.gaps)) if n.gaps else "none",
+        )  # fmt: skip
+    console.print(t)
+    # one row per zone role (or zone, without a role map), one column per node: four nodes fit
+    # a phone's 80 columns where seven zone columns did not
+    labels = sorted({k for n in rep.nodes for k in n.role_peaks})
+    zt = Table(title="Peak per zone role")
+    zt.add_column("zone")
+    for n in rep.nodes:
+        zt.add_column(n.node, no_wrap=True)
+    for label in labels:
+        zt.add_row(label, *(_fmt((n.role_peaks.get(label) or {}).get("peak_c")) for n in rep.nodes))
+    console.print(zt)
+    hv = rep.head_vs_workers
+    if hv:
+        line = ", ".join(
+            f"{k} {_fmt(v['head'])} vs {_fmt(v['workers_min'])}-{_fmt(v['workers_max'])}"
+            for k, v in hv.items()
+            if k in ("gpu_peak_c", "hottest_zone_c")
+        )
+        console.print(f"head vs workers: {line}")
+    for n in rep.nodes:
+        for g in n.gaps:
+            console.print(
+                f"[yellow]gap[/] {n.node}: {local(g.start, zone)} .. {local(g.end, zone)} ({g.end - g.start:.0f} s, {g.kind}, ~{g.missing} missing)"
+            )

@@ -1,0 +1,76 @@
+"""PNG figures: the reliability diagram and the selective-prediction curve.
+
+matplotlib is a control-machine dependency (`servectl[control]`); it is imported here only, with
+the non-interactive Agg backend, so the rest of `decide` works on a node without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from servectl.cluster.decide.calibrate import Bin, CurvePoint
+from servectl.cluster.decide.labels import DecideError
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise DecideError("plots need matplotlib: pip install 'servectl[control]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def reliability_png(
+    path: Path, before: Sequence[Bin], after: Sequence[Bin], temperature: float
+) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    for bins, name, colour in (
+        (before, "T = 1 (raw)", "tab:red"),
+        (after, f"T = {temperature:.2f}", "tab:blue"),
+    ):
+        xs = [b.confidence for b in bins if b.count]
+        ys = [b.accuracy for b in bins if b.count]
+        sizes = [20 + 200 * b.count / max(1, sum(x.count for x in bins)) for b in bins if b.count]
+        ax.plot(xs, ys, "-", color=colour, alpha=0.6)
+        ax.scatter(xs, ys, s=sizes, color=colour, label=name)
+    ax.set_xlabel("confidence (top-1 probability)")
+    ax.set_ylabel("accuracy")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title("Reliability diagram (marker size: items in bin)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def selective_png(
+    path: Path, curve: Sequence[CurvePoint], gate: float | None, target: float | None
+) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    pts = [p for p in curve if p.accuracy is not None]
+    ax.plot([p.coverage for p in pts], [p.accuracy for p in pts], "-o", ms=3)
+    if target is not None:
+        ax.axhline(target, color="grey", ls="--", label=f"target accuracy {target:.2f}")
+    if gate is not None:
+        chosen = next((p for p in pts if p.threshold == gate), None)
+        if chosen:
+            ax.scatter([chosen.coverage], [chosen.accuracy], color="red", zorder=3,
+                       label=f"gate margin >= {gate:.3f}")  # fmt: skip
+    ax.set_xlabel("coverage (answered / all)")
+    ax.set_ylabel("accuracy on answered")
+    ax.set_xlim(0, 1.02)
+    ax.set_title("Selective prediction: margin gate")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

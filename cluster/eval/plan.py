@@ -1,0 +1,137 @@
+"""Pure: one lm-eval invocation per task (its own stops, EOS string, cache and result files).
+
+One task per invocation because `--gen_kwargs` and `eos_string` apply to every task of an
+invocation, and a finished task must not be redone when a later one is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servectl.cluster.eval.presets import (
+    DEFAULT_NUM_CONCURRENT,
+    RESULTS_DIR,
+    TASKS_DIR,
+    ApiPath,
+    StopPlan,
+    TaskPreset,
+    max_length,
+    plan_stops,
+    stop_limit,
+)
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the plan needs from the server (from /version, /v1/models and the inventory)."""
+
+    base_url: str  # as the client container reaches it (host network)
+    model: str  # served model name
+    tokenizer: str  # local path inside the container (the model dir, mounted read-only)
+    max_model_len: int | None
+    version: str | None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    tasks: tuple[str, ...]
+    limit: int | None = None
+    num_concurrent: int = DEFAULT_NUM_CONCURRENT
+    include_path: str | None = None  # host folder of task YAMLs, copied to TASKS_DIR
+    chat_tasks: tuple[str, ...] = ()  # local generate_until tasks to send through chat
+    seed: int = 1234
+    max_retries: int = 5
+    request_timeout_s: int = 600
+    client_image: str | None = None
+    task_timeout_s: float = 6 * 3600.0
+    max_resumes: int = 3
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        doc["tasks"], doc["chat_tasks"] = list(self.tasks), list(self.chat_tasks)
+        return doc
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    task: str
+    preset: TaskPreset
+    stops: StopPlan
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "path": self.preset.path.value,
+            "note": self.preset.note,
+            "stops_requested": list(self.stops.requested),
+            "stops_sent": list(self.stops.sent),
+            "stops_dropped": list(self.stops.dropped),
+            "stop_limit": self.stops.limit,
+            "stops": self.stops.describe(),
+            "unsafe_code": self.preset.unsafe_code,
+            "env": dict(self.env),
+            "argv": list(self.argv),
+        }
+
+
+def model_args(preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions) -> dict:
+    chat = preset.path is ApiPath.CHAT
+    args: dict[str, Any] = {
+        "model": srv.model,
+        "base_url": srv.base_url.rstrip("/")
+        + ("/v1/chat/completions" if chat else "/v1/completions"),
+        "num_concurrent": opts.num_concurrent,
+        "max_retries": opts.max_retries,
+        "timeout": opts.request_timeout_s,
+        "max_length": max_length(srv.max_model_len),
+    }
+    if not chat:
+        # the model's own tokenizer, from the read-only model dir: context lengths for
+        # log-likelihood are counted with it (never a hub download; HF is offline)
+        args.update(tokenizer=srv.tokenizer, tokenizer_backend="huggingface")
+    if stops.eos_string is not None:
+        args["eos_string"] = stops.eos_string
+    return args
+
+
+def task_plan(task: str, preset: TaskPreset, srv: ServerFacts, opts: EvalOptions) -> TaskPlan:
+    stops = plan_stops(preset.until, stop_limit(srv.version, srv.env), preset.keep)
+    chat = preset.path is ApiPath.CHAT
+    argv = [
+        "python", "-m", "lm_eval", "run",
+        "--model", "local-chat-completions" if chat else "local-completions",
+        "--tasks", task,
+        "--model_args", json.dumps(model_args(preset, stops, srv, opts), ensure_ascii=False),
+        "--batch_size", "1",
+        "--output_path", f"{RESULTS_DIR}/out",
+        # request cache: an interrupted task resumes from the answers already received
+        "--use_cache", f"{RESULTS_DIR}/cache/{task}",
+        "--log_samples",
+        "--seed", str(opts.seed),
+    ]  # fmt: skip
+    if stops.requested:
+        gen = {"until": list(stops.sent), "temperature": 0}
+        argv += ["--gen_kwargs", json.dumps(gen, ensure_ascii=False)]
+    if chat:
+        argv += ["--apply_chat_template"]
+    if opts.limit is not None:
+        argv += ["--limit", str(opts.limit)]
+    if opts.include_path:
+        argv += ["--include_path", TASKS_DIR]
+    if preset.unsafe_code:
+        argv += ["--confirm_run_unsafe_code"]
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.update(preset.env)
+    return TaskPlan(task, preset, stops, tuple(argv), env)
+
+
+def plan_tasks(
+    presets: Sequence[TaskPreset], srv: ServerFacts, opts: EvalOptions
+) -> list[TaskPlan]:
+    return [task_plan(p.name, p, srv, opts) for p in presets]

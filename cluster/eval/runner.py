@@ -1,0 +1,383 @@
+"""Apply an eval plan: one client container per task on the head, a run directory that
+survives a server restart.
+
+Run directory `runs/<UTC stamp>-eval/`: `manifest.json` (server defaults, versions, config
+hash, the per-task plans, attempts and restarts), `table.json` (rows), `results/<task>.json`
+(lm-eval's own results file), `samples/`, `cache/<task>_rank0.db` (lm-eval's request cache,
+copied out after every attempt), `client/<task>.<attempt>.log`. A task with a results file is
+done; `servectl eval run --resume DIR` reruns only the others, each from its cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tarfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import httpx
+import paramiko
+import requests
+from servectl.cluster import __version__
+from servectl.cluster import bench_manifest as bm
+from servectl.cluster.bench import BenchRunner, _untar, client_base_url, container_facts, write_json
+from servectl.cluster.control import Controller
+from servectl.cluster.docker_gw import DockerGateway, create_kwargs
+from servectl.cluster.errors import DockerError, ServectlError
+from servectl.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
+from servectl.cluster.eval.presets import (
+    CONTAINER_DIR,
+    LM_EVAL_VERSION,
+    EvalError,
+    TaskPreset,
+    preset_for,
+    scan_task_yaml,
+)
+from servectl.cluster.eval.results import score_row
+from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from servectl.cluster.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+LABEL_RUN = "io.servectl.eval-run"
+# A file, not an inline `sh -c` string: no quoting of JSON argv through a shell (the field
+# report lost an hour to a heredoc in an ssh one-liner). Local task YAMLs name their data
+# files relative to their folder, so lm-eval runs there.
+RUN_SH = b'#!/bin/sh\nmkdir -p /bench/tasks /bench/results/cache\ncd /bench/tasks\nexec "$@"\n'
+# what lm-eval's aiohttp client logs when the server goes away (a "503" alone could be a number)
+_TRANSIENT = (
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+    "ClientOSError",
+    "Connection refused",
+    "Connection reset",
+    "RetryError",
+    "503 Service Unavailable",
+)
+
+
+def eval_settings(spec: ClusterSpec) -> Mapping[str, Any]:
+    """`servectl.eval` from the inventory if the spec has it (read defensively)."""
+    ev = getattr(spec.settings, "eval", None) if spec.settings is not None else None
+    if ev is None:
+        return {}
+    return ev if isinstance(ev, Mapping) else ev.model_dump()
+
+
+def local_tasks(include: Path | None) -> dict[str, dict[str, Any]]:
+    """Task name -> scanned facts for every YAML in the include folder."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(include.rglob("*.y*ml")) if include else []:
+        facts = scan_task_yaml(f.read_text(encoding="utf-8"))
+        if facts["task"]:
+            out[facts["task"]] = facts
+    return out
+
+
+def presets(opts: EvalOptions, include: Path | None) -> list[TaskPreset]:
+    local = local_tasks(include)
+    return [preset_for(t, local.get(t), chat=t in opts.chat_tasks) for t in opts.tasks]
+
+
+def server_facts(spec: ClusterSpec, server: Mapping[str, Any]) -> ServerFacts:
+    m = spec.serving.model
+    return ServerFacts(
+        base_url=client_base_url(spec),
+        model=m.served_name,
+        tokenizer=m.tokenizer or m.path,
+        max_model_len=server.get("max_model_len"),
+        version=server.get("version"),
+        env=dict(spec.serving.env),
+    )
+
+
+def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> ContainerPlan:
+    """CPU-only, host network, model dir read-only (the tokenizer), offline."""
+    s = spec.serving
+    tok = s.model.tokenizer or s.model.path
+    mounts = [Mount(s.model.path, s.model.path, True)]
+    if tok != s.model.path:
+        mounts.append(Mount(tok, tok, True))
+    hf_cache = eval_settings(spec).get("hf_cache")
+    env = dict(tp.env)
+    if hf_cache:  # pre-fetched datasets and metrics (docs/eval.md); datasets needs it writable
+        mounts.append(Mount(hf_cache, "/hf-cache", False))
+        env["HF_HOME"] = "/hf-cache"
+    else:
+        env["HF_HOME"] = "/tmp/hf"
+    return ContainerPlan(
+        node=spec.head.name,
+        role="eval",
+        rank=-1,
+        name=f"{spec.name}-eval-{run_id}-{tp.task}"[:120].replace("_", "-"),
+        image=image,
+        command=tp.argv,
+        entrypoint=("sh", f"{CONTAINER_DIR}/run.sh"),
+        env=env,
+        secret_env={},
+        mounts=tuple(mounts),
+        network_mode="host",
+        ipc_mode="private",
+        shm_size="1g",
+        gpus=None,  # CPU only: never a device request
+        restart_policy="no",
+        labels={
+            LABEL_CLUSTER: spec.name,
+            LABEL_COMPONENT: "eval",
+            LABEL_NODE: spec.head.name,
+            LABEL_RUN: run_id,
+        },
+    )
+
+
+def client_image(spec: ClusterSpec, override: str | None) -> str:
+    from servectl.cluster.bench import client_image as bench_image
+
+    return override or eval_settings(spec).get("client_image") or bench_image(spec)
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    """Files under /bench, with a directory entry for every parent (nested task folders)."""
+    buf = io.BytesIO()
+    now = int(time.time())
+    dirs = {"bench"}
+    for name in files:
+        parts = f"bench/{name}".split("/")[:-1]
+        dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in sorted(dirs):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o777, now
+            tar.addfile(info)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"bench/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def run_container(
+    gw: DockerGateway, plan: ContainerPlan, files: Mapping[str, bytes], secrets: Mapping[str, str],
+    timeout_s: float,
+) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:  # fmt: skip
+    """Create, fill, start, wait, collect /bench/results (also after a failure: the request
+    cache is what a resume needs), remove."""
+    api = gw.api
+    cid = None
+    try:
+        created = api.create_container(**create_kwargs(plan, {**plan.env, **secrets}, api))
+        cid = created["Id"]
+        api.put_archive(cid, "/", _tar(files))
+        facts = container_facts(api.inspect_container(cid))
+        api.start(cid)
+        rc = int(api.wait(cid, timeout=int(timeout_s)).get("StatusCode", -1))
+        logs = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
+        try:
+            results = _untar(api.get_archive(cid, f"{CONTAINER_DIR}/results")[0])
+        except docker.errors.NotFound:
+            results = {}
+        facts["exit_code"] = rc
+        return rc, logs, results, facts
+    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
+        raise DockerError(f"{gw.node}: eval client {plan.name}: {e}") from None
+    finally:
+        if cid is not None:
+            with contextlib.suppress(ServectlError):
+                gw.remove(cid, stop_timeout=5)
+
+
+Progress = Callable[[str], None]
+
+
+class EvalRunner:
+    """Runs lm-eval tasks against the cluster a Controller drives. Starts nothing on init."""
+
+    def __init__(
+        self,
+        ctl: Controller,
+        runs_dir: Path,
+        http: httpx.Client | None = None,
+        on_progress: Progress | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        restart_wait_s: float = 900.0,
+        poll_s: float = 5.0,
+    ) -> None:
+        self.ctl, self.spec, self.runs_dir = ctl, ctl.spec, runs_dir
+        self.http = http or httpx.Client(timeout=10.0)
+        self.progress = on_progress or (lambda msg: None)
+        self.clock = clock
+        self.restart_wait_s, self.poll_s = restart_wait_s, poll_s
+
+    def preflight(self) -> dict[str, Any]:
+        """The same facts `bench` records (one implementation: BenchRunner.preflight)."""
+        return BenchRunner(self.ctl, self.runs_dir, http=self.http).preflight()
+
+    def plan(self, opts: EvalOptions, pre: Mapping[str, Any]) -> list[TaskPlan]:
+        include = Path(opts.include_path) if opts.include_path else None
+        srv = server_facts(self.spec, pre["server"])
+        return [task_plan(p.name, p, srv, opts) for p in presets(opts, include)]
+
+    def run(
+        self, opts: EvalOptions, pre: Mapping[str, Any], resume: Path | None = None
+    ) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+        if not pre["ok"]:
+            raise EvalError(f"server not healthy ({pre['verdict']}); refusing to evaluate")
+        opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        plans = self.plan(opts, pre)
+        if resume is not None:
+            run_dir = resume
+            manifest = bm_load(run_dir)
+            manifest.setdefault("resumed_at", []).append(self.clock().isoformat())
+        else:
+            run_id = f"{self.clock().strftime('%Y%m%dT%H%M%SZ')}-eval"
+            run_dir = self.runs_dir / run_id
+            run_dir.mkdir(parents=True, exist_ok=False)
+            manifest = self._manifest(run_id, opts, pre, plans)
+        write_json(run_dir / "manifest.json", manifest)
+        rows: list[dict[str, Any]] = []
+        try:
+            for tp in plans:
+                rows.append(self._task(tp, opts, run_dir, manifest))
+                write_json(run_dir / "table.json", {"kind": "eval", "rows": rows})
+        finally:
+            manifest["finished_at"] = self.clock().isoformat()
+            write_json(run_dir / "manifest.json", manifest)
+        return run_dir, manifest, rows
+
+    def _manifest(
+        self, run_id: str, opts: EvalOptions, pre: Mapping[str, Any], plans: list[TaskPlan]
+    ) -> dict[str, Any]:
+        return {
+            "manifest_version": bm.MANIFEST_VERSION,
+            "run_id": run_id,
+            "kind": "eval",
+            "started_at": self.clock().isoformat(),
+            "servectl_version": __version__,
+            "lm_eval_version": LM_EVAL_VERSION,
+            "options": opts.to_json(),
+            "cluster": bm.cluster_section(self.spec),
+            "server": pre["server"],
+            "server_defaults": pre["server_defaults"],
+            "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "client": {"image": opts.client_image, "node": self.spec.head.name},
+            "plans": [p.to_json() for p in plans],
+            "attempts": [],
+            "restarts": [],
+        }
+
+    def _task(
+        self, tp: TaskPlan, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any]
+    ) -> dict[str, Any]:
+        done = run_dir / "results" / f"{tp.task}.json"
+        path = tp.preset.path.value
+        if done.is_file():
+            self.progress(f"{tp.task}: done earlier, kept")
+            return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+        run_id = manifest["run_id"]
+        plan = container_plan(self.spec, tp, opts.client_image or "", run_id)
+        for attempt in range(1, opts.max_resumes + 2):
+            self.progress(f"{tp.task}: lm-eval via {path} (attempt {attempt})")
+            rc, logs, out, facts = run_container(
+                self.ctl.docker(self.spec.head),
+                plan,
+                self._files(tp, opts, run_dir),
+                self._secrets(),
+                opts.task_timeout_s,
+            )
+            self._keep(tp, run_dir, attempt, logs, out, facts)
+            manifest["attempts"].append(
+                {"task": tp.task, "attempt": attempt, "rc": rc, "at": self.clock().isoformat()}
+            )
+            if rc == 0 and done.is_file():
+                return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+            restart = self._after_failure(tp.task, attempt, rc, logs)
+            manifest["restarts"].append(restart)
+            write_json(run_dir / "manifest.json", manifest)
+            if not restart["resume"]:
+                tail = "\n".join(logs.splitlines()[-15:])
+                raise EvalError(f"{tp.task}: lm-eval exited {rc}\n{tail}")
+        raise EvalError(f"{tp.task}: gave up after {opts.max_resumes} resumes")
+
+    def _files(self, tp: TaskPlan, opts: EvalOptions, run_dir: Path) -> dict[str, bytes]:
+        files = {"run.sh": RUN_SH}
+        if opts.include_path:
+            root = Path(opts.include_path)
+            for f in sorted(root.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    files[f"tasks/{f.relative_to(root).as_posix()}"] = f.read_bytes()
+        cache = run_dir / "cache" / f"{tp.task}_rank0.db"
+        if cache.is_file():  # resume: the answers already received are not asked again
+            files[f"results/cache/{cache.name}"] = cache.read_bytes()
+        return files
+
+    def _secrets(self) -> dict[str, str]:
+        key = self.ctl._api_key()  # noqa: SLF001 - the same key resolution as the probe
+        return {"OPENAI_API_KEY": key} if key else {}
+
+    def _keep(
+        self, tp: TaskPlan, run_dir: Path, attempt: int, logs: str, out: Mapping[str, bytes],
+        facts: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        client = run_dir / "client"
+        client.mkdir(parents=True, exist_ok=True)
+        (client / f"{tp.task}.{attempt}.log").write_text(logs)
+        write_json(client / f"{tp.task}.{attempt}.container.json", dict(facts))
+        for name, data in out.items():
+            if name.endswith("_rank0.db"):
+                _write(run_dir / "cache" / name, data)
+            elif name.startswith("samples_") and name.endswith(".jsonl"):
+                _write(run_dir / "samples" / name, data)
+            elif name.startswith("results_") and name.endswith(".json"):
+                _write(run_dir / "results" / f"{tp.task}.json", data)
+
+    def _after_failure(self, task: str, attempt: int, rc: int, logs: str) -> dict[str, Any]:
+        """Was the server away (a watchdog restart)? Wait for it and say whether to resume."""
+        down_seen = not self._healthy()
+        deadline = time.monotonic() + self.restart_wait_s
+        while not self._healthy() and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
+        transient = any(t in logs for t in _TRANSIENT)
+        server = bm.collect_server(self.http, self.spec.api_base)
+        return {
+            "task": task,
+            "attempt": attempt,
+            "rc": rc,
+            "at": self.clock().isoformat(),
+            "server_down_seen": down_seen,
+            "transient_errors_in_log": transient,
+            "server_after": {k: server.get(k) for k in ("health_status", "version")},
+            "resume": (down_seen or transient) and server.get("health_status") == 200,
+        }
+
+    def _healthy(self) -> bool:
+        try:
+            return self.http.get(f"{self.spec.api_base}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def bm_load(run_dir: Path) -> dict[str, Any]:
+    try:
+        return _load(run_dir / "manifest.json")
+    except FileNotFoundError:
+        raise EvalError(f"{run_dir}: not an eval run directory (manifest.json missing)") from None

@@ -1,0 +1,45 @@
+"""`servectl boot --from-file LOG` (and `-` for stdin): where did a copied boot stop, and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from servectl.cluster.cli import app
+from typer.testing import CliRunner
+
+BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
+
+
+def test_from_file_json_on_a_crash():
+    log = BOOT / "v0.10.1_single_free-memory_crash_issue23192.log"
+    result = CliRunner().invoke(app, ["boot", "--from-file", str(log), "--json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.output)
+    assert doc["verdict"] == "failed" and doc["phase"] == "failed"
+    assert doc["error_kind"] == "free GPU memory below --gpu-memory-utilization"
+    assert "Free memory on device (7.34/139.72 GiB)" in doc["error"]
+    assert doc["source"] == str(log)
+
+
+def test_from_stdin_on_a_success_with_notes():
+    text = (BOOT / "v0.20.0_docker-desktop_qwen3.6-nvfp4_success_error-after-ready.log").read_text()
+    result = CliRunner().invoke(app, ["boot", "--from-file", "-"], input=text)
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())  # rich wraps long lines
+    assert "ready" in out and "shards 3/3" in out
+    assert "after ready" in out and "does not exist" in out
+
+
+def test_from_file_on_a_hang_says_where_it_stopped():
+    log = BOOT / "v0.6.x_two-node-ray_nccl-hang_issue8447.log"
+    result = CliRunner().invoke(app, ["boot", "--from-file", str(log), "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.output)
+    assert (doc["verdict"], doc["phase"], doc["error"]) == ("incomplete", "rendezvous", None)
+    assert "NCCL INFO Channel 01/02" in doc["last_line"]
+
+
+def test_from_file_that_does_not_exist_is_bad_input(tmp_path: Path):
+    result = CliRunner().invoke(app, ["boot", "--from-file", str(tmp_path / "nope.log")])
+    assert result.exit_code == 2

@@ -1,0 +1,460 @@
+"""A night compressed to minutes, written by the real writers, and the morning report over it.
+
+The watchdog's events come from the real Watchdog (tick() with a fake prober and actuator and
+an injected clock: busy stretch, a hang, a restart, recovery); the thermal samples from the real
+agent and DurableWriter over a fake sysfs with seven `acpitz` zones (a heat fault with thermal
+throttling on node2, node3's agent down for a while); a bench run directory from cluster.bench's
+writer. Every count in the report is then recomputed here from the raw files, independently.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from servectl.cluster.bench import write_json
+from servectl.cluster.cli import app
+from servectl.cluster.morning_io import Sources, morning_from_files
+from servectl.watchdog.alert import Alerter
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.daemon import Watchdog
+from servectl.watchdog.events import EventLog
+from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from servectl.watchdog.state import StateStore
+from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.watchdog.thermal.fakes import (
+    FakeGpuSampler,
+    build_fake_sysfs,
+    gb10_sample,
+    set_zone_temps,
+)
+from servectl.watchdog.thermal.localtime import parse_window
+from servectl.watchdog.thermal.plot import THROTTLE_GID, thermal_figure
+from servectl.watchdog.thermal.records import THERMAL_REASONS
+from servectl.watchdog.thermal.writer import DurableWriter
+from servectl.watchdog.thermal.zones import SysfsZoneReader
+from typer.testing import CliRunner
+
+KST = ZoneInfo("Asia/Seoul")
+T0 = datetime(2026, 12, 2, 22, 0, tzinfo=KST).timestamp()  # 22:00 KST
+SAMPLES = 120  # 20 minutes of samples at 10 s: the night, compressed
+NODES = ("node1", "node2", "node3", "node4")
+ZONES = tuple(("acpitz", 45_000) for _ in range(7))  # GB10: every zone says acpitz
+ROLES = {"1": "P-cores", "3": "E-cores", "5": "GPU zone", "0": "SoC"}
+HEAT = range(40, 52)  # node2's heat fault: slots with sw_thermal_slowdown
+HEAT2 = range(80, 84)  # and a second, shorter episode
+DOWN = range(60, 75)  # node3's agent is down
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _thermal(tmp: Path) -> None:
+    for idx, node in enumerate(NODES, start=1):
+        root = build_fake_sysfs(tmp / "sys" / node, zones=ZONES)
+        gpu, clock = FakeGpuSampler(), Clock(T0)
+        writer = DurableWriter(tmp / "night" / "thermal", node)
+        role = "head" if node == "node1" else "worker"
+        agent = ThermalAgent(
+            node, 10.0, gpu, SysfsZoneReader(root), writer, clock, lambda s: None, role=role
+        )
+        agent.anchor(T0)
+        for k in range(SAMPLES):
+            clock.now = T0 + 10 * k + 0.1
+            if node == "node3" and k in DOWN:
+                continue
+            load = min(k, 30) / 30
+            hot = node == "node2" and (k in HEAT or k in HEAT2)
+            gpu_c = round(42 + 22 * load + idx * 0.5 + (25 if hot else 0), 1)
+            reasons = ("sw_thermal_slowdown",) if hot else ()
+            gpu.samples = [gb10_sample(temp_c=gpu_c, reasons=reasons)]
+            pcore = int(50_000 + (32_000 if node == "node1" else 20_000 + idx * 1000) * load)
+            gpu_zone = int(gpu_c * 1000) + 3000
+            set_zone_temps(root, {0: 48_000, 1: pcore, 3: 58_000 + idx * 500, 5: gpu_zone})
+            agent.tick()
+        writer.close()
+
+
+class Prober:
+    """A compressed night: answering, a busy stretch (timeouts with growing counters), a hang
+    (timeouts with flat counters, then refused), and recovery after the restart."""
+
+    def __init__(self, clock: Clock, script: list[tuple[Outcome, bool]]) -> None:
+        self.clock, self.script, self.i, self.tokens = clock, script, 0, 1000.0
+
+    def probe(self) -> ProbeResult:
+        self.clock.now += 30
+        outcome, progress = self.script[min(self.i, len(self.script) - 1)]
+        self.i += 1
+        if progress:
+            self.tokens += 500
+        return ProbeResult(outcome, 0.4 if outcome is Outcome.OK else 120.0, "scripted")
+
+    def scrape_metrics(self) -> MetricsSnapshot:
+        return MetricsSnapshot(
+            self.clock.now,
+            {"vllm:generation_tokens_total": self.tokens, "vllm:prompt_tokens_total": 10.0},
+        )
+
+
+class Actuator:
+    def __init__(self) -> None:
+        self.restarts: list[str] = []
+
+    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+        self.restarts.append(reason)
+
+    def boot_progress(self):
+        return None
+
+    def collect_evidence(self) -> dict[str, Any]:
+        return {"node1": ["EngineCore stuck"]}
+
+
+def _watchdog(tmp: Path) -> int:
+    ok, busy, hang = (Outcome.OK, True), (Outcome.TIMEOUT, True), (Outcome.TIMEOUT, False)
+    script = [ok] * 8 + [busy] * 4 + [ok] * 4 + [hang] * 10 + [ok] * 14
+    clock = Clock(T0)
+    cfg = WatchdogConfig(probe_url="http://127.0.0.1:9", state_dir=str(tmp / "wd"),
+                         interval_s=30, boot_deadline_s=600, stall_after_s=60)  # fmt: skip
+    act = Actuator()
+    wd = Watchdog(cfg, Prober(clock, script), act, clock, StateStore(cfg.state_path),
+                  EventLog(str(tmp / "night" / "events.jsonl"), clock),
+                  Alerter(None, None))  # fmt: skip
+    for _ in script:
+        wd.tick()
+    wd.close()
+    return len(act.restarts)
+
+
+def _bench(tmp: Path) -> None:
+    run = tmp / "night" / "runs" / "20261202T132000Z-sweep"
+    started = datetime.fromtimestamp(T0 + 1200 - 300, tz=KST).isoformat()
+    write_json(
+        run / "manifest.json",
+        {
+            "run_id": run.name,
+            "kind": "sweep",
+            "started_at": started,
+            "cluster": {"config_hash": "1f2661cca5ba"},
+            "server_defaults": {"drafter_k": 3},
+        },
+    )
+    rows = [
+        {"level": 1, "aggregate_tok_s": 11.1, "per_stream_tok_s": 11.1, "ttft_p50_ms": 430.0,
+         "itl_p50_ms": 90.0, "acceptance_pct": 41.0, "tokens_per_step": 2.23},
+        {"level": 32, "aggregate_tok_s": 171.0, "per_stream_tok_s": 5.3, "ttft_p50_ms": 1500.0,
+         "itl_p50_ms": 356.0, "acceptance_pct": 40.0, "tokens_per_step": 2.2},
+    ]  # fmt: skip
+    write_json(run / "table.json", {"kind": "sweep", "rows": rows})
+    # a run from the afternoon before: outside the window
+    old = tmp / "night" / "runs" / "20261202T050000Z-sweep"
+    write_json(
+        old / "manifest.json",
+        {
+            "run_id": old.name,
+            "kind": "sweep",
+            "started_at": datetime.fromtimestamp(T0 - 8 * 3600, tz=KST).isoformat(),
+        },
+    )
+    write_json(old / "table.json", {"kind": "sweep", "rows": rows})
+
+
+def _control_log(tmp: Path) -> None:
+    """Cluster control's restart log: an operator's restart at 22:17 and the watchdog's own
+    (already in the watchdog's log with its cause, so the report must not count it twice)."""
+    from servectl.cluster.control import EventLog as ControlLog
+
+    log = ControlLog(tmp / "night" / "control-events.jsonl")
+    for minute, who in ((17, "kim@laptop"), (10, "servectl-watchdog")):
+        at = datetime.fromtimestamp(T0 + minute * 60, tz=KST).isoformat()
+        log.append({"ts": at, "event": "restart", "who": who, "why": "driver update", "ok": True})
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("night")
+    _thermal(tmp)
+    restarts = _watchdog(tmp)
+    _bench(tmp)
+    _control_log(tmp)
+    return {"dir": tmp / "night", "restarts": restarts}
+
+
+def _raw_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _raw_samples(d: Path) -> dict[str, list[dict[str, Any]]]:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for f in sorted((d / "thermal").glob("thermal-*.jsonl")):
+        for r in _raw_lines(f):
+            by.setdefault(r["node"], []).append(r)
+    return {n: sorted(rs, key=lambda r: r["ts"]) for n, rs in by.items()}
+
+
+def _raw_episodes(rs: list[dict[str, Any]]) -> int:
+    """Independent count: a new episode starts at a throttled sample whose predecessor was not
+    throttled or lies more than 15 s back."""
+    n, prev_on, prev_ts = 0, False, None
+    for r in rs:
+        on = any(set(g.get("clock_event_reasons") or []) & THERMAL_REASONS for g in r["gpus"])
+        if on and not (prev_on and prev_ts is not None and r["ts"] - prev_ts <= 15):
+            n += 1
+        prev_on, prev_ts = on, r["ts"]
+    return n
+
+
+def _report(night: dict[str, Any]):
+    src = Sources.from_dir(night["dir"])
+    until = T0 + 10 * SAMPLES
+    return morning_from_files(src, since=T0, until=until, zone_roles=ROLES)
+
+
+def test_counts_equal_the_raw_files(night: dict[str, Any]) -> None:
+    rep, _ = _report(night)
+    events = _raw_lines(night["dir"] / "events.jsonl")
+    probes = [e for e in events if e["kind"] == "probe"]
+    wd = rep.watchdog
+    assert wd.probes == len(probes) == 40
+    for verdict in {p["verdict"] for p in probes}:
+        assert wd.verdicts[verdict] == sum(1 for p in probes if p["verdict"] == verdict)
+    assert wd.verdicts.get("busy", 0) >= 1 and wd.verdicts.get("stalled", 0) >= 1
+    decisions = [e["decision"] for e in events if e["kind"] == "decision"]
+    assert wd.decisions == {d: decisions.count(d) for d in set(decisions)}
+    begins = [e for e in events if e["kind"] == "restart_begin"]
+    by_watchdog = [r for r in wd.restarts if r.by == "watchdog"]
+    assert len(by_watchdog) == len(begins) == night["restarts"] == 1
+    assert [(r.by, r.cause) for r in wd.restarts if r.by != "watchdog"] == [
+        ("kim@laptop", "operator")
+    ]
+    r = by_watchdog[0]
+    assert r.cause == begins[0]["cause"] == "probe_failures" and r.ok is True
+    assert r.back_after_s is not None and r.back_after_s > 0
+    assert wd.false_restart_candidates == 0  # the hang was flat: a true restart
+    answering = sum(1 for p in probes if p["verdict"] in ("ok", "busy"))
+    assert wd.answering_pct == pytest.approx(100 * answering / len(probes), abs=0.01)
+
+    raw = _raw_samples(night["dir"])
+    by = {n.node: n for n in rep.thermal.nodes}
+    for node, rs in raw.items():
+        n = by[node]
+        assert n.samples_received == len(rs)
+        assert n.gpu_peak_c == max(g["temp_c"] for r in rs for g in r["gpus"])
+        assert n.throttle.episodes == _raw_episodes(rs)
+        for index, role in ROLES.items():
+            peak = max(z["temp_c"] for r in rs for z in r["zones"]
+                       if z["name"] == f"thermal_zone{index}")  # fmt: skip
+            assert n.role_peaks[role]["peak_c"] == peak
+            assert n.role_peaks[role]["margin_c"] == pytest.approx(104.8 - peak)
+    assert by["node2"].throttle.episodes == 2 and rep.throttle_episodes == 2
+    assert by["node1"].role_peaks["P-cores"]["peak_c"] == 82.0  # the field report's head peak
+    assert [g.kind for g in by["node3"].gaps] == ["within"]
+    assert len(by["node3"].gaps) == 1 and by["node3"].gaps[0].missing == len(DOWN)
+    assert [b.run_id for b in rep.bench] == ["20261202T132000Z-sweep"]
+    assert rep.bench[0].rows[1]["acceptance_pct"] == 40.0
+
+
+def test_window_in_the_operators_zone() -> None:
+    now = datetime(2026, 12, 3, 9, 15, tzinfo=KST).timestamp()
+    since, until = parse_window("22:00", "07:30", KST, now)
+    assert datetime.fromtimestamp(since, KST).strftime("%d %H:%M") == "02 22:00"
+    assert datetime.fromtimestamp(until, KST).strftime("%d %H:%M") == "03 07:30"
+    assert (until - since) / 3600 == 9.5
+
+
+def test_plot_marks_every_throttle_episode(night: dict[str, Any]) -> None:
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    rep, records = _report(night)
+    fig = thermal_figure(rep.thermal, records, KST, ROLES)
+    try:
+        axes = {ax.get_title(loc="left").split(" ")[0]: ax for ax in fig.axes}
+        assert set(axes) == set(NODES)  # one panel per node
+        for n in rep.thermal.nodes:
+            spans = [p for p in axes[n.node].patches if p.get_gid() == THROTTLE_GID]
+            assert len(spans) == n.throttle.episodes
+            for patch, (a, b) in zip(spans, n.throttle_spans, strict=True):
+                x0, x1 = sorted(patch.get_path().vertices[:, 0])[::3][:2]
+                got = mdates.num2date(patch.get_x(), tz=KST).timestamp()
+                assert got == pytest.approx(a, abs=1)
+                assert patch.get_width() * 86400 == pytest.approx(b - a, abs=1)
+        node2 = axes["node2"]
+        assert "°C" in node2.get_ylabel() and "2 throttle episode(s)" in node2.get_title(loc="left")
+        assert "KST" in fig.axes[-1].get_xlabel() and "KST" in fig._suptitle.get_text()
+        ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+        fig.canvas.draw()
+        ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+        assert ticks and all(len(t) == 5 and t[2] == ":" for t in ticks if t), ticks
+        assert any(t.startswith("22:") for t in ticks)  # KST, not UTC (13:xx)
+    finally:
+        plt.close(fig)
+
+
+def test_cli_report_json_html_and_png(night: dict[str, Any], tmp_path: Path) -> None:
+    html, png = tmp_path / "night.html", tmp_path / "night.png"
+    args = ["report", "--from-dir", str(night["dir"]), "--since", str(T0),
+            "--until", str(T0 + 10 * SAMPLES), "--tz", "Asia/Seoul", "--head", "node1",
+            *[x for k, v in ROLES.items() for x in ("--zone-role", f"{k}={v}")]]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--json", "--html", str(html), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1 and doc["command"] == "report"
+    assert doc["since_local"].startswith("2026-12-02T22:00") and doc["tz"] == "Asia/Seoul"
+    assert doc["throttle_episodes"] == 2 and len(doc["watchdog"]["restarts"]) == 2
+    page = html.read_text()
+    assert "data:image/png;base64," in page and "GPU zone" in page and "KST" in page
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "probe_failures" in text.stdout and "P-cores" in text.stdout
+
+
+def test_zone_roles_resolve_by_name_index_then_type() -> None:
+    from servectl.watchdog.thermal.roles import zone_label, zone_role
+
+    roles = {"thermal_zone1": "P-cores", "5": "GPU zone", "acpitz": "ACPI"}
+    assert zone_role("thermal_zone1", "acpitz", roles) == "P-cores"
+    assert zone_role("thermal_zone5", "acpitz", roles) == "GPU zone"
+    assert zone_role("thermal_zone2", "acpitz", roles) == "ACPI"
+    assert zone_role("thermal_zone2", "acpitz", None) is None
+    assert zone_label("thermal_zone2", "acpitz", {}) == "thermal_zone2 (acpitz)"
+
+
+def test_thermal_zones_survey_tells_the_gpu_zone_apart(night: dict[str, Any]) -> None:
+    result = CliRunner().invoke(
+        app, ["thermal", "zones", "--from-dir", str(night["dir"] / "thermal"), "--minutes", "30",
+              "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    node2 = {z["zone"]: z for z in doc["zones"] if z["node"] == "node2"}
+    assert len(node2) == 7 and {z["type"] for z in node2.values()} == {"acpitz"}
+    assert node2["thermal_zone5"]["gpu_corr"] > 0.99  # follows the GPU through the heat fault
+    assert node2["thermal_zone0"]["gpu_corr"] is None  # flat: says nothing
+    assert node2["thermal_zone1"]["trips"]["critical"] == 104.8
+    text = CliRunner().invoke(
+        app, ["thermal", "zones", "--from-dir", str(night["dir"] / "thermal"), "--minutes", "30"]
+    )
+    assert text.exit_code == 0 and "tz5" in text.stdout
+
+
+def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: Path) -> None:
+    args = ["thermal", "report", "--from-dir", str(night["dir"] / "thermal"), "--tz",
+            "Asia/Seoul", "--since", "2026-12-02T22:00", "--until", "2026-12-02T22:20",
+            *[x for k, v in ROLES.items() for x in ("--zone-role", f"{k}={v}")]]  # fmt: skip
+    text = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "t.png")])
+    assert text.exit_code == 0, text.output
+    assert "22:00 - 22:20 KST" in text.stdout and "P-cores" in text.stdout
+    assert "13:0" not in text.stdout  # no UTC time left in the output
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert doc["since_local"] == "2026-12-02T22:00:00+09:00"
+    assert len(doc["throttle_spans_local"]["node2"]) == 2
+    node1 = next(n for n in doc["nodes"] if n["node"] == "node1")
+    assert node1["role_peaks"]["P-cores"]["peak_c"] == 82.0
+
+
+def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
+    from servectl.watchdog.thermal.metrics import ThermalCollector
+    from servectl.watchdog.thermal.remote import agent_argv
+
+    root = build_fake_sysfs(tmp_path / "sys", zones=ZONES)
+    clock = Clock(T0)
+    agent = ThermalAgent("node1", 10.0, FakeGpuSampler(), SysfsZoneReader(root),
+                         DurableWriter(tmp_path / "logs", "node1"), clock, lambda s: None)  # fmt: skip
+    agent.anchor(T0)
+    clock.now = T0 + 0.1
+    agent.tick()
+    metrics = {m.name: m for m in ThermalCollector(agent, clock, zone_roles=ROLES).collect()}
+    info = {
+        (s.labels["zone"], s.labels["role"]) for s in metrics["servectl_thermal_zone_role"].samples
+    }
+    assert info == {("1", "P-cores"), ("3", "E-cores"), ("5", "GPU zone"), ("0", "SoC")}
+    plain = {m.name for m in ThermalCollector(agent, clock).collect()}
+    assert "servectl_thermal_zone_role" not in plain
+
+    class Th:
+        dir, interval_s, metrics_port, alert_margin_c, disk_budget_mb = "/d", 10.0, 9411, 10.0, 512
+        zone_roles = {"5": "GPU zone"}
+
+    class Spec:
+        thermal = Th()
+
+    class Node:
+        name, role = "node1", "head"
+
+    argv = agent_argv(Spec(), Node())
+    assert argv[-2:] == ["--zone-role", "5=GPU zone"]
+
+
+def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, monkeypatch) -> None:
+    """-i: the watchdog log from the inventory's state_dir, thermal files pulled from the nodes
+    (SFTP replaced by a copy; node3 unreachable), zone roles from thermal.zone_roles."""
+    import shutil
+
+    from servectl.watchdog.thermal import fetch
+    from servectl.watchdog.thermal.fetch import FetchResult
+
+    good = (Path(__file__).parent / "inventories" / "good.yml").read_text()
+    roles = ", ".join(f'"{k}": "{v}"' for k, v in ROLES.items())
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        good.replace("        failures: 3\n",
+                     f"        failures: 3\n        state_dir: {night['dir']}\n")
+        .replace("        interval_s: 10\n", f"        interval_s: 10\n        zone_roles: {{{roles}}}\n")
+    )  # fmt: skip
+
+    def fake_fetch(spec, since, until, dest, remote_dir=None):
+        for f in (night["dir"] / "thermal").glob("thermal-*.jsonl"):
+            if "node3" not in f.name:
+                shutil.copy(f, dest)
+        return FetchResult(unreachable={"node3": "SSH connect timed out"})
+
+    monkeypatch.setattr(fetch, "fetch_files", fake_fetch)
+    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(night["dir"] / "runs"))
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    args = ["report", "-i", str(inv), "--since", str(T0), "--until", str(T0 + 10 * SAMPLES),
+            "--tz", "Asia/Seoul", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output  # a node could not be read
+    doc = json.loads(result.stdout)
+    assert doc["unread"] == {"node3": "SSH connect timed out"}
+    node1 = next(n for n in doc["thermal"]["nodes"] if n["node"] == "node1")
+    assert node1["role"] == "head" and node1["role_peaks"]["P-cores"]["peak_c"] == 82.0
+    node3 = next(n for n in doc["thermal"]["nodes"] if n["node"] == "node3")
+    assert node3["samples_received"] == 0  # named by the inventory, no samples
+    assert len(doc["bench"]) == 1 and doc["watchdog"]["probes"] == 40
+
+
+def test_a_restart_while_tokens_grew_is_a_false_restart_candidate() -> None:
+    from servectl.cluster.morning import summarize_watchdog
+
+    def probe(ts, verdict, tokens):
+        values = {"vllm:generation_tokens_total": tokens}
+        return {"ts": ts, "kind": "probe", "verdict": verdict, "metrics": {"values": values}}
+
+    events = [
+        probe(0, "ok", 10), probe(120, "stalled", 10), probe(240, "hard_fail", 500),
+        probe(360, "stalled", 900),
+        {"ts": 361, "kind": "restart_begin", "restart_id": "r1", "cause": "probe_failures",
+         "reason": "3 consecutive failed probes"},
+        {"ts": 500, "kind": "restart_end", "restart_id": "r1", "ok": True},
+        probe(600, "ok", 0),
+    ]  # fmt: skip
+    wd = summarize_watchdog(events)
+    assert wd.false_restart_candidates == 1
+    assert "generation_tokens_total grew" in (wd.restarts[0].why_candidate or "")
+    assert wd.restarts[0].back_after_s == 239.0
+    flat = [e if e.get("kind") != "probe" or e["ts"] in (0, 600) else probe(e["ts"], e["verdict"], 10)
+            for e in events]  # fmt: skip
+    assert summarize_watchdog(flat).false_restart_candidates == 0
