@@ -10,16 +10,20 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-from servectl.cluster.spec import ServectlSettings, parse_size
+from servectl.cluster.spec import ServectlSettings, absolute_path, not_a_flag, parse_size
 
 HEADER = """# Configuration reference
 
 Generated from `cluster/spec.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
 a unit test fails when this file and the spec diverge.
 
-All keys live under `all.vars.servectl` of the Ansible inventory. Unknown keys are errors.
+All keys live in the variable `servectl` of group `all` (under `all.vars`, or in
+`group_vars/all.yml` beside the inventory); Ansible resolves the inventory (YAML or INI, a file
+or a directory, group_vars/host_vars, vault, templates) and servectl validates the result.
+Unknown keys are errors.
 Per-host keys (on each host of groups `head` and `workers`): `ansible_host`, `ansible_port`,
-`ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, and `vllm_host_ip` (the address
+`ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, `ansible_ssh_common_args` /
+`ansible_ssh_extra_args` (ProxyJump, ProxyCommand, UserKnownHostsFile), and `vllm_host_ip` (the address
 vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`).
 
 | key | type | default | meaning |
@@ -32,6 +36,12 @@ def _type_name(annotation: Any) -> str:
         return "size (16GiB, 16G, 17179869184)" + (
             " \\| None" if type(None) in typing.get_args(annotation) else ""
         )
+    funcs = {getattr(m, "func", None) for m in _metadata(annotation)}
+    none = " \\| None" if type(None) in typing.get_args(annotation) else ""
+    if absolute_path in funcs:
+        return "absolute path" + none
+    if not_a_flag in funcs:
+        return "str (not starting with -)" + none
     text = str(annotation).replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")

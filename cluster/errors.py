@@ -35,10 +35,10 @@ class ConfigError(ServectlError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        where = self.file or "<inventory>"
-        if self.line is not None:
-            where += f":{self.line}"
-        text = f"{where}: "
+        # no file: the error is about an argument or a setting, not a place in the inventory
+        text = ""
+        if self.file:
+            text = self.file + (f":{self.line}" if self.line is not None else "") + ": "
         if self.key:
             text += f"{self.key}: "
         text += self.message

@@ -156,8 +156,8 @@ def parse_tags(text: str | None) -> tuple[str, ...]:
 def prepare(request: ProvisionRequest, python: str = sys.executable) -> PreparedRun:
     """Check the request and build ansible_runner.run()'s arguments (nothing runs)."""
     inventory = request.inventory.resolve()
-    if not inventory.is_file():
-        raise ConfigError("no such inventory file", file=str(request.inventory))
+    if not inventory.exists():
+        raise ConfigError("no such inventory file or directory", file=str(request.inventory))
     playbook = request.playbook_dir / request.playbook
     if not playbook.is_file():
         raise ConfigError(f"playbook {playbook} is missing", hint="run from a servectl checkout")
@@ -265,6 +265,15 @@ def run(
 
     prepared = prepare(request)
     prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # The watchdog host gets the inventory as Ansible resolved it (group_vars, vault, templates
+    # applied): nodes read it without Ansible (inventory_plain)
+    from servectl.cluster.inventory import load_inventory
+    from servectl.cluster.inventory_plain import export_resolved
+
+    resolved = prepared.private_data_dir / "resolved-inventory.yml"
+    resolved.write_text(export_resolved(load_inventory(request.inventory)), encoding="utf-8")
+    resolved.chmod(0o600)
+    prepared.kwargs["extravars"]["servectl_inventory_source"] = str(resolved)
     failures: list[TaskEvent] = []
 
     def handler(raw: dict[str, Any]) -> bool:

@@ -15,7 +15,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # --- value parsers -------------------------------------------------------------------------
 
@@ -79,21 +88,42 @@ def looks_like_secret(value: str) -> bool:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: `.inf` or `.nan` as a timeout or interval is never meant
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def not_a_flag(value: str | None) -> str | None:
+    """A value that becomes one argv element must not start with '-': vLLM's parser would read
+    `--trust-remote-code` given as a model path as a flag (argument injection)."""
+    if value is not None and value.startswith("-"):
+        raise ValueError(f"{value!r} starts with '-' and would be read as a flag")
+    return value
+
+
+def absolute_path(value: str | None) -> str | None:
+    """Paths resolved on the nodes and mounted into containers must not depend on a cwd."""
+    not_a_flag(value)
+    if value is not None and not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path (start it with /)")
+    return value
+
+
+NoFlag = Annotated[str, AfterValidator(not_a_flag)]
+AbsPath = Annotated[str, AfterValidator(absolute_path)]
 
 
 # --- serving settings --------------------------------------------------------------------------
 
 
 class ModelSpec(_Model):
-    path: str = Field(
+    path: AbsPath = Field(
         min_length=1, description="Model directory on every node (and in the container)."
     )
-    served_name: str = Field(min_length=1, description="Name clients use in the `model` field.")
-    quantization: str | None = Field(
+    served_name: NoFlag = Field(min_length=1, description="Name clients use in the `model` field.")
+    quantization: NoFlag | None = Field(
         None, description="vLLM --quantization, e.g. compressed-tensors."
     )
-    tokenizer: str | None = Field(None, description="Tokenizer path if not the model directory.")
+    tokenizer: NoFlag | None = Field(None, description="Tokenizer path if not the model directory.")
 
 
 SPEC_METHODS = (
@@ -112,7 +142,7 @@ class DrafterSpec(_Model):
     method: Literal[
         "dflash", "eagle", "eagle3", "mtp", "deepseek_mtp", "draft_model", "ngram", "suffix"
     ] = Field(description="vLLM speculative method.")
-    path: str | None = Field(
+    path: AbsPath | None = Field(
         None, description="Drafter model directory (not needed for ngram/suffix/mtp)."
     )
     num_speculative_tokens: int = Field(ge=1, le=16, description="Draft length k.")
@@ -167,37 +197,56 @@ class SecretsSpec(_Model):
 
 class SshSpec(_Model):
     known_hosts: str | None = Field(
-        None, description="known_hosts file (default ~/.ssh/known_hosts)."
+        None,
+        description="known_hosts file for every hop (default: UserKnownHostsFile from "
+        "ansible_ssh_common_args, else ~/.ssh/known_hosts).",
     )
-    connect_timeout_s: float = Field(5.0, gt=0, le=120, description="SSH connect timeout.")
+    connect_timeout_s: float = Field(5.0, ge=0.5, le=120, description="SSH connect timeout.")
     allow_unknown_hosts: bool = Field(
         False, description="Accept unknown host keys (not recommended)."
     )
 
 
 class WatchdogSpec(_Model):
-    interval_s: float = Field(120, gt=0, description="Seconds between probes.")
-    timeout_s: float = Field(120, gt=0, description="Probe timeout.")
+    interval_s: float = Field(120, ge=1, le=86400, description="Seconds between probes.")
+    timeout_s: float = Field(120, ge=1, le=3600, description="Probe timeout.")
     failures: int = Field(
         3, ge=1, le=100, description="Consecutive counted failures before a restart."
     )
     boot_deadline_s: float = Field(
-        2400, gt=0, description="Boot grace after a restart (extended by progress)."
+        2400, ge=10, le=86400, description="Boot grace after a restart (extended by progress)."
     )
     max_restarts: int = Field(2, ge=0, le=100, description="Automatic restarts allowed per window.")
-    restart_window_s: float = Field(21600, gt=0, description="Window for max_restarts.")
+    restart_window_s: float = Field(
+        21600, ge=1, le=30 * 86400, description="Window for max_restarts (>= boot_deadline_s)."
+    )
     alert_command: list[str] | None = Field(
         None, description="argv run once per incident (JSON on stdin)."
     )
     alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
     metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
-    state_dir: str = Field("/var/lib/servectl/watchdog", description="State, lock and event log.")
+    state_dir: AbsPath = Field(
+        "/var/lib/servectl/watchdog", description="State, lock and event log."
+    )
+
+    @field_validator("restart_window_s")
+    @classmethod
+    def _window_covers_a_boot(cls, value: float, info: ValidationInfo) -> float:
+        # max_restarts per window is the restart budget; a window shorter than one boot lets
+        # every restart leave the window before the next, so the budget would never run out
+        deadline = info.data.get("boot_deadline_s")
+        if deadline is not None and value < deadline:
+            raise ValueError(
+                f"{value:g} s is shorter than boot_deadline_s ({deadline:g} s), so "
+                f"max_restarts would never be reached; make it at least {deadline:g}"
+            )
+        return value
 
 
 class ThermalSpec(_Model):
-    interval_s: float = Field(10, gt=0, description="Sampling interval.")
-    dir: str = Field(
+    interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
+    dir: AbsPath = Field(
         "/var/log/servectl/thermal", description="Where each node's agent writes samples."
     )
     disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
@@ -217,7 +266,7 @@ class ThermalSpec(_Model):
 
 
 class BenchSpec(_Model):
-    client_image: str | None = Field(
+    client_image: NoFlag | None = Field(
         None, description="Image of the CPU-only benchmark client (default: the serving image)."
     )
     num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
@@ -242,7 +291,9 @@ class ServectlSettings(_Model):
     cluster_name: str = Field(
         "servectl", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="Label and name prefix."
     )
-    image: str = Field(min_length=1, description="Serving container image (the custom vLLM build).")
+    image: NoFlag = Field(
+        min_length=1, description="Serving container image (the custom vLLM build)."
+    )
     vllm_version: str = Field(
         pattern=r"^\d+\.\d+\.\d+$", description="vLLM version inside the image."
     )
@@ -314,6 +365,8 @@ class NodeSpec:
     ssh_key_file: str | None
     vllm_host_ip: str
     become: bool = False
+    # ansible_ssh_common_args + ansible_ssh_extra_args: where ProxyJump/ProxyCommand come from
+    ssh_args: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ Rules this module enforces (design principle 4, "remote execution is safe"):
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import posixpath
@@ -26,7 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import paramiko
-from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
+from servectl.cluster.errors import CommandFailed, NodeUnreachable
+
+# re-exported: callers import the connection types from the gateway, as before the split
+from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect, fingerprint
+
+__all__ = ["CommandTimeout", "NodeSession", "Result", "SshOptions", "SshPool", "SshTarget"]
+__all__ += ["fingerprint"]
 
 if TYPE_CHECKING:
     from servectl.cluster.spec import NodeSpec, SshSpec
@@ -69,90 +73,6 @@ class Result:
         return self
 
 
-@dataclass(frozen=True)
-class SshTarget:
-    """Where and how to reach one node; built from a `NodeSpec`."""
-
-    node: str
-    host: str
-    port: int = 22
-    user: str = "root"
-    key_file: str | None = None
-    become: bool = False
-
-    @classmethod
-    def from_node(cls, node: NodeSpec) -> SshTarget:
-        return cls(
-            node=node.name,
-            host=node.ssh_host,
-            port=int(node.ssh_port or 22),
-            user=node.ssh_user or "root",
-            key_file=node.ssh_key_file,
-            become=bool(getattr(node, "become", False)),
-        )
-
-
-@dataclass(frozen=True)
-class SshOptions:
-    """Connection policy shared by all nodes (the inventory's `SshSpec`)."""
-
-    known_hosts: str | None = None
-    connect_timeout_s: float = 10.0
-    allow_unknown_hosts: bool = False
-
-    @classmethod
-    def from_spec(cls, spec: SshSpec | None) -> SshOptions:
-        if spec is None:
-            return cls()
-        return cls(
-            known_hosts=spec.known_hosts,
-            connect_timeout_s=float(spec.connect_timeout_s),
-            allow_unknown_hosts=bool(getattr(spec, "allow_unknown_hosts", False)),
-        )
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH-style SHA256 fingerprint, e.g. `SHA256:4Fq...`."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def _host_entry(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
-class _UnknownHostKey(paramiko.SSHException):
-    def __init__(self, key: paramiko.PKey) -> None:
-        super().__init__("unknown host key")
-        self.key = key
-
-
-class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, keeping the offered key so the error can show its fingerprint."""
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
-        raise _UnknownHostKey(key)
-
-
-class _AcceptUnknownInMemory(paramiko.MissingHostKeyPolicy):
-    """`allow_unknown_hosts`: accept for this process only; never write the known_hosts file."""
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
-        log.warning(
-            "accepting unknown host key %s %s (allow_unknown_hosts)", hostname, fingerprint(key)
-        )
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
-def _fix_hint(target: SshTarget, known_hosts: str) -> str:
-    port = f"-p {target.port} " if target.port != 22 else ""
-    return (
-        f"verify the node's key out of band (on its console: ssh-keygen -lf "
-        f"/etc/ssh/ssh_host_ed25519_key.pub), then add it: ssh-keyscan {port}{target.host} "
-        f">> {known_hosts}"
-    )
-
-
 class NodeSession:
     """One verified SSH connection to one node. Thread-safe: channels are opened per call."""
 
@@ -166,6 +86,7 @@ class NodeSession:
         self.options = options
         self._client_factory = client_factory
         self._client: paramiko.SSHClient | None = None
+        self._jumps: list[paramiko.SSHClient] = []  # open jump-host connections, first hop first
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
 
@@ -186,73 +107,7 @@ class NodeSession:
             return self._client
 
     def _connect(self) -> paramiko.SSHClient:
-        t, o = self.target, self.options
-        client = self._client_factory()
-        known_hosts = o.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-        if o.known_hosts:
-            if not os.path.exists(o.known_hosts):
-                raise HostKeyError(
-                    t.node,
-                    f"known_hosts file {o.known_hosts} does not exist "
-                    f"({_fix_hint(t, o.known_hosts)})",
-                )
-            client.load_host_keys(o.known_hosts)
-        else:
-            client.load_system_host_keys()
-        client.set_missing_host_key_policy(
-            _AcceptUnknownInMemory() if o.allow_unknown_hosts else _RejectUnknown()
-        )
-        timeout = o.connect_timeout_s
-        try:
-            client.connect(
-                t.host,
-                port=t.port,
-                username=t.user,
-                key_filename=t.key_file,
-                timeout=timeout,
-                banner_timeout=timeout,
-                auth_timeout=timeout,
-                allow_agent=True,
-                look_for_keys=t.key_file is None,
-            )
-        except _UnknownHostKey as e:
-            client.close()
-            raise HostKeyError(
-                t.node,
-                f"host key for {_host_entry(t.host, t.port)} is not in {known_hosts} "
-                f"(offered {e.key.get_name()} {fingerprint(e.key)}); refusing to connect: "
-                f"{_fix_hint(t, known_hosts)}",
-            ) from None
-        except paramiko.BadHostKeyException as e:
-            client.close()
-            raise HostKeyError(
-                t.node,
-                f"HOST KEY CHANGED for {_host_entry(t.host, t.port)}: {known_hosts} has "
-                f"{fingerprint(e.expected_key)}, the server offered {fingerprint(e.key)}. This "
-                f"may be an attack or a reinstalled node; if the node was reinstalled, remove "
-                f"the old entry (ssh-keygen -R '{_host_entry(t.host, t.port)}' -f "
-                f"{known_hosts}) and {_fix_hint(t, known_hosts)}",
-            ) from None
-        except paramiko.AuthenticationException as e:
-            client.close()
-            raise NodeUnreachable(
-                t.node, f"authentication failed for {t.user}@{t.host}: {e}"
-            ) from None
-        except TimeoutError:
-            client.close()
-            raise NodeUnreachable(
-                t.node, f"connect to {t.host}:{t.port} timed out after {timeout:g} s"
-            ) from None
-        except paramiko.ssh_exception.NoValidConnectionsError as e:
-            client.close()
-            reason = "; ".join(sorted({str(err.strerror or err) for err in e.errors.values()}))
-            raise NodeUnreachable(t.node, f"{t.host}:{t.port}: {reason}") from None
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            client.close()
-            raise NodeUnreachable(t.node, f"{t.host}:{t.port}: {e or type(e).__name__}") from None
-        transport = client.get_transport()
-        if transport is not None:
-            transport.set_keepalive(15)
+        client, self._jumps = connect(self.target, self.options, self._client_factory)
         return client
 
     def _close_client(self) -> None:
@@ -265,6 +120,12 @@ class NodeSession:
         if self._client is not None:
             self._client.close()
             self._client = None
+        self._close_jumps()
+
+    def _close_jumps(self) -> None:
+        for jump in reversed(self._jumps):
+            jump.close()
+        self._jumps = []
 
     def close(self) -> None:
         with self._lock:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from servectl.cluster import __version__
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
@@ -63,8 +65,14 @@ def inventory_check(
         emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
         return
     console.print(
-        f"[green]ok[/] {inventory}: cluster [bold]{spec.name}[/], head {spec.head.name}, "
-        f"workers {', '.join(n.name for n in spec.workers) or '-'}, config {spec.config_hash()}"
+        Text.assemble(
+            ("ok", "green"),
+            f" {inventory}: cluster ",
+            (spec.name, "bold"),
+            f", head {spec.head.name}, workers "
+            f"{', '.join(n.name for n in spec.workers) or '-'}, config {spec.config_hash()}",
+        ),
+        highlight=False,
     )
 
 
@@ -86,7 +94,7 @@ def plan(
         emit_json("plan", cluster_plan.to_json())
         return
     table = Table(
-        title=f"cluster {cluster_plan.cluster} · config {cluster_plan.config_hash} · "
+        title=f"cluster {escape(cluster_plan.cluster)} · config {cluster_plan.config_hash} · "
         f"backend {cluster_plan.backend}",
         show_lines=True,
     )
@@ -96,14 +104,19 @@ def plan(
         cmd = " ".join(c.command)
         if c.exec_after_start:
             cmd += "\nthen exec: " + " ".join(c.exec_after_start)
-        table.add_row(c.node, f"{c.role}/{c.rank}", f"{c.name}\n{c.image}", cmd)
+        # every cell is user text (argv, image, names): Text, never markup ("[conceal]" in a
+        # model path must print, not hide the rest of the command line)
+        table.add_row(
+            Text(c.node), Text(f"{c.role}/{c.rank}"), Text(f"{c.name}\n{c.image}"), Text(cmd)
+        )
     console.print(table)
     first = cluster_plan.containers[0].to_json()
     console.print(
-        "env (head): " + ", ".join(f"{k}={v}" for k, v in first["env"].items()), highlight=False
+        Text("env (head): " + ", ".join(f"{k}={v}" for k, v in first["env"].items())),
+        highlight=False,
     )
     for warning in cluster_plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(Text.assemble(("warning:", "yellow"), " ", warning))
 
 
 def _mount_optional() -> None:

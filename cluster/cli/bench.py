@@ -69,13 +69,19 @@ def _fmt(fmt: str, v: Any) -> str:
         return str(v)
 
 
-def _levels(text: str) -> tuple[int, ...]:
+def _levels(text: str, option: str) -> tuple[int, ...]:
     from servectl.cluster.bench_parse import parse_size_token
 
     try:
-        return tuple(parse_size_token(x) for x in text.split(",") if x.strip())
+        levels = tuple(parse_size_token(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: give a comma list such as 1,4,8 or 32k,128k") from None
+        levels = ()
+    if not levels or min(levels) < 1:
+        raise typer.BadParameter(
+            f"{text!r}: give a comma list of positive numbers such as 1,4,8 or 32k,128k",
+            param_hint=option,
+        )
+    return levels
 
 
 def _print_defaults(pre: dict[str, Any]) -> None:
@@ -146,13 +152,13 @@ def sweep(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
     prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
-    output_len: Annotated[int, typer.Option(help="Output tokens per request.")] = 512,
+    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
     ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
-    num_prompts: Annotated[int, typer.Option(help="Requests per level.")] = 20,
+    num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     backend: Annotated[str, typer.Option(help="openai-chat or openai (completions).")] = (
         "openai-chat"
     ),
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    temperature: Annotated[float | None, typer.Option(min=0, help="Sampling temperature.")] = None,
     client_image: ClientImage = None,
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
@@ -172,7 +178,7 @@ def sweep(
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(
         kind="sweep",
-        levels=_levels(concurrency),
+        levels=_levels(concurrency, "--concurrency"),
         prompts=prompts or DEFAULT_PROMPTS,
         output_len=output_len,
         ignore_eos=ignore_eos,
@@ -192,8 +198,10 @@ def sweep(
 def prefill(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     input_len: Annotated[str, typer.Option(help="Comma list, e.g. 32k,128k.")] = "32k,128k",
-    num_prompts: Annotated[int, typer.Option(help="Requests per length (one at a time).")] = 1,
-    output_len: Annotated[int, typer.Option(help="Output tokens per request.")] = 1,
+    num_prompts: Annotated[
+        int, typer.Option(min=1, help="Requests per length (one at a time).")
+    ] = 1,
+    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 1,
     client_image: ClientImage = None,
     runs_dir: RunsDir = None,
     dry_run: DryRun = False,
@@ -205,7 +213,7 @@ def prefill(
 
     opts = BenchOptions(
         kind="prefill",
-        levels=_levels(input_len),
+        levels=_levels(input_len, "--input-len"),
         output_len=output_len,
         num_prompts=num_prompts,
         backend="openai",

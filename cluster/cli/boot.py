@@ -25,7 +25,7 @@ from servectl.cluster.cli.common import (
 from servectl.cluster.control import BootResult, ControlEvent, Controller
 from servectl.cluster.errors import ConfigError
 
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
+Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
 
 
 def fmt_s(seconds: float | None) -> str:

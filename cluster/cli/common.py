@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from servectl.cluster.errors import ConfigError, ServectlError
 
 console = Console()
@@ -63,15 +64,18 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(
-                f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True
-            )
+            err_console.print(error_line(exc.render()), highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except ServectlError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(error_line(str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(exit_code(exc.exit_code)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def error_line(message: str) -> Text:
+    """Messages quote user text (paths, keys, values): never let rich read it as markup."""
+    return Text.assemble(("error:", "bold red"), " ", message)
 
 
 def load(inventory: Path):  # -> ClusterSpec

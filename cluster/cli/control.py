@@ -44,7 +44,7 @@ clocks_app = typer.Typer(
 )
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
+Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
 
 
 def _print_plan(plan: ControlPlan) -> None:
@@ -248,8 +248,10 @@ def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None)
 def status(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
-    watch: Annotated[float, typer.Option("--watch", help="Refresh every N s (0: once).")] = 0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Per-node seconds.")] = 5.0,
+    watch: Annotated[
+        float, typer.Option("--watch", min=0, help="Refresh every N s (0: once).")
+    ] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Per-node seconds.")] = 5.0,
     wide: Annotated[
         bool, typer.Option("--wide", help="Every column, however wide the terminal.")
     ] = False,
@@ -293,15 +295,21 @@ def logs(
     node: Annotated[str | None, typer.Argument(help="Node (default: all).")] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    tail: Annotated[int, typer.Option("--tail", "-n")] = 100,
+    tail: Annotated[int, typer.Option("--tail", "-n", min=0)] = 100,
 ) -> None:
     """Show (or follow) the serving containers' logs."""
     spec = load(inventory)
+    names = [n.name for n in spec.nodes]
+    if node is not None and node not in names:
+        raise ConfigError(
+            f"no node {node!r} in {inventory}", key="NODE", hint=f"one of: {', '.join(names)}"
+        )
     with Controller(spec) as ctl:
         if follow:
             try:
                 for name, line in ctl.follow_logs(node, tail=tail):
-                    console.print(f"[cyan]{name}[/] {line}", markup=True, highlight=False)
+                    # log lines are not markup: a "[/]" in them must print as written
+                    console.print(Text.assemble((name, "cyan"), " ", line), highlight=False)
             except KeyboardInterrupt:
                 pass
             return
@@ -346,7 +354,7 @@ def clocks_show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOpt
 @clocks_app.command("cap")
 @handle_errors
 def clocks_cap(
-    mhz: Annotated[int, typer.Argument(help="Max SM clock, MHz.")],
+    mhz: Annotated[int, typer.Argument(min=200, max=5000, help="Max SM clock, MHz.")],
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
 ):

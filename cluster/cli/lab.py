@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from servectl.cluster.errors import LabError
 from servectl.cluster.lab import faults
 from servectl.cluster.lab import lab as lablib
@@ -29,7 +30,7 @@ def _paths() -> LabPaths:
 
 
 def _fail(exc: LabError) -> None:
-    err.print(f"[red]error:[/red] {exc}")
+    err.print(Text.assemble(("error:", "red"), f" {exc}"))  # paths in it are not markup
     raise typer.Exit(exc.exit_code)
 
 

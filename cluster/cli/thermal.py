@@ -27,7 +27,7 @@ _DEFAULT_DIR = Path(DEFAULT_DIR)
 _SYS = Path("/sys")
 
 
-def parse_time(text: str | None) -> float | None:
+def parse_time(text: str | None, option: str = "--since/--until") -> float | None:
     """Epoch seconds or ISO 8601 (naive means UTC, as in the files' ts_iso)."""
     if text is None:
         return None
@@ -38,7 +38,9 @@ def parse_time(text: str | None) -> float | None:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise typer.BadParameter(f"{text!r}: not epoch seconds or ISO 8601") from exc
+        raise typer.BadParameter(
+            f"{text!r}: not epoch seconds or ISO 8601", param_hint=option
+        ) from exc
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
@@ -63,9 +65,11 @@ def agent(
     alert_margin: float | None = typer.Option(
         None, "--alert-margin", help="Alert when a zone is within this many C of its critical trip."
     ),
-    max_file_mb: float = typer.Option(64.0, "--max-file-mb", help="Rotate files at this size."),
+    max_file_mb: float = typer.Option(
+        64.0, "--max-file-mb", min=0.01, help="Rotate files at this size."
+    ),
     budget_mb: float = typer.Option(
-        1024.0, "--budget-mb", help="Delete the oldest files beyond this total."
+        1024.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
     ),
     zone_role: Annotated[
         list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")
@@ -106,7 +110,9 @@ def _load_or_exit(inventory: Path, load: Any) -> Any:
     try:
         return load(inventory)
     except ConfigError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        from servectl.cluster.cli.common import error_line
+
+        Console(stderr=True).print(error_line(exc.render()), highlight=False)
         raise typer.Exit(2) from None
 
 
@@ -281,8 +287,10 @@ def status(
 @app.command()
 def watch(
     inventory: InvOpt = _INV,
-    count: int = typer.Option(0, "--count", help="Stop after this many refreshes (0: never)."),
-    every: float | None = typer.Option(None, "--every", help="Seconds between refreshes."),
+    count: int = typer.Option(
+        0, "--count", min=0, help="Stop after this many refreshes (0: never)."
+    ),
+    every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
     from rich.live import Live

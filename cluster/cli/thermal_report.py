@@ -65,7 +65,7 @@ def report(
         zone = parse_tz(tz)
         t_since, t_until = parse_window(since, until, zone, time.time())
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise typer.BadParameter(str(exc), param_hint="--since/--until/--tz") from None
     zone_roles = _zone_roles(zone_role)
     roles: dict[str, str] | None = None
     unreachable: dict[str, str] = {}

@@ -315,12 +315,12 @@ def watched_plan(
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--for") -> float:
     """'30m', '2h', '1h30m', '90s', '1d' -> seconds."""
     text = text.strip().lower()
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise typer.BadParameter(f"{text!r}: use e.g. 30m, 2h, 1h30m, 90s")
+        raise typer.BadParameter(f"{text!r}: use e.g. 30m, 2h, 1h30m, 90s", param_hint=option)
     return sum(float(n) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[u] for n, u in parts)
 
 
@@ -535,7 +535,7 @@ def release(
 def history(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     state_dir: StateDirOption = None,
-    limit: Annotated[int, typer.Option(help="Last N events.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Last N events.")] = 50,
     probes: Annotated[bool, typer.Option(help="Include every probe record.")] = False,
     as_json: JsonOption = False,
 ) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,9 @@ EXPECTED = json.loads((HERE / "bad" / "expected.json").read_text())
 
 
 def test_corpus_is_large_enough():
-    assert len(EXPECTED) >= 25
-    assert sorted(EXPECTED) == sorted(p.name for p in (HERE / "bad").glob("*.yml"))
+    assert len(EXPECTED) >= 60
+    entries = sorted(p.name for p in (HERE / "bad").iterdir() if p.name != "expected.json")
+    assert sorted(EXPECTED) == entries
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -30,6 +33,62 @@ def test_malformed_inventory_exact_error(name):
         load_inventory(path)
     assert info.value.render() == EXPECTED[name].replace("{file}", str(path))
     assert info.value.exit_code == 2
+
+
+EXAMPLE_FORMS = ["example-ini", "example-ini/hosts.ini", "example-dir", "example-dir/hosts.yml"]
+
+
+@pytest.mark.parametrize("form", EXAMPLE_FORMS)
+def test_example_in_every_ansible_form_is_the_same_spec(form):
+    """INI + group_vars/, a directory with host_vars/ and group_vars/all/ (with templating):
+    Ansible resolves them, and they mean exactly what the single YAML file means."""
+    single = load_inventory(ROOT / "inventory.example.yml")
+    other = load_inventory(HERE / form)
+    assert other.config_hash() == single.config_hash()
+    assert other.nodes == single.nodes
+    assert other.settings == single.settings
+
+
+def test_vaulted_value_is_decrypted_with_the_ansible_password_file(monkeypatch):
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(HERE / "vault-password.txt"))
+    spec = load_inventory(HERE / "example-vault")
+    assert spec.serving.model.served_name == "glm-5.3-flash"
+    assert spec.config_hash() == load_inventory(ROOT / "inventory.example.yml").config_hash()
+
+
+def test_alias_bomb_is_refused_in_well_under_a_second():
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="aliases expand"):
+        load_inventory(HERE / "bad" / "39-alias-bomb.yml")
+    assert time.perf_counter() - start < 0.5
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path):
+    big = tmp_path / "inv.yml"
+    big.write_text((HERE / "good.yml").read_text() + "#" * (2 << 20) + "\n")
+    with pytest.raises(ConfigError, match="more than an inventory needs"):
+        load_inventory(big)
+
+
+def test_relative_inventory_path_is_named_as_given(monkeypatch):
+    monkeypatch.chdir(HERE)
+    with pytest.raises(ConfigError) as info:
+        load_inventory("bad/64-servectl-in-host-vars")
+    assert info.value.file == os.path.join("bad/64-servectl-in-host-vars", "host_vars/node2.yml")
+
+
+def test_parse_inventory_text_uses_group_vars_beside_the_file():
+    """Rollout validates a revision's text: the group_vars beside the file still apply."""
+    path = HERE / "example-dir" / "hosts.yml"
+    spec = parse_inventory(path.read_text(), str(path))
+    assert spec.nodes[3].ssh_host == "10.0.0.14"  # from host_vars/node4.yml
+    assert spec.serving.model.served_name == "glm-5.3-flash"
+    assert spec.source_file == str(path)
+
+
+def test_missing_inventory_says_so():
+    with pytest.raises(ConfigError, match="file not found"):
+        load_inventory(HERE / "nope.yml")
 
 
 def test_good_inventory_loads():
@@ -103,3 +162,15 @@ def test_config_hash_changes_with_k_only():
     )
     assert a.config_hash() != b.config_hash()
     assert a.config_hash() == c.config_hash()  # watchdog settings do not change what runs
+
+
+def test_bastion_inventory_routes_workers_through_node1():
+    """ProxyJump in ansible_ssh_common_args (group vars of workers) reaches the SSH gateway."""
+    from servectl.cluster.ssh import SshTarget
+    from servectl.cluster.ssh_route import Hop
+
+    spec = load_inventory(HERE / "example-bastion.yml")
+    assert spec.config_hash() == load_inventory(ROOT / "inventory.example.yml").config_hash()
+    routes = [SshTarget.from_node(n).route for n in spec.nodes]
+    assert routes[0].jumps == ()
+    assert all(r.jumps == (Hop("10.0.0.11", 22, "root"),) for r in routes[1:])

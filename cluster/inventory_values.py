@@ -1,0 +1,249 @@
+"""Checks on the values of a resolved inventory, and errors located at the line they came from.
+
+Split from `inventory.py`: these are the rules about *values* (what may reach a command line,
+what a secret looks like, which `vllm serve` flags servectl manages), the other module is about
+*structure* (groups, hosts, where settings live).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from servectl.cluster.ansible_inventory import PathKey, Resolved
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.spec import ServectlSettings, looks_like_secret
+
+# Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; servectl names containers
+# <cluster>-vllm-<host>, so a host name must fit that alphabet.
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+# `vllm serve` options that servectl renders itself from a setting (by argparse dest, so aliases
+# such as -tp are caught too). Giving one in extra_args would override or contradict it.
+MANAGED_FLAGS = {
+    "model": "servectl.model.path",
+    "tensor_parallel_size": "servectl.parallel.tensor",
+    "nnodes": "the head and workers groups (servectl sets it)",
+    "node_rank": "the head and workers groups (servectl sets it)",
+    "master_addr": "the head's vllm_host_ip (servectl sets it)",
+    "master_port": "servectl.parallel.master_port",
+    "headless": "the workers group (servectl sets it)",
+    "distributed_executor_backend": "servectl.parallel.backend",
+    "quantization": "servectl.model.quantization",
+    "tokenizer": "servectl.model.tokenizer",
+    "speculative_config": "servectl.drafter",
+    "kv_cache_dtype": "servectl.kv_cache.dtype",
+    "kv_cache_memory_bytes": "servectl.kv_cache.memory",
+    "max_model_len": "servectl.max_model_len",
+    "enforce_eager": "servectl.enforce_eager",
+    "served_model_name": "servectl.model.served_name",
+    "default_chat_template_kwargs": "servectl.chat_template_kwargs",
+    "host": "servectl.host",
+    "port": "servectl.port",
+}
+SECRET_FLAGS = {"api_key": "servectl.secrets.api_key"}
+
+
+def dotted(path: PathKey) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def located(
+    inv: Resolved,
+    path: PathKey,
+    message: str,
+    *,
+    key: str | None = None,
+    hint: str | None = None,
+) -> ConfigError:
+    """A ConfigError at the file and line the value at `path` came from."""
+    file, line = inv.loc(path)
+    return ConfigError(message, file=file, line=line, key=key or dotted(path), hint=hint)
+
+
+def check_host_name(inv: Resolved, name: str) -> None:
+    if not _HOST_NAME.match(name):
+        raise located(
+            inv,
+            (name,),
+            f"host name {name!r} cannot be part of a container name",
+            key=name,
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit; "
+            "put the address in ansible_host",
+        )
+
+
+def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
+    """Reject values that would break a command line or that are secrets written inline."""
+    if isinstance(node, dict):
+        items: Any = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        return
+    for key, value in items:
+        here = (*path, key)
+        if isinstance(value, (dict, list)):
+            check_strings(inv, value, here)
+        elif isinstance(value, str):
+            if "\n" in value or "\r" in value or "\x00" in value:
+                raise located(
+                    inv,
+                    here,
+                    "value contains a newline or NUL, which would break a command line",
+                    hint="use a single-line value",
+                )
+            if looks_like_secret(value):
+                raise located(
+                    inv,
+                    here,
+                    "value looks like a secret written inline",
+                    hint="store it in a file or env var and reference it under servectl.secrets",
+                )
+
+
+def check_extra_args(inv: Resolved, settings: ServectlSettings) -> None:
+    """Parse extra_args with the flag table of this vLLM version (as `plan` does), refusing
+    unknown flags, stray values, flags servectl manages, and secrets on the command line."""
+    from servectl.cluster.launch import flag_table
+
+    table = flag_table(settings.vllm_version)
+    if table is None:
+        return  # `plan` warns that argv is unchecked for an unrecorded version
+    args = settings.extra_args
+    i = 0
+    while i < len(args):
+        token, where = args[i], ("servectl", "extra_args", i)
+        if not token.startswith("-"):
+            raise located(
+                inv,
+                where,
+                f"{token!r} is not a flag (a value must follow the flag that takes it)",
+                hint="write extra_args as flags, e.g. ['--max-num-seqs', '8']",
+            )
+        flag = token.split("=", 1)[0]
+        option = table.get(flag) or ("." in flag and table.get(flag.split(".", 1)[0])) or None
+        if option is None:
+            close = difflib.get_close_matches(flag, list(table), n=1)
+            raise located(
+                inv,
+                where,
+                f"vLLM {settings.vllm_version} `vllm serve` has no flag {flag}",
+                hint=f"did you mean {close[0]}?" if close else "check the flag's spelling",
+            )
+        dest = option.get("dest")
+        if dest in SECRET_FLAGS:
+            raise located(
+                inv,
+                where,
+                f"{flag} would put a secret on the command line (visible in ps and plans)",
+                hint=f"reference it under {SECRET_FLAGS[dest]} as env: NAME or file: /path",
+            )
+        if dest in MANAGED_FLAGS:
+            raise located(
+                inv,
+                where,
+                f"{flag} is managed by servectl",
+                hint=f"set {MANAGED_FLAGS[dest]} instead",
+            )
+        i += 1
+        if option["takes_value"] and "=" not in token:
+            if i >= len(args):
+                raise located(inv, where, f"{flag} needs a value", hint="add it after the flag")
+            i += 1
+            if option.get("nargs") in ("+", "*"):
+                while i < len(args) and not args[i].startswith("-"):
+                    i += 1
+
+
+# --- pydantic errors -> located errors ------------------------------------------------------
+
+
+def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> ConfigError:
+    errors = exc.errors()
+    # An unknown key often also makes a required one "missing": report the typo, it is the cause.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    loc = _real_path(raw, loc)
+    path = ("servectl", *loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        fields = _fields_at(ServectlSettings, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
+        return located(inv, path, "unknown key", hint=hint)
+    if kind == "missing":
+        return located(inv, path, "required key is missing", hint="see inventory.example.yml")
+    message = err["msg"].removeprefix("Value error, ")
+    hint = None
+    if kind.endswith("_type"):
+        hint = _hint_for(err)
+    elif kind == "string_pattern_mismatch":
+        hint = "see inventory.example.yml for the expected form"
+    elif kind == "finite_number":
+        hint = "use a finite number of seconds"
+    if kind == "string_type" and dotted(path).startswith("servectl.env."):
+        hint = 'environment values are strings: quote it, e.g. "0"'
+    return located(inv, path, message, hint=hint)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list[str]", "dict[str,any]", "none", "literal"}
+
+
+def _real_path(raw: Any, loc: list[Any]) -> list[Any]:
+    """Drop the union-member names pydantic adds to a location ('str', 'int'...)."""
+    path: list[Any] = []
+    node = raw
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and part not in _TYPE_TAGS:
+            path.append(part)  # a missing or unknown key: the last element
+            break
+    return path
+
+
+def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if (
+            not (isinstance(current, type) and issubclass(current, BaseModel))
+            or part not in current.model_fields
+        ):
+            return []
+        current = _model_in(current.model_fields[part].annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _hint_for(err: dict[str, Any]) -> str | None:
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return f"expected {ctx['expected']}"
+    return {
+        "int_type": "expected a whole number (no quotes)",
+        "string_type": "expected a string",
+        "bool_type": "expected true or false",
+        "float_type": "expected a number",
+        "list_type": "expected a list",
+        "dict_type": "expected a mapping",
+        "model_type": "expected a mapping",
+    }.get(err["type"])

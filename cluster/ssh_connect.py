@@ -1,0 +1,238 @@
+"""Opening one verified SSH connection to a node, through its jump hosts if it has any.
+
+Split from `servectl.cluster.ssh` (which runs commands and moves files over the connection):
+where to connect (`SshTarget`, `SshOptions`), how host keys are checked, and the route a
+connection takes (ProxyJump hops as direct-tcpip channels, or a ProxyCommand).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+from servectl.cluster.errors import HostKeyError, NodeUnreachable
+from servectl.cluster.ssh_route import Hop, Route, route_for
+
+if TYPE_CHECKING:
+    from servectl.cluster.spec import NodeSpec, SshSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and how to reach one node; built from a `NodeSpec`."""
+
+    node: str
+    host: str
+    port: int = 22
+    user: str = "root"
+    key_file: str | None = None
+    become: bool = False
+    route: Route = Route()  # jump hosts / ProxyCommand, as Ansible's ssh would use them
+
+    @classmethod
+    def from_node(cls, node: NodeSpec) -> SshTarget:
+        return cls(
+            node=node.name,
+            host=node.ssh_host,
+            port=int(node.ssh_port or 22),
+            user=node.ssh_user or "root",
+            key_file=node.ssh_key_file,
+            become=bool(getattr(node, "become", False)),
+            route=route_for(node.ssh_host, getattr(node, "ssh_args", None)),
+        )
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Connection policy shared by all nodes (the inventory's `SshSpec`)."""
+
+    known_hosts: str | None = None
+    connect_timeout_s: float = 10.0
+    allow_unknown_hosts: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: SshSpec | None) -> SshOptions:
+        if spec is None:
+            return cls()
+        return cls(
+            known_hosts=spec.known_hosts,
+            connect_timeout_s=float(spec.connect_timeout_s),
+            allow_unknown_hosts=bool(getattr(spec, "allow_unknown_hosts", False)),
+        )
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style SHA256 fingerprint, e.g. `SHA256:4Fq...`."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _host_entry(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    def __init__(self, key: paramiko.PKey) -> None:
+        super().__init__("unknown host key")
+        self.key = key
+
+
+class _RejectUnknown(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys, keeping the offered key so the error can show its fingerprint."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+        raise _UnknownHostKey(key)
+
+
+class _AcceptUnknownInMemory(paramiko.MissingHostKeyPolicy):
+    """`allow_unknown_hosts`: accept for this process only; never write the known_hosts file."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+        log.warning(
+            "accepting unknown host key %s %s (allow_unknown_hosts)", hostname, fingerprint(key)
+        )
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _fix_hint(target: SshTarget, known_hosts: str) -> str:
+    port = f"-p {target.port} " if target.port != 22 else ""
+    return (
+        f"verify the node's key out of band (on its console: ssh-keygen -lf "
+        f"/etc/ssh/ssh_host_ed25519_key.pub), then add it: ssh-keyscan {port}{target.host} "
+        f">> {known_hosts}"
+    )
+
+
+def connect(
+    t: SshTarget, options: SshOptions, factory: type[paramiko.SSHClient]
+) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
+    """Connect through each jump host in turn (each one's key verified like the node's), then
+    to the node over a direct-tcpip channel of the last hop, or a ProxyCommand. Returns the
+    node's client and the jump clients (close them after it)."""
+    jumps: list[paramiko.SSHClient] = []
+    sock: Any = None
+    try:
+        for hop in t.route.jumps:
+            via = f"jump host {hop.host}:{hop.port} for {t.node}"
+            jump = _connect_one(
+                SshTarget(
+                    node=via,
+                    host=hop.host,
+                    port=hop.port,
+                    user=hop.user or t.user,
+                    key_file=hop.key_file or t.key_file,
+                ),
+                sock,
+                options,
+                factory,
+                t.route.known_hosts,
+            )
+            jumps.append(jump)
+            sock = _channel_through(jump, hop, t, options.connect_timeout_s)
+        if sock is None and t.route.proxy_command:
+            command = t.route.proxy_command.replace("%h", t.host).replace("%p", str(t.port))
+            command = command.replace("%r", t.user).replace("%%", "%")
+            sock = paramiko.ProxyCommand(command)
+        return _connect_one(t, sock, options, factory, t.route.known_hosts), jumps
+    except BaseException:
+        for jump in reversed(jumps):
+            jump.close()
+        raise
+
+
+def _channel_through(jump: paramiko.SSHClient, hop: Hop, t: SshTarget, timeout_s: float) -> Any:
+    """A direct-tcpip channel from the jump host to the node: the socket of the next hop."""
+    transport = jump.get_transport()
+    try:
+        assert transport is not None
+        return transport.open_channel(
+            "direct-tcpip", (t.host, t.port), ("127.0.0.1", 0), timeout=timeout_s,
+        )  # fmt: skip
+    except (paramiko.SSHException, EOFError, OSError, AssertionError) as e:
+        raise NodeUnreachable(
+            t.node, f"jump host {hop.host}:{hop.port} cannot reach {t.host}:{t.port}: {e}"
+        ) from None
+
+
+def _connect_one(
+    t: SshTarget,
+    sock: Any,
+    o: SshOptions,
+    factory: type[paramiko.SSHClient],
+    route_known_hosts: str | None,
+) -> paramiko.SSHClient:
+    client = factory()
+    # one setting: servectl.ssh.known_hosts, else UserKnownHostsFile from the ssh args, else
+    # the user's ~/.ssh/known_hosts
+    chosen = o.known_hosts or route_known_hosts
+    known_hosts = chosen or os.path.expanduser("~/.ssh/known_hosts")
+    if chosen:
+        if not os.path.exists(chosen):
+            raise HostKeyError(
+                t.node,
+                f"known_hosts file {chosen} does not exist ({_fix_hint(t, chosen)})",
+            )
+        client.load_host_keys(chosen)
+    else:
+        client.load_system_host_keys()
+    client.set_missing_host_key_policy(
+        _AcceptUnknownInMemory() if o.allow_unknown_hosts else _RejectUnknown()
+    )
+    timeout = o.connect_timeout_s
+    try:
+        client.connect(
+            t.host,
+            port=t.port,
+            username=t.user,
+            key_filename=t.key_file,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            allow_agent=True,
+            look_for_keys=t.key_file is None,
+            sock=sock,
+        )
+    except _UnknownHostKey as e:
+        client.close()
+        raise HostKeyError(
+            t.node,
+            f"host key for {_host_entry(t.host, t.port)} is not in {known_hosts} "
+            f"(offered {e.key.get_name()} {fingerprint(e.key)}); refusing to connect: "
+            f"{_fix_hint(t, known_hosts)}",
+        ) from None
+    except paramiko.BadHostKeyException as e:
+        client.close()
+        raise HostKeyError(
+            t.node,
+            f"HOST KEY CHANGED for {_host_entry(t.host, t.port)}: {known_hosts} has "
+            f"{fingerprint(e.expected_key)}, the server offered {fingerprint(e.key)}. This "
+            f"may be an attack or a reinstalled node; if the node was reinstalled, remove "
+            f"the old entry (ssh-keygen -R '{_host_entry(t.host, t.port)}' -f "
+            f"{known_hosts}) and {_fix_hint(t, known_hosts)}",
+        ) from None
+    except paramiko.AuthenticationException as e:
+        client.close()
+        raise NodeUnreachable(t.node, f"authentication failed for {t.user}@{t.host}: {e}") from None
+    except TimeoutError:
+        client.close()
+        raise NodeUnreachable(
+            t.node, f"connect to {t.host}:{t.port} timed out after {timeout:g} s"
+        ) from None
+    except paramiko.ssh_exception.NoValidConnectionsError as e:
+        client.close()
+        reason = "; ".join(sorted({str(err.strerror or err) for err in e.errors.values()}))
+        raise NodeUnreachable(t.node, f"{t.host}:{t.port}: {reason}") from None
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        client.close()
+        raise NodeUnreachable(t.node, f"{t.host}:{t.port}: {e or type(e).__name__}") from None
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(15)
+    return client

@@ -1,0 +1,50 @@
+"""Where Ansible's ssh would go: ProxyJump/ProxyCommand from the ssh args or the ssh_config."""
+
+from __future__ import annotations
+
+import pytest
+from servectl.cluster.ssh_route import Hop, parse_hop, parse_ssh_args, route_for
+
+
+@pytest.mark.parametrize(
+    ("args", "jump"),
+    [
+        ("-o ProxyJump=bastion", "bastion"),
+        ("-oProxyJump=ops@bastion:2222", "ops@bastion:2222"),
+        ("-o 'ProxyJump ops@bastion'", "ops@bastion"),
+        ("-J a,b -o StrictHostKeyChecking=yes", "a,b"),
+        ("-o proxyjump=x", "x"),
+    ],
+)
+def test_proxyjump_spellings(args, jump):
+    assert parse_ssh_args(args)["proxyjump"] == jump
+
+
+def test_hops():
+    assert parse_hop("ops@bastion:2222") == Hop("bastion", 2222, "ops")
+    assert parse_hop("bastion") == Hop("bastion", 22, None)
+    assert parse_hop("[fd00::1]:2200") == Hop("fd00::1", 2200, None)
+    with pytest.raises(ValueError):
+        parse_hop("bastion:99999")
+
+
+def test_route_from_args_wins_over_ssh_config(tmp_path):
+    config = tmp_path / "config"
+    config.write_text(
+        "Host 10.0.0.*\n  ProxyJump gw\nHost gw\n  HostName 192.0.2.1\n  User ops\n  Port 2022\n"
+    )
+    from_config = route_for("10.0.0.12", None, str(config))
+    assert from_config.jumps == (Hop("192.0.2.1", 2022, "ops"),)
+    from_args = route_for("10.0.0.12", "-o ProxyJump=root@10.0.0.11", str(config))
+    assert from_args.jumps == (Hop("10.0.0.11", 22, "root"),)
+    assert route_for("10.9.9.9", None, str(config)).jumps == ()
+
+
+def test_chain_and_known_hosts():
+    route = route_for("n2", "-J a@h1,h2:2200 -o UserKnownHostsFile=/etc/servectl/kh", None)
+    assert route.jumps == (Hop("h1", 22, "a"), Hop("h2", 2200, None))
+    assert route.known_hosts == "/etc/servectl/kh"
+
+
+def test_proxycommand_none_means_none():
+    assert route_for("n", "-o ProxyCommand=none", None).proxy_command is None
