@@ -46,9 +46,14 @@ class AppliedPlan:
     applied_at: float
 
     def spec(self) -> Any:  # -> ClusterSpec
-        from servectl.cluster.inventory import parse_inventory
+        # The text is the inventory as Ansible resolved it (export_resolved): read back without
+        # Ansible, so the watchdog on a node (no Ansible there) rebuilds exactly what was applied.
+        from servectl.cluster.inventory import build_spec
+        from servectl.cluster.inventory_plain import resolved_from_text
 
-        return parse_inventory(self.inventory_text, self.inventory_path)
+        return build_spec(
+            resolved_from_text(self.inventory_text, self.inventory_path), self.inventory_path
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,11 +71,12 @@ def revision(text: str) -> str:
 
 
 def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> AppliedPlan | None:
-    """The applied-plan record for `spec` (None for a spec not read from a file)."""
-    source = getattr(spec, "source_file", None)
-    if not source or not os.path.isfile(source):
-        return None
-    text = Path(source).read_text()
+    """The applied-plan record for `spec`: the inventory as Ansible resolved it (group_vars,
+    host_vars, vault and templates applied), one file, so that it means the same everywhere."""
+    from servectl.cluster.inventory_plain import export_resolved
+
+    source = getattr(spec, "source_file", None) or "<inventory>"
+    text = export_resolved(spec)
     return AppliedPlan(
         cluster=spec.name,
         config_hash=spec.config_hash(),

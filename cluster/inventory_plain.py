@@ -61,10 +61,18 @@ def read_resolved(path: Path) -> Resolved:
             hint="install servectl[control] (Ansible) or provision to copy a resolved inventory",
         )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
-    source = str(path)
+    return resolved_from_text(text, str(path))
+
+
+def resolved_from_text(text: str, source: str) -> Resolved:
+    """`read_resolved` for text held elsewhere (an applied plan records the resolved inventory)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot read: {exc}", file=source) from None
     root = data.get("all") if isinstance(data, dict) else None
     if not isinstance(root, dict):
         raise ConfigError(

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from servectl.cluster import control as control_mod
-from servectl.cluster.applied import AppliedPlan, read_applied, revision, write_local
+from servectl.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
 from servectl.cluster.cli import watchdog as wd_cli
 from servectl.cluster.control import Controller
 from servectl.cluster.inventory import load_inventory
+from servectl.cluster.inventory_plain import export_resolved
 from servectl.cluster.watchdog_plan import PlanFollower
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import PlanChange
@@ -30,11 +34,9 @@ def _inventory(tmp_path: Path, port: int = 8000, name: str = "inventory.yml") ->
 
 
 def _plan(path: Path, action: str = "up") -> AppliedPlan:
-    spec = load_inventory(path)
-    text = path.read_text()
-    return AppliedPlan(
-        spec.name, spec.config_hash(), revision(text), text, str(path), action, "ops", 1.0
-    )
+    plan = plan_for(load_inventory(path), action, "ops", 1.0)
+    assert plan is not None
+    return plan
 
 
 def test_up_records_the_applied_plan_here_and_on_the_head(tmp_path: Path, monkeypatch) -> None:
@@ -47,7 +49,41 @@ def test_up_records_the_applied_plan_here_and_on_the_head(tmp_path: Path, monkey
     assert plan is not None and heads == [plan]
     saved = read_applied(tmp_path / "state" / "applied" / f"{spec.name}.json")
     assert saved == plan and saved.config_hash == spec.config_hash()
-    assert saved.inventory_revision == revision(inv.read_text()) and saved.action == "restart"
+    assert saved.inventory_revision == revision(export_resolved(spec)) and saved.action == "restart"
+    assert saved.spec().config_hash() == spec.config_hash()
+
+
+def test_the_plan_of_an_inventory_directory_is_recorded_resolved(tmp_path: Path) -> None:
+    # group_vars beside the inventory: the applied plan holds the values Ansible resolved, so
+    # the watchdog rebuilds the same spec from the record alone
+    home = tmp_path / "inv"
+    (home / "group_vars").mkdir(parents=True)
+    text = (ROOT / "inventory.example.yml").read_text()
+    head, _, _ = text.partition("  vars:")
+    (home / "hosts.yml").write_text(head)
+    spec_all = load_inventory(ROOT / "inventory.example.yml")
+    (home / "group_vars" / "all.yml").write_text(
+        yaml.safe_dump({"servectl": spec_all.settings.model_dump(mode="json")})
+    )
+    spec = load_inventory(home)
+    plan = plan_for(spec, "up", "ops", 1.0)
+    assert plan is not None and plan.spec().config_hash() == spec.config_hash()
+
+
+def test_the_applied_plan_is_read_back_without_ansible(tmp_path: Path) -> None:
+    # the watchdog host has no Ansible: reading the record must not need it
+    path = tmp_path / "applied.json"
+    write_local(_plan(_inventory(tmp_path)), [str(path)])
+    code = (
+        "import sys; sys.modules['ansible'] = None\n"
+        "from servectl.cluster.applied import read_applied\n"
+        f"print(read_applied({str(path)!r}).spec().config_hash())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == load_inventory(_inventory(tmp_path)).config_hash()
 
 
 def test_a_replayed_plan_is_recorded_as_replayed_not_as_the_edited_file(
