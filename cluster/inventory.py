@@ -27,6 +27,8 @@ from servectl.cluster.spec import (
     serving_from_settings,
 )
 
+# Flag tables of `vllm serve`, one per vLLM version (also read by launch.flag_table).
+_FLAG_TABLES = Path(__file__).parent / "data"
 _HOST_KEYS_USED = (
     "ansible_host",
     "ansible_port",
@@ -248,6 +250,12 @@ def _settings(doc: _Doc) -> tuple[ServectlSettings, CommentedMap]:
     return settings, raw
 
 
+def known_vllm_versions() -> list[str]:
+    """Versions with a `vllm serve` flag table in cluster/data (tools/vllm/dump_serve_flags.py)."""
+    names = _FLAG_TABLES.glob("vllm_serve_flags_*.json")
+    return sorted(p.stem.removeprefix("vllm_serve_flags_") for p in names)
+
+
 def _cross_checks(doc: _Doc, raw: CommentedMap, s: ServectlSettings) -> None:
     if s.port == s.parallel.master_port:
         raise doc.error(
@@ -268,6 +276,19 @@ def _cross_checks(doc: _Doc, raw: CommentedMap, s: ServectlSettings) -> None:
             "drafter",
             dotted="servectl.drafter.path",
             hint="point it at the drafter's model directory",
+        )
+
+    known = known_vllm_versions()
+    if s.vllm_version not in known:
+        # The plan checks every rendered flag against this version's own parser; without its
+        # table nothing could be checked, so refuse rather than start an unchecked argv.
+        raise doc.error(
+            f"vLLM {s.vllm_version} has no flag table",
+            raw,
+            "vllm_version",
+            dotted="servectl.vllm_version",
+            hint=f"one of {', '.join(known)}, or make its table with "
+            "tools/vllm/dump_serve_flags.py from that version's parser",
         )
 
 

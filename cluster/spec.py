@@ -116,6 +116,21 @@ class DrafterSpec(_Model):
         None, description="Drafter model directory (not needed for ngram/suffix/mtp)."
     )
     num_speculative_tokens: int = Field(ge=1, le=16, description="Draft length k.")
+    prompt_lookup_min: int | None = Field(
+        None, ge=1, le=64, description="ngram only: shortest n-gram matched in the prompt."
+    )
+    prompt_lookup_max: int | None = Field(
+        None, ge=1, le=64, description="ngram only: longest n-gram matched in the prompt."
+    )
+
+    @model_validator(mode="after")
+    def _lookup(self) -> DrafterSpec:
+        lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
+        if self.method != "ngram" and lookup != (None, None):
+            raise ValueError("prompt_lookup_min/max apply to method ngram only")
+        if None not in lookup and lookup[0] > lookup[1]:  # type: ignore[operator]
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
 
 
 class ParallelSpec(_Model):
