@@ -240,6 +240,7 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
         secret_env=secret_env,
         mounts=tuple(mounts),
         shm_size=s.shm_size,
+        ipc_mode=s.ipc_mode,
         gpus="all" if s.gpus == "all" else None,
         labels=labels,
         exec_after_start=exec_after,

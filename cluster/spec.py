@@ -261,6 +261,11 @@ class ServectlSettings(_Model):
     shm_size: str = Field(
         "10g", pattern=r"^\d+[bkmg]?$", description="Container /dev/shm size (docker syntax)."
     )
+    ipc_mode: Literal["host", "private"] = Field(
+        "host",
+        description="Container IPC namespace: host (the node's /dev/shm) or private (its own, "
+        "shm_size). Use private when several 'nodes' share one kernel (the lab's real engine).",
+    )
     gpus: Literal["all", "none"] = Field("all", description="GPU request of the serving container.")
     env: dict[str, str | int] = Field(
         default_factory=dict, description="Extra container environment."
@@ -327,6 +332,7 @@ class ServingSpec:
     host: str
     port: int
     shm_size: str
+    ipc_mode: str
     gpus: str
     env: dict[str, str]
     extra_args: tuple[str, ...]
@@ -369,13 +375,32 @@ class ClusterSpec:
     def config_hash(self) -> str:
         """Hash of everything that changes what runs on the nodes (serving settings + topology).
         Secrets' locations are included, their values never."""
+        serving = _jsonable(self.serving)
+        # Settings added later are hashed only when set: an upgrade alone shows no drift.
+        for key, default in _LATER_SETTINGS:
+            _drop_default(serving, key, default)
         doc = {
-            "serving": _jsonable(self.serving),
+            "serving": serving,
             "secrets": self.secrets.model_dump(),
             "nodes": [(n.name, n.role, n.rank, n.vllm_host_ip) for n in self.nodes],
         }
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
+
+
+_LATER_SETTINGS = (
+    ("ipc_mode", "host"),
+    ("drafter.prompt_lookup_min", None),
+    ("drafter.prompt_lookup_max", None),
+)
+
+
+def _drop_default(doc: dict[str, Any], dotted: str, default: Any) -> None:
+    *parents, key = dotted.split(".")
+    for part in parents:
+        doc = doc.get(part) if isinstance(doc, dict) else None  # type: ignore[assignment]
+    if isinstance(doc, dict) and key in doc and doc[key] == default:
+        del doc[key]
 
 
 def _jsonable(value: Any) -> Any:
@@ -405,6 +430,7 @@ def serving_from_settings(s: ServectlSettings) -> ServingSpec:
         host=s.host,
         port=s.port,
         shm_size=s.shm_size,
+        ipc_mode=s.ipc_mode,
         gpus=s.gpus,
         env={k: str(v) for k, v in s.env.items()},
         extra_args=tuple(s.extra_args),

@@ -30,6 +30,11 @@ def _real_serving(paths: LabPaths) -> dict:
             "prompt_lookup_max": 3,
         },
         "kv_cache": {"dtype": "auto"},  # CPU KV is sized by VLLM_CPU_KVCACHE_SPACE below
+        # The four lab nodes share one kernel: with the host IPC namespace vLLM finds the
+        # ranks' shared memory common, takes them for one node and waits for IPC sockets in a
+        # /tmp the containers do not share (hang in MessageQueue.wait_until_ready). A private
+        # namespace makes each rank a node of its own, as on a real cluster (ZMQ over TCP).
+        "ipc_mode": "private",
         "max_model_len": 2048,
         "env": {
             # Four ranks on 2 cores next to the test suite: 1 GiB KV and one passive OpenMP

@@ -57,9 +57,12 @@ def test_status_healthy_then_names_the_paused_rank(engine_server):
                     timeout=3,
                 )
             st = ctl.status(timeout_s=15)
-            assert st.verdict is Verdict.BROKEN, (st.verdict, st.notes)
+            # /health 200 + failing probe = hung; the notes say which rank is why
+            assert st.verdict is Verdict.HUNG, (st.verdict, st.notes)
             assert st.server.health_status == 200 and not st.server.probe_ok
             assert f"not running: {WORKER}=paused" in st.notes, st.notes
+            # the real engine's gauges: nothing admitted, so counters cannot tell load
+            assert st.server.requests_running == 0.0, st.server
         finally:
             faults.container_action(engine_server.paths, WORKER, "unpause")
     engine_server.ensure_healthy()
