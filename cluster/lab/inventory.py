@@ -36,6 +36,8 @@ def _real_serving(paths: LabPaths) -> dict:
         # namespace makes each rank a node of its own, as on a real cluster (ZMQ over TCP).
         "ipc_mode": "private",
         "max_model_len": 2048,
+        # a small batch: 32 streams queue, so a 1-token probe waits behind them (busy, not dead)
+        "extra_args": ["--max-num-seqs", "8"],
         "env": {
             # Four ranks on 2 cores next to the test suite: 1 GiB KV and one passive OpenMP
             # thread per rank (default OpenMP spins: 64 tokens take 62 s instead of 2.3 s).
