@@ -82,10 +82,11 @@ class EngineServer:
                 faults.container_action(self.paths, node, "unpause")
 
     def ensure_healthy(self) -> None:
-        """Leave the shared server as the next test expects it: unpaused, answering."""
+        """Leave the shared server as the next test expects it: unpaused, answering, on the
+        lab inventory's config (a rollout test may have left another)."""
         self.unpause_all()
         with self.controller(node_timeout_s=10) as ctl:
-            if ctl.probe(timeout=10)[0]:
+            if ctl.status(timeout_s=15).ok:  # healthy and no drift
                 return
             result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
             assert result.ok, (result.outcomes, result.boot and result.boot.reason)
