@@ -90,7 +90,9 @@ def test_real_load_times_probes_out_but_counts_no_failure(engine_server, tmp_pat
         assert not [e for e in evs if e.get("decision") == "count_failure"], verdicts
         assert not kinds(evs, "restart_begin") and not control_restarts(tmp_path)
         assert verdicts.get("busy", 0) >= 1, verdicts  # timed out, judged busy from counters
-        assert len(streams) >= STREAMS and 200 in longs, (len(streams), longs)
+        # the load ran: streams finished (a batch of --max-num-seqs at a time) and the
+        # near-max-length prompt was served
+        assert len(streams) >= 8 and 200 in longs, (len(streams), longs)
     finally:
         stop.set()
         for t in threads:
