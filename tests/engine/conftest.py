@@ -107,6 +107,7 @@ def engine_server(tmp_path_factory) -> EngineServer:
         lab_up_s = time.monotonic() - t0
         spec = load_inventory(paths.inventory)
         with Controller(spec, state_dir=state_dir, node_timeout_s=10) as ctl:
+            ctl.down()  # a server left running (a demo) would be kept: boot a fresh one
             t0 = time.monotonic()
             result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
             up_s = time.monotonic() - t0
