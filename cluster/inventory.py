@@ -35,6 +35,9 @@ from servectl.cluster.spec import (
 from servectl.cluster.ssh_route import route_for
 from servectl.cluster.yaml_guard import check_files, check_yaml
 
+# Flag tables of `vllm serve`, one per vLLM version (also read by launch.flag_table).
+_FLAG_TABLES = Path(__file__).parent / "data"
+
 
 def load_inventory(path: str | Path) -> ClusterSpec:
     """Read and validate an inventory file or directory. Raises ConfigError (exit status 2)."""
@@ -181,7 +184,25 @@ def _settings(inv: Resolved, path: str) -> dict[str, Any]:
     return raw
 
 
+def known_vllm_versions() -> list[str]:
+    """Versions with a `vllm serve` flag table in cluster/data (tools/vllm/dump_serve_flags.py)."""
+    names = _FLAG_TABLES.glob("vllm_serve_flags_*.json")
+    return sorted(p.stem.removeprefix("vllm_serve_flags_") for p in names)
+
+
 def _cross_checks(inv: Resolved, raw: dict[str, Any], s: ServectlSettings) -> None:
+    known = known_vllm_versions()
+    if s.vllm_version not in known:
+        # The plan checks every rendered flag against this version's own parser; without its
+        # table nothing could be checked, so refuse rather than start an unchecked argv.
+        raise located(
+            inv,
+            ("servectl", "vllm_version"),
+            f"vLLM {s.vllm_version} has no flag table",
+            key="servectl.vllm_version",
+            hint=f"one of {', '.join(known)}, or make its table with "
+            "tools/vllm/dump_serve_flags.py from that version's parser",
+        )
     if s.port == s.parallel.master_port:
         where = ("servectl", "port") if "port" in raw else ("servectl", "parallel", "master_port")
         raise located(

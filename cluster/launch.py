@@ -165,6 +165,9 @@ def vllm_serve_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
         if s.drafter.path:
             config["model"] = s.drafter.path
         config["num_speculative_tokens"] = s.drafter.num_speculative_tokens
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):
+            if getattr(s.drafter, key) is not None:
+                config[key] = getattr(s.drafter, key)
         argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     if s.kv_cache.dtype != "auto":
         argv += ["--kv-cache-dtype", s.kv_cache.dtype]
@@ -237,6 +240,7 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
         secret_env=secret_env,
         mounts=tuple(mounts),
         shm_size=s.shm_size,
+        ipc_mode=s.ipc_mode,
         gpus="all" if s.gpus == "all" else None,
         labels=labels,
         exec_after_start=exec_after,

@@ -146,6 +146,21 @@ class DrafterSpec(_Model):
         None, description="Drafter model directory (not needed for ngram/suffix/mtp)."
     )
     num_speculative_tokens: int = Field(ge=1, le=16, description="Draft length k.")
+    prompt_lookup_min: int | None = Field(
+        None, ge=1, le=64, description="ngram only: shortest n-gram matched in the prompt."
+    )
+    prompt_lookup_max: int | None = Field(
+        None, ge=1, le=64, description="ngram only: longest n-gram matched in the prompt."
+    )
+
+    @model_validator(mode="after")
+    def _lookup(self) -> DrafterSpec:
+        lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
+        if self.method != "ngram" and lookup != (None, None):
+            raise ValueError("prompt_lookup_min/max apply to method ngram only")
+        if None not in lookup and lookup[0] > lookup[1]:  # type: ignore[operator]
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
 
 
 class ParallelSpec(_Model):
@@ -317,6 +332,11 @@ class ServectlSettings(_Model):
     shm_size: str = Field(
         "10g", pattern=r"^\d+[bkmg]?$", description="Container /dev/shm size (docker syntax)."
     )
+    ipc_mode: Literal["host", "private"] = Field(
+        "host",
+        description="Container IPC namespace: host (the node's /dev/shm) or private (its own, "
+        "shm_size). Use private when several 'nodes' share one kernel (the lab's real engine).",
+    )
     gpus: Literal["all", "none"] = Field("all", description="GPU request of the serving container.")
     env: dict[str, str | int] = Field(
         default_factory=dict, description="Extra container environment."
@@ -386,6 +406,7 @@ class ServingSpec:
     host: str
     port: int
     shm_size: str
+    ipc_mode: str
     gpus: str
     env: dict[str, str]
     extra_args: tuple[str, ...]
@@ -428,13 +449,32 @@ class ClusterSpec:
     def config_hash(self) -> str:
         """Hash of everything that changes what runs on the nodes (serving settings + topology).
         Secrets' locations are included, their values never."""
+        serving = _jsonable(self.serving)
+        # Settings added later are hashed only when set: an upgrade alone shows no drift.
+        for key, default in _LATER_SETTINGS:
+            _drop_default(serving, key, default)
         doc = {
-            "serving": _jsonable(self.serving),
+            "serving": serving,
             "secrets": self.secrets.model_dump(),
             "nodes": [(n.name, n.role, n.rank, n.vllm_host_ip) for n in self.nodes],
         }
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
+
+
+_LATER_SETTINGS = (
+    ("ipc_mode", "host"),
+    ("drafter.prompt_lookup_min", None),
+    ("drafter.prompt_lookup_max", None),
+)
+
+
+def _drop_default(doc: dict[str, Any], dotted: str, default: Any) -> None:
+    *parents, key = dotted.split(".")
+    for part in parents:
+        doc = doc.get(part) if isinstance(doc, dict) else None  # type: ignore[assignment]
+    if isinstance(doc, dict) and key in doc and doc[key] == default:
+        del doc[key]
 
 
 def _jsonable(value: Any) -> Any:
@@ -464,6 +504,7 @@ def serving_from_settings(s: ServectlSettings) -> ServingSpec:
         host=s.host,
         port=s.port,
         shm_size=s.shm_size,
+        ipc_mode=s.ipc_mode,
         gpus=s.gpus,
         env={k: str(v) for k, v in s.env.items()},
         extra_args=tuple(s.extra_args),

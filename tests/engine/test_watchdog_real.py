@@ -1,0 +1,54 @@
+"""The watchdog against real vLLM, time scaled down, with the real actuator (cluster control):
+a real worker rank paused -> /health 200, the probe hangs with flat real counters -> exactly
+`failures` counted failures -> one whole-server restart -> healthy again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from servectl.cluster.lab import faults
+from servectl.watchdog.policy import Phase
+
+from tests.lab.test_watchdog_scenarios import (
+    FAILURES,
+    control_restarts,
+    counted_before_restart,
+    events,
+    kinds,
+    make_watchdog,
+    phase_is,
+    tick_until,
+)
+
+pytestmark = pytest.mark.engine
+
+WORKER = "node3"
+BOOT_S = 600  # a real TP=4 boot on 2 shared cores: ~1-3 min
+
+
+def test_paused_worker_rank_restarts_after_exactly_n_failures(engine_server, tmp_path):
+    wd = make_watchdog(engine_server.spec, tmp_path, boot_deadline_s=BOOT_S)
+    try:
+        tick_until(wd, phase_is(wd, Phase.READY), 60, "ready")
+        t_fault = time.time()
+        faults.container_action(engine_server.paths, WORKER, "pause")
+        tick_until(wd, lambda: kinds(events(wd), "restart_end"), BOOT_S, "restarted")
+        detected_s = kinds(events(wd), "restart_begin")[0]["ts"] - t_fault
+        tick_until(wd, phase_is(wd, Phase.READY), BOOT_S, "healthy again")
+        evs = events(wd)
+        (end,) = kinds(evs, "restart_end")
+        assert end["ok"], end
+        assert len(control_restarts(tmp_path)) == 1
+        counted = counted_before_restart(evs, t_fault)
+        assert [c["count"] for c in counted] == list(range(1, FAILURES + 1)), counted
+        # real /metrics answered with flat token counters: judged stalled, not busy
+        assert any(c["verdict"] == "stalled" for c in counted), counted
+        window = FAILURES * (wd.config.interval_s + wd.config.timeout_s)
+        assert detected_s <= window + 10, (detected_s, window)
+        with engine_server.controller() as ctl:
+            assert ctl.probe(timeout=10)[0]
+            assert {n.state for n in ctl.status(timeout_s=15).nodes} == {"running"}
+    finally:
+        wd.close()
+        engine_server.ensure_healthy()

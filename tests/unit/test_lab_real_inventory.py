@@ -1,0 +1,55 @@
+"""The lab inventory for the real engine is an ordinary inventory: it loads, and the plan checks
+every rank's argv against vLLM 0.32.0's own flag table (pure: no lab, no Docker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
+from servectl.cluster.lab.paths import LabPaths
+from servectl.cluster.launch import flag_table, plan_cluster
+
+
+@pytest.fixture
+def real_spec(tmp_path):
+    paths = LabPaths(tmp_path)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(render_inventory(paths, "real"))
+    return load_inventory(inv)
+
+
+def test_real_inventory_plans_tp4_native_on_0_32_0(real_spec):
+    s = real_spec.serving
+    assert s.vllm_version == "0.32.0" and flag_table("0.32.0") is not None
+    assert s.ipc_mode == "private" and s.image.startswith("servectl-lab/vllm-cpu")
+    plan = plan_cluster(real_spec)  # raises ConfigError on a flag 0.32.0 does not have
+    head, *workers = plan.containers
+    assert "--headless" not in head.command and "--served-model-name" in head.command
+    for rank, c in enumerate(workers, start=1):
+        argv = list(c.command)
+        assert argv[argv.index("--node-rank") + 1] == str(rank) and "--headless" in argv
+        assert c.ipc_mode == "private" and c.env["OMP_NUM_THREADS"] == "1"
+    spec_cfg = json.loads(head.command[head.command.index("--speculative-config") + 1])
+    assert spec_cfg == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
+
+
+def test_sim_inventory_keeps_its_hash_and_says_its_engine(tmp_path):
+    doc = inventory_doc(LabPaths(tmp_path), "sim")
+    assert doc["all"]["vars"][ENGINE_VAR] == "sim"
+    assert "ipc_mode" not in doc["all"]["vars"]["servectl"]
+
+
+def test_a_flag_0_32_0_lacks_is_refused(real_spec):
+    from dataclasses import replace
+
+    serving = replace(real_spec.serving, extra_args=("--disable-chunked-prefill",))
+    with pytest.raises(ConfigError, match="0.32.0 `vllm serve` has no flag"):
+        plan_cluster(replace(real_spec, serving=serving))
