@@ -109,6 +109,10 @@ def inventory_doc(paths: LabPaths, engine: str = "sim") -> dict:
     if engine == "real":
         servectl.update(_real_serving(paths))
         servectl["watchdog"] = {**servectl["watchdog"], "boot_deadline_s": 600}
+        # Real TP=4 decoding on 2 cores runs at ~10 tok/s per stream: a rollout's before/after
+        # (c=1, 8, 32, twice) at 32 x 48 tokens took ~10 minutes; 16 x 24 keeps every level
+        # measured with real counters in a quarter of that.
+        servectl["bench"] = {**servectl["bench"], "num_prompts": 16, "output_len": 24}
     return {
         "all": {
             "children": {
