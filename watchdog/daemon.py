@@ -141,6 +141,10 @@ class Watchdog(DaemonIO):
         self._broken_writes: set[str] = set()  # "state" / "events" failing right now
         # A call into the cluster (boot progress, evidence) waits at most this long per tick.
         self.cluster_call_timeout_s = max(1.0, min(30.0, config.interval_s / 2))
+        # Evidence is read once, just before a restart that takes minutes, and its own reads
+        # carry their own timeouts (SSH 5 s per node in parallel, /metrics 5 s): the bound must
+        # hold them, or a short probe interval records only a timeout in place of the evidence.
+        self.evidence_timeout_s = max(self.cluster_call_timeout_s, 20.0)
 
     @property
     def state(self) -> PolicyState | None:
@@ -245,9 +249,11 @@ class Watchdog(DaemonIO):
             self._flush_alerts()
             return decisions
 
-    def _cluster_call(self, fn: Callable[[], Any], what: str) -> Any:
+    def _cluster_call(
+        self, fn: Callable[[], Any], what: str, timeout_s: float | None = None
+    ) -> Any:
         """A bounded call into the cluster: a frozen node costs this one wait, not the loop."""
-        return bounded(fn, self.cluster_call_timeout_s, what)
+        return bounded(fn, timeout_s or self.cluster_call_timeout_s, what)
 
     def _boot_progress(self) -> BootProgress | None:
         try:
@@ -277,7 +283,9 @@ class Watchdog(DaemonIO):
     def _restart(self, d: Restart) -> None:
         evidence = dict(d.evidence)
         try:
-            evidence["nodes"] = self._cluster_call(self._actuator.collect_evidence, "evidence")
+            evidence["nodes"] = self._cluster_call(
+                self._actuator.collect_evidence, "evidence", self.evidence_timeout_s
+            )
         except Exception as exc:
             evidence["nodes_error"] = f"{type(exc).__name__}: {exc}"
         self._record(

@@ -78,8 +78,10 @@ def observe(base: str, model: str, log: str) -> dict[str, object]:
         facts["models.ids"] = [m["id"] for m in c.get("/v1/models").json()["data"]] == [model]
         text = c.get("/metrics").text
     for name in METRICS:
-        base_name = re.sub(r"_(total|count)$", "", name)
-        declared = re.search(rf"^# TYPE {re.escape(base_name)} (\w+)$", text, re.M)
+        # prometheus_client's text format declares a counter under its full '_total' name and a
+        # histogram under its family name (the '_count' series has no TYPE line of its own)
+        family = re.sub(r"_count$", "", name)
+        declared = re.search(rf"^# TYPE {re.escape(family)} (\w+)$", text, re.M)
         facts[f"metric {name}"] = (
             declared.group(1) if declared and re.search(rf"^{re.escape(name)}\b", text, re.M)
             else None

@@ -164,3 +164,44 @@ def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
 
     got = as_boot_progress(ClusterBoot(phase=BootPhase.FAILED, shards_loaded=3))
     assert got is not None and got.failed and got.progress == 3
+
+
+def _restart_with_slow_evidence(tmp_path: Path, evidence_s: float, bound_s: float):
+    wd, prober, act = make(tmp_path)
+    wd.cluster_call_timeout_s = 0.2  # a short probe interval's bound for boot progress
+
+    def slow_evidence() -> dict[str, Any]:
+        time.sleep(evidence_s)  # e.g. the /metrics read of a paused head: 5 s timeout
+        return {"node1": ["last log line"]}
+
+    act.collect_evidence = slow_evidence  # type: ignore[method-assign]
+    wd.evidence_timeout_s = bound_s
+    wd.tick()
+    prober.next = REFUSED
+    for _ in range(3):
+        wd.tick()
+    wd.close()
+    evs = read_events(wd.config.events_path).events
+    (begin,) = [e for e in evs if e["kind"] == "restart_begin"]
+    return begin, act
+
+
+def test_evidence_gets_its_own_bound_not_the_tick_bound(tmp_path: Path) -> None:
+    # Lab CI: interval 2 s gave a 1 s bound, the evidence's own 5 s /metrics read never fit,
+    # and the restart recorded only a timeout in place of the last log lines.
+    begin, act = _restart_with_slow_evidence(tmp_path, evidence_s=0.5, bound_s=3.0)
+    assert begin["evidence"]["nodes"] == {"node1": ["last log line"]}
+    assert len(act.restarts) == 1
+
+
+def test_frozen_evidence_is_bounded_and_the_restart_still_happens(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    begin, act = _restart_with_slow_evidence(tmp_path, evidence_s=5.0, bound_s=0.3)
+    assert time.monotonic() - t0 < 3.0
+    assert "nodes" not in begin["evidence"] and "evidence" in begin["evidence"]["nodes_error"]
+    assert len(act.restarts) == 1
+
+
+def test_default_evidence_bound_holds_the_evidence_reads(tmp_path: Path) -> None:
+    wd, _, _ = make(tmp_path, interval_s=2.0)
+    assert wd.cluster_call_timeout_s == 1.0 and wd.evidence_timeout_s >= 15.0
