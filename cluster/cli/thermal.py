@@ -53,8 +53,9 @@ def agent(
         Path, typer.Option("--dir", help="Where the JSON-lines files go.")
     ] = _DEFAULT_DIR,
     interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between samples."),
-    metrics_port: int = typer.Option(
-        9411, "--metrics-port", help="Port for /metrics on 127.0.0.1 (-1: off)."
+    metrics_port: int = typer.Option(9411, "--metrics-port", help="Port for /metrics (-1: off)."),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Listen address of /metrics (loopback by default)."
     ),
     sysfs_root: Annotated[
         Path, typer.Option("--sysfs-root", help="Root of sysfs (a fake tree in the lab).")
@@ -69,7 +70,7 @@ def agent(
         64.0, "--max-file-mb", min=0.01, help="Rotate files at this size."
     ),
     budget_mb: float = typer.Option(
-        1024.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
+        512.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
     ),
     zone_role: Annotated[
         list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")
@@ -84,6 +85,7 @@ def agent(
     run_agent(
         AgentOptions(
             node=node, directory=directory, interval_s=interval, metrics_port=metrics_port,
+            metrics_host=metrics_host,
             sysfs_root=sysfs_root, role=role, alert_margin_c=alert_margin,
             max_file_bytes=int(max_file_mb * 2**20), budget_bytes=int(budget_mb * 2**20),
             zone_roles=dict(x.split("=", 1) for x in zone_role if "=" in x) or None,

@@ -385,6 +385,7 @@ def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> N
 
     class Th:
         dir, interval_s, metrics_port, alert_margin_c, disk_budget_mb = "/d", 10.0, 9411, 10.0, 512
+        metrics_host = "127.0.0.1"
         zone_roles = {"5": "GPU zone"}
 
     class Spec:

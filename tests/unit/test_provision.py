@@ -211,3 +211,30 @@ def test_unit_templates_keep_nvml_and_declare_restart():
         assert "PrivateDevices" not in text.replace("no PrivateDevices", ""), path.name
         assert "Restart=on-failure" in text and "StartLimitBurst=" in text, path.name
         assert "NoNewPrivileges=yes" in text and "ProtectSystem=" in text, path.name
+
+
+def test_thermal_unit_passes_listen_address_and_alert_margin():
+    # Issue 19: the provisioned unit dropped --alert-margin (the `thermal start` path passed it)
+    # and the agent listened on a hard-coded 127.0.0.1 whatever thermal.metrics_host said.
+    import shlex
+
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(filters.FilterModule().filters())
+    defaults = yaml.safe_load(
+        (PLAYBOOKS / "roles/servectl_defaults/defaults/main.yml").read_text()
+    )["servectl_spec_defaults"]
+    cfg = json.loads(json.dumps(defaults))
+    cfg["thermal"].update(metrics_host="10.0.0.5", alert_margin_c=7)
+    template = (PLAYBOOKS / "roles/units/templates/servectl-thermal.service.j2").read_text()
+    text = env.from_string(template).render(
+        ansible_managed="managed", inventory_hostname="node2", groups={"head": ["node1"]},
+        servectl_cfg=cfg, servectl_venv="/opt/servectl/venv",
+    )  # fmt: skip
+    (exec_start,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_start.removeprefix("ExecStart="))  # each argument double-quoted
+    assert argv[argv.index("--metrics-host") + 1] == "10.0.0.5"
+    assert argv[argv.index("--alert-margin") + 1] == "7"
+    assert argv[argv.index("--role") + 1] == "worker"
+    assert defaults["thermal"]["metrics_host"] == "127.0.0.1"  # loopback unless configured

@@ -45,7 +45,7 @@ NRestarts=2
 """
 THERMAL = SimpleNamespace(
     interval_s=1.0, dir="/var/log/servectl/thermal", disk_budget_mb=512, metrics_port=9411,
-    alert_margin_c=10.0,
+    alert_margin_c=10.0, metrics_host="127.0.0.1",
 )  # fmt: skip
 SPEC = SimpleNamespace(thermal=THERMAL)
 NODE = SimpleNamespace(name="node2", role="worker")
@@ -71,6 +71,7 @@ def test_start_plan_copies_the_zipapp_and_restarts_the_transient_unit() -> None:
     i = run.index("python3")
     assert run[i : i + 3] == ("python3", AGENT_PATH, "agent")
     assert run[run.index("--node") + 1] == "node2" and run[run.index("--interval") + 1] == "1"
+    assert run[run.index("--metrics-host") + 1] == "127.0.0.1"
     assert all(isinstance(a, str) for s in plan.steps for a in s.argv)  # argv lists, no shell
 
 
@@ -155,3 +156,35 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
 def test_report_needs_exactly_one_source() -> None:
     res = CliRunner().invoke(app, ["report"])
     assert res.exit_code == 2
+
+
+def test_agent_listens_where_the_inventory_says() -> None:
+    # Issue 19: the agent bound /metrics to a hard-coded 127.0.0.1, so no Prometheus could scrape
+    # it whatever thermal.metrics_host said; the node-side parser now takes the address.
+    import socket
+
+    from servectl.watchdog.thermal import nodeapp
+
+    seen: list[nodeapp.AgentOptions] = []
+    orig = nodeapp.run_agent
+    nodeapp.run_agent = seen.append  # type: ignore[assignment]
+    try:
+        nodeapp.main(["agent", "--node", "n1", "--metrics-host", "127.0.0.7"])
+        nodeapp.main(["agent", "--node", "n1"])
+    finally:
+        nodeapp.run_agent = orig
+    assert [o.metrics_host for o in seen] == ["127.0.0.7", "127.0.0.1"]
+    assert seen[1].budget_bytes == 512 * 2**20  # the spec's disk_budget_mb default
+    from servectl.watchdog.thermal.metrics import MetricsServer
+
+    class Nothing:
+        def collect(self):
+            return iter(())
+
+    server = MetricsServer(Nothing(), "127.0.0.7", 0)
+    port = server.start()
+    try:
+        with socket.create_connection(("127.0.0.7", port), timeout=2):
+            pass
+    finally:
+        server.stop()

@@ -1,4 +1,5 @@
-"""Prometheus /metrics for the thermal agent, on its own registry, bound to 127.0.0.1.
+"""Prometheus /metrics for the thermal agent, on its own registry, bound to
+`servectl.thermal.metrics_host` (loopback unless the inventory opens it to a scraper).
 
 Names follow node_exporter (``node_thermal_zone_temp{zone,type}``, ``node_hwmon_temp_celsius``)
 and dcgm-exporter (``DCGM_FI_DEV_*{gpu,UUID}``) where they overlap, so existing dashboards work.

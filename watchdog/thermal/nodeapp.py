@@ -29,6 +29,8 @@ log = logging.getLogger("servectl.thermal")
 
 DEFAULT_DIR = "/var/log/servectl/thermal"
 DEFAULT_METRICS_PORT = 9411
+DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback unless the inventory opens it to a scraper
+DEFAULT_BUDGET_MB = 512  # the spec's thermal.disk_budget_mb default
 TAIL_BYTES = 64 * 1024
 
 
@@ -38,11 +40,12 @@ class AgentOptions:
     directory: Path
     interval_s: float = 10.0
     metrics_port: int = DEFAULT_METRICS_PORT  # -1: off
+    metrics_host: str = DEFAULT_METRICS_HOST
     sysfs_root: Path = Path("/sys")
     role: str | None = None
     alert_margin_c: float | None = None
     max_file_bytes: int = 64 * 2**20
-    budget_bytes: int = 1024 * 2**20
+    budget_bytes: int = DEFAULT_BUDGET_MB * 2**20
     zone_roles: dict[str, str] | None = None  # zone index/name/type -> role (metrics label)
 
 
@@ -103,10 +106,10 @@ def run_agent(opts: AgentOptions) -> Any:
 
             server = MetricsServer(
                 ThermalCollector(agent, time.time, zone_roles=opts.zone_roles),
-                "127.0.0.1",
+                opts.metrics_host,
                 opts.metrics_port,
             )
-            log.info("metrics on http://127.0.0.1:%d/metrics", server.start())
+            log.info("metrics on http://%s:%d/metrics", opts.metrics_host, server.start())
         except (
             ImportError,
             OSError,
@@ -195,11 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--dir", default=DEFAULT_DIR)
     a.add_argument("--interval", type=float, default=10.0)
     a.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT)
+    a.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST)
     a.add_argument("--sysfs-root", default="/sys")
     a.add_argument("--role", choices=("head", "worker"))
     a.add_argument("--alert-margin", type=float)
     a.add_argument("--max-file-mb", type=float, default=64.0)
-    a.add_argument("--budget-mb", type=float, default=1024.0)
+    a.add_argument("--budget-mb", type=float, default=float(DEFAULT_BUDGET_MB))
     a.add_argument("--zone-role", action="append", default=[], help="INDEX=ROLE (repeatable)")
     s = sub.add_parser("status", help="print this node's file facts as JSON")
     s.add_argument("--node", required=True)
@@ -220,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             directory=Path(args.dir),
             interval_s=args.interval,
             metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
             sysfs_root=Path(args.sysfs_root),
             role=args.role,
             alert_margin_c=args.alert_margin,

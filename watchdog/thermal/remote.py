@@ -101,6 +101,7 @@ def agent_argv(spec: Any, node: Any) -> list[str]:
         "--dir", th.dir,
         "--interval", f"{th.interval_s:g}",
         "--metrics-port", str(th.metrics_port),
+        "--metrics-host", th.metrics_host,
         "--role", node.role,
         "--alert-margin", f"{th.alert_margin_c:g}",
         "--budget-mb", f"{budget_mb:g}",
