@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,6 +62,7 @@ class RolloutPorts:
     cluster: Cluster
     holder: Holder
     measure: Callable[[ClusterSpec, str], Measurement] | None  # None: --bench none
+    _: KW_ONLY  # the rest by name: a positional on_event once landed in `via`
     clock: Callable[[], float] = time.time
     # "direct": restart through cluster control while the watchdog is held. "watchdog": as the
     # field report did it: change the launcher config, stop the server, and let the (not held)
@@ -348,9 +349,10 @@ def rollback_to(
         new_hash=parse_inventory(target_text, inventory).config_hash(),
         started_at=now,
     )
-    return Rollout(
-        store, RolloutPorts(ports.cluster, ports.holder, None, ports.clock, ports.on_event)
-    ).run(record, [])
+    rollback_ports = RolloutPorts(
+        ports.cluster, ports.holder, None, clock=ports.clock, via=ports.via, on_event=ports.on_event
+    )
+    return Rollout(store, rollback_ports).run(record, [])
 
 
 def _summary(record: RolloutRecord) -> str:

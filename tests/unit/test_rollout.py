@@ -272,3 +272,17 @@ def test_failure_after_the_write_rolls_back_by_itself(tmp_path, inv):
     assert result.step == "rolled_back" and "restart on the new config failed" in result.reason
     assert inv.read_text() == before
     assert [h["step"] for h in store.history()] == ["rolled_back"]
+
+
+def test_rollback_reports_progress_and_keeps_the_path(tmp_path, inv):
+    # Issue 18: rollback built its ports positionally and put `on_event` into `via`, so
+    # `servectl rollback` never printed progress (and took a function for its restart path).
+    cluster, events = FakeCluster(), []
+    ro, store, _ = _rollout(tmp_path, cluster, measure=None)
+    ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
+    ports = RolloutPorts(
+        cluster, FakeHolder(), None, clock=lambda: 1_767_000_000.0,
+        on_event=lambda kind, data: events.append(kind),
+    )  # fmt: skip
+    result = rollback_to(store, ports, str(inv), None)
+    assert result.step == "done" and events, events
