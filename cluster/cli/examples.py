@@ -29,7 +29,10 @@ EXAMPLES: dict[str, str] = {
     "lab fault kill": "servectl lab fault kill node1",
     "lab fault cool": "servectl lab fault cool node2",
     "lab fault clear": "servectl lab fault clear",
-    "watchdog run": f"servectl watchdog run {INV}",
+    "watchdog run": f"servectl watchdog run {INV}     (as provisioned on the head: "
+    "servectl watchdog run --applied /var/lib/servectl/watchdog/applied.json "
+    "--state-dir /var/lib/servectl/watchdog --ssh-key /etc/servectl/watchdog/id_ed25519 "
+    "--known-hosts /etc/servectl/watchdog/known_hosts)",
     "watchdog status": f"servectl watchdog status {INV} --json",
     "watchdog hold": f'servectl watchdog hold {INV} --for 30m --reason "driver update"',
     "watchdog release": f"servectl watchdog release {INV}",

@@ -41,6 +41,7 @@ from servectl.cluster.cli.common import (
 )
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import cluster_lock_path
+from servectl.cluster.ssh_identity import SshIdentity
 from servectl.watchdog.config import MAX_HOLD_S, WatchdogConfig
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.state import (
@@ -85,14 +86,19 @@ class ControllerActuator:
     """
 
     def __init__(
-        self, spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+        self,
+        spec: Any,
+        control_state_dir: str | None = None,
+        applied_path: str | None = None,
+        identity: SshIdentity = SshIdentity(),
     ) -> None:
         from servectl.cluster.control import Controller
 
-        self.spec = spec
+        self.spec = identity.apply(spec)
         self.control_state_dir = control_state_dir
         self.applied_path = applied_path  # the plan a restart replays (not the inventory)
-        self.controller = Controller(spec, state_dir=control_state_dir, node_timeout_s=10.0)
+        self.identity = identity  # this host's SSH key and known_hosts, for the restart job too
+        self.controller = Controller(self.spec, state_dir=control_state_dir, node_timeout_s=10.0)
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         why = f"watchdog: {reason}"
@@ -107,6 +113,7 @@ class ControllerActuator:
         argv = [sys.executable, "-m", "servectl.cluster.cli.watchdog", "restart-job", source, why]
         if self.control_state_dir:
             argv.append(str(self.control_state_dir))
+        argv += self.identity.argv()  # the plan is the control machine's; the SSH key is ours
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -191,16 +198,22 @@ def _raise_unless_applied(doc: dict[str, Any]) -> None:
     raise ServectlError("restart failed on " + "; ".join(bad))
 
 
-def restart_job(inventory: str, why: str, control_state_dir: str | None = None) -> int:
+def restart_job(
+    inventory: str,
+    why: str,
+    control_state_dir: str | None = None,
+    identity: SshIdentity = SshIdentity(),
+) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
-    one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error)."""
+    one JSON line (the result) and returns the exit status (0 applied, 1 failed, 2 error).
+    `identity`: the watchdog's own SSH key and known_hosts (the record keeps the plan's)."""
     from servectl.cluster.applied import read_applied
     from servectl.cluster.control import Controller
 
     try:
         plan = read_applied(inventory) if inventory.endswith(".json") else None
         # The applied plan is replayed as recorded, whatever the inventory file says now.
-        spec = plan.spec() if plan is not None else load(Path(inventory))
+        spec = identity.apply(plan.spec() if plan is not None else load(Path(inventory)))
         source = (plan.inventory_text, plan.inventory_path) if plan is not None else None
         with Controller(spec, state_dir=control_state_dir, applied_source=source) as ctl:
             doc = _result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
@@ -213,12 +226,16 @@ def restart_job(inventory: str, why: str, control_state_dir: str | None = None) 
 
 
 def build_actuator(
-    spec: Any, control_state_dir: str | None = None, applied_path: str | None = None
+    spec: Any,
+    control_state_dir: str | None = None,
+    applied_path: str | None = None,
+    identity: SshIdentity = SshIdentity(),
 ) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
     cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator);
-    `applied_path`: the applied plan a restart replays."""
-    return ControllerActuator(spec, control_state_dir, applied_path)
+    `applied_path`: the applied plan a restart replays; `identity`: the SSH key and known_hosts
+    of the host the watchdog runs on, in place of the plan's (which are the control machine's)."""
+    return ControllerActuator(spec, control_state_dir, applied_path, identity)
 
 
 def resolve_api_key(ref: Any, environ: Mapping[str, str] | None = None) -> str | None:
@@ -275,14 +292,18 @@ def build_config(
 
 
 def watched_plan(
-    inventory: Path, applied: str | None, state_dir: str | None
+    inventory: Path,
+    applied: str | None,
+    state_dir: str | None,
+    identity: SshIdentity = SshIdentity(),
 ) -> tuple[WatchdogConfig, ControllerActuator, Any]:
     """What `watchdog run` watches: (settings, actuator, plan follower).
 
     Probe target, key and policy come from the applied plan (`--applied`, or the control
     machine's record for the inventory's cluster; the inventory itself only when nothing was
-    applied yet). Where this daemon keeps its state and serves /metrics is its own deployment:
-    its unit (`--state-dir`) or the inventory it was started on.
+    applied yet). Where this daemon keeps its state and serves /metrics, and the SSH key and
+    known_hosts it reaches the nodes with (`identity`), are its own deployment: its unit
+    (`--state-dir`, `--ssh-key`, `--known-hosts`) or the inventory it was started on.
     """
     from servectl.cluster.applied import local_paths, read_applied
     from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
@@ -305,10 +326,10 @@ def watched_plan(
 
     def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
         new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
-        return new_cfg, Prober(new_cfg), build_actuator(new_spec, applied_path=path)
+        return new_cfg, Prober(new_cfg), build_actuator(new_spec, None, path, identity)
 
     follower = PlanFollower(path, plan, build, spec.name)
-    return cfg, build_actuator(spec, applied_path=path), follower
+    return cfg, build_actuator(spec, None, path, identity), follower
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -421,18 +442,45 @@ def run(
             "the provisioned watchdog does. Waits for the first `servectl up` if absent.",
         ),
     ] = None,
+    ssh_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--ssh-key",
+            exists=True,
+            dir_okay=False,
+            help="Private key for every node and jump host, in place of the plan's (which is "
+            "the control machine's). The provisioned watchdog passes its own.",
+        ),
+    ] = None,
+    known_hosts: Annotated[
+        Path | None,
+        typer.Option(
+            "--known-hosts",
+            exists=True,
+            dir_okay=False,
+            help="known_hosts file for every connection, in place of the plan's.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM/SIGINT. It watches and restarts the
-    applied plan (what `up`/`restart`/`rollout` last applied), following it when it changes."""
+    applied plan (what `up`/`restart`/`rollout` last applied), following it when it changes.
+    As provisioned on the head node, it reaches the nodes with its own key and known_hosts
+    (--ssh-key, --known-hosts), not the control machine's that the plan names."""
     from servectl.watchdog.daemon import build_watchdog
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    identity = SshIdentity(
+        str(ssh_key) if ssh_key else None, str(known_hosts) if known_hosts else None
+    )
     cfg, actuator, follower = watched_plan(
-        inventory, str(applied) if applied else None, str(state_dir) if state_dir else None
+        inventory,
+        str(applied) if applied else None,
+        str(state_dir) if state_dir else None,
+        identity,
     )
     wd = build_watchdog(cfg, actuator, follow=follower)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -557,11 +605,25 @@ def history(
         console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")
 
 
-if (
-    __name__ == "__main__"
-):  # the restart job: python -m servectl.cluster.cli.watchdog restart-job ...
+def _restart_job_main(argv: list[str]) -> int:
+    """`restart-job INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m servectl.cluster.cli.watchdog restart-job")
+    parser.add_argument("inventory")
+    parser.add_argument("why")
+    parser.add_argument("control_state_dir", nargs="?")
+    parser.add_argument("--ssh-key")
+    parser.add_argument("--known-hosts")
+    args = parser.parse_args(argv)
+    identity = SshIdentity(args.ssh_key, args.known_hosts)
+    return restart_job(args.inventory, args.why, args.control_state_dir, identity)
+
+
+if __name__ == "__main__":  # the restart job: python -m servectl.cluster.cli.watchdog restart-job
     if len(sys.argv) >= 4 and sys.argv[1] == "restart-job":
-        sys.exit(restart_job(*sys.argv[2:5]))
+        sys.exit(_restart_job_main(sys.argv[2:]))
     sys.exit(
-        "usage: python -m servectl.cluster.cli.watchdog restart-job INVENTORY WHY [CONTROL_STATE_DIR]"
+        "usage: python -m servectl.cluster.cli.watchdog restart-job INVENTORY WHY "
+        "[CONTROL_STATE_DIR] [--ssh-key PATH] [--known-hosts PATH]"
     )

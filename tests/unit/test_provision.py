@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,137 @@ def test_thermal_unit_passes_listen_address_and_alert_margin():
     assert argv[argv.index("--alert-margin") + 1] == "7"
     assert argv[argv.index("--role") + 1] == "worker"
     assert defaults["thermal"]["metrics_host"] == "127.0.0.1"  # loopback unless configured
+
+
+# --- the watchdog's own SSH identity (issue 15) -------------------------------------------------
+
+
+def _render_unit(name: str, cfg: dict, **values: object) -> str:
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(filters.FilterModule().filters())
+    env.filters["dirname"] = os.path.dirname  # Ansible's
+    template = (PLAYBOOKS / f"roles/units/templates/{name}").read_text()
+    return env.from_string(template).render(
+        ansible_managed="managed", inventory_hostname="node1", groups={"head": ["node1"]},
+        servectl_cfg=cfg, servectl_venv="/opt/servectl/venv", servectl_etc="/etc/servectl",
+        **values,
+    )  # fmt: skip
+
+
+def _defaults() -> dict:
+    return yaml.safe_load((PLAYBOOKS / "roles/servectl_defaults/defaults/main.yml").read_text())
+
+
+def test_watchdog_unit_passes_its_own_ssh_key_and_known_hosts():
+    import shlex
+
+    cfg = json.loads(json.dumps(_defaults()["servectl_spec_defaults"]))
+    text = _render_unit(
+        "servectl-watchdog.service.j2", cfg, servectl_watchdog_ssh_dir="/etc/servectl/watchdog"
+    )
+    (exec_start,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_start.removeprefix("ExecStart="))
+    assert argv[:3] == ["/opt/servectl/venv/bin/servectl", "watchdog", "run"]
+    assert argv[argv.index("--ssh-key") + 1] == "/etc/servectl/watchdog/id_ed25519"
+    assert argv[argv.index("--known-hosts") + 1] == "/etc/servectl/watchdog/known_hosts"
+    assert argv[argv.index("--applied") + 1] == "/var/lib/servectl/watchdog/applied.json"
+    # the restart job writes cluster control's records and takes the restart lock: both must be
+    # writable under ProtectSystem=strict / ProtectHome=read-only
+    env = [shlex.split(ln.removeprefix("Environment="))[0] for ln in text.splitlines()
+           if ln.startswith("Environment=")]  # fmt: skip
+    assert "SERVECTL_STATE_DIR=/var/lib/servectl/watchdog/control" in env
+    assert 'ReadWritePaths="-/var/lib/servectl"' in text.splitlines()
+    # the defaults name the same place the role writes to
+    assert _defaults()["servectl_watchdog_ssh_dir"] == "{{ servectl_etc }}/watchdog"
+
+
+def _tasks(path: str) -> list[dict]:
+    """Tasks of a task file or playbook, blocks flattened."""
+    doc = yaml.safe_load((PLAYBOOKS / path).read_text())
+    if doc and "tasks" in doc[0]:
+        doc = doc[0]["tasks"]
+    out: list[dict] = []
+    for task in doc:
+        out.append(task)
+        out.extend(task.get("block", []))
+    return out
+
+
+def _module(task: dict, name: str) -> dict | None:
+    return task.get(f"ansible.builtin.{name}")
+
+
+def test_watchdog_key_is_generated_once_on_the_watchdog_host_and_never_scanned():
+    tasks = _tasks("roles/units/tasks/watchdog_ssh.yml")
+    text = (PLAYBOOKS / "roles/units/tasks/watchdog_ssh.yml").read_text()
+    # every module is ansible-core's (no community collection on the control machine)
+    modules = {k for t in tasks for k in t if "." in k}
+    assert modules and all(m.startswith("ansible.builtin.") for m in modules), modules
+    (keygen,) = [t for t in tasks if "ssh-keygen" in json.dumps(_module(t, "command") or {})]
+    cmd = _module(keygen, "command")
+    assert cmd["creates"] == "{{ servectl_wd_key }}"  # idempotent: once, then kept
+    assert cmd["argv"][:5] == ["ssh-keygen", "-q", "-t", "ed25519", "-N"]
+    assert "servectl-watchdog@" in " ".join(cmd["argv"])
+    assert "inventory_hostname == servectl_wd_host" in keygen["when"]
+    (wd_dir,) = [t for t in tasks if (_module(t, "file") or {}).get("path") == (
+        "{{ servectl_watchdog_ssh_dir }}")]  # fmt: skip
+    assert _module(wd_dir, "file")["mode"] == "0700"
+    # the host keys come from the nodes themselves, over Ansible's connection
+    assert "keyscan" not in text.replace("Never ssh-keyscan", "").replace("never ssh-keyscan", "")
+    (host_keys,) = [t for t in tasks if "servectl_host_key_files" in json.dumps(t.get("loop"))]
+    assert _module(host_keys, "slurp") is not None
+    (find,) = [t for t in tasks if _module(t, "find")]
+    assert _module(find, "find") == {"paths": "/etc/ssh", "patterns": "ssh_host_*_key.pub"}
+    (known,) = [t for t in tasks if _module(t, "template")]
+    assert _module(known, "template")["mode"] == "0600"
+    assert _module(known, "template")["dest"] == "{{ servectl_wd_known_hosts }}"
+    (auth,) = [t for t in tasks if _module(t, "lineinfile")]
+    li = _module(auth, "lineinfile")
+    assert li["mode"] == "0600" and li["create"] is True and "servectl-watchdog@" in li["regexp"]
+    # the units role runs these before it writes and starts the unit
+    main = _tasks("roles/units/tasks/main.yml")
+    names = [t.get("ansible.builtin.import_tasks") or t["name"] for t in main]
+    assert names.index("watchdog_ssh.yml") < names.index("Units enabled and running")
+
+
+def test_known_hosts_entries_are_keyed_as_the_watchdog_connects():
+    # the same entry paramiko looks up: host for port 22, [host]:port otherwise
+    import base64
+
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
+    env.filters["b64decode"] = lambda s: base64.b64decode(s).decode()
+    template = (PLAYBOOKS / "roles/units/templates/servectl-watchdog-known-hosts.j2").read_text()
+
+    def pub(blob: str) -> dict:
+        return {"content": base64.b64encode(f"ssh-ed25519 {blob} root@n\n".encode()).decode()}
+
+    hostvars = {
+        "node1": {"ansible_host": "10.0.0.11", "servectl_host_keys": {"results": [pub("AAA1")]}},
+        "node2": {"ansible_host": "10.0.0.12", "ansible_port": 2222,
+                  "servectl_host_keys": {"results": [pub("AAA2"), pub("BBB2")]}},
+        "node3": {"servectl_host_keys": {"results": [pub("AAA3")]}},
+    }  # fmt: skip
+    text = env.from_string(template).render(
+        ansible_managed="managed", servectl_wd_host="node1",
+        servectl_wd_nodes=["node1", "node2", "node3"], hostvars=hostvars,
+    )  # fmt: skip
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert lines == [
+        "10.0.0.11 ssh-ed25519 AAA1",
+        "[10.0.0.12]:2222 ssh-ed25519 AAA2",
+        "[10.0.0.12]:2222 ssh-ed25519 BBB2",
+        "node3 ssh-ed25519 AAA3",
+    ]
+
+
+def test_remove_takes_the_watchdog_identity_away():
+    tasks = _tasks("remove.yml")
+    text = (PLAYBOOKS / "remove.yml").read_text()
+    (auth,) = [t for t in tasks if _module(t, "lineinfile")]
+    li = _module(auth, "lineinfile")
+    assert li["state"] == "absent" and "servectl-watchdog@" in li["regexp"]
+    assert "servectl_watchdog_ssh_dir" in text  # the key pair and known_hosts

@@ -1,0 +1,211 @@
+"""The provisioned watchdog on the head node restarts a hung server with its OWN SSH identity.
+
+`servectl provision` (watchdog host: node1) gives the watchdog a key of its own, authorized on
+every node, and a known_hosts of every node's host keys; `servectl up` from this machine records
+the applied plan on node1 (it names this machine's key and known_hosts, which node1 does not
+have). The head's container is paused: node1's watchdog must count the failures, restart the
+server over SSH with its own identity, and see it healthy again. Nothing on this machine takes
+part in the restart (its own cluster-control log stays without one).
+
+Uses the session `lab` fixture; provisions and removes again (as tests/lab/test_provision.py).
+The lab inventory's watchdog settings are already scaled down (2 s interval and timeout, 3
+failures, 120 s boot deadline) and reach the head's watchdog through the applied plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from servectl.cluster.cli.watchdog import WATCHDOG_WHO
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.lab import faults
+from servectl.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
+
+from .test_provision import provision, wait_for
+
+pytestmark = pytest.mark.lab
+
+SERVECTL = str(Path(sys.executable).parent / "servectl")
+ROOT = Path(__file__).resolve().parents[2]
+WD_DIR = "/etc/servectl/watchdog"  # servectl_watchdog_ssh_dir's default
+UNIT = "servectl-watchdog.service"
+# A loaded 2-core machine: 3 failures x (2 s + 2 s), the restart job (removal, pre-flight, four
+# starts over SSH from node1) and the simulator's boot; generous, polled.
+RESTART_DEADLINE_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    # the node wheel is built from a snapshot (the tree may be edited while the tests run)
+    snap = tmp_path_factory.mktemp("servectl-src")
+    for item in ("pyproject.toml", "README.md", "requirements", "cluster", "watchdog"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.is_file():
+            shutil.copy2(src, snap / item)
+    return snap
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab, source):
+    """The lab provisioned with the watchdog on node1; removed again at the end."""
+    doc = provision(lab, source)
+    assert doc["exit"] == 0 and doc["ok"], json.dumps(
+        {k: doc.get(k) for k in ("status", "failures", "artifact_dir")}
+    )
+    try:
+        yield doc
+    finally:
+        _stop_head_watchdog(lab)
+        removed = provision(lab, source, "--remove")
+        assert removed["exit"] == 0, removed.get("failures")
+
+
+def _stop_head_watchdog(lab) -> None:
+    """Never leave a watchdog on node1 that fights the later tests' own watchdogs."""
+    with contextlib.suppress(Exception):
+        lab.ssh(HEAD, ["systemctl", "disable", "--now", UNIT], timeout_s=60)
+
+
+def _cat(lab, node: str, path: str) -> str:
+    done = lab.ssh(node, ["cat", path], timeout_s=30)
+    return done.stdout if done.rc == 0 else ""
+
+
+def _json(lab, node: str, path: str) -> dict:
+    with contextlib.suppress(ValueError):
+        return json.loads(_cat(lab, node, path) or "{}")
+    return {}  # being replaced (atomic rename) or not there yet
+
+
+def _events(lab, state_dir: str) -> list[dict]:
+    out = []
+    for line in _cat(lab, HEAD, f"{state_dir}/events.jsonl").splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def _restarts_in(text: str) -> list[dict]:
+    recs = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if rec.get("event") == "restart":
+                recs.append(rec)
+    return recs
+
+
+def _servectl(env: dict, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SERVECTL, *args], capture_output=True, text=True, timeout=timeout_s, env=env
+    )
+
+
+def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, provisioned, tmp_path):
+    spec = load_inventory(lab.inventory)
+    sd = spec.watchdog.state_dir
+    env = {**os.environ, "SERVECTL_STATE_DIR": str(tmp_path / "control")}
+
+    # 1. provisioning: a root-only key pair and known_hosts on node1, no inventory copy
+    modes = lab.ssh(HEAD, ["stat", "-c", "%n %a %U", WD_DIR, f"{WD_DIR}/id_ed25519",
+                           f"{WD_DIR}/known_hosts"])  # fmt: skip
+    assert modes.rc == 0, modes.stderr
+    assert modes.stdout.split("\n")[:3] == [
+        f"{WD_DIR} 700 root", f"{WD_DIR}/id_ed25519 600 root", f"{WD_DIR}/known_hosts 600 root",
+    ], modes.stdout  # fmt: skip
+    assert lab.ssh(HEAD, ["test", "-e", "/etc/servectl/inventory.yml"]).rc != 0
+    # node1's known_hosts holds what the lab's own (written from the nodes' keys) holds
+    known = {ln for ln in _cat(lab, HEAD, f"{WD_DIR}/known_hosts").splitlines() if ln[:1] != "#"}
+    ips = tuple(f"{node_ip(n)} " for n in NODE_NAMES)
+    ours = {ln for ln in lab.known_hosts.read_text().splitlines() if ln.startswith(ips)}
+    assert len(ours) >= len(NODE_NAMES) and ours <= known, known
+    # the key opens every node from node1, host key checked against that file only
+    for node in NODE_NAMES:
+        argv = ["ssh", "-i", f"{WD_DIR}/id_ed25519", "-o", f"UserKnownHostsFile={WD_DIR}/known_hosts",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                f"root@{node_ip(node)}", "hostname"]  # fmt: skip
+        done = lab.ssh(HEAD, argv, timeout_s=30)
+        assert done.rc == 0, (node, done.stdout, done.stderr)
+    unit = lab.ssh(HEAD, ["systemctl", "cat", UNIT]).stdout
+    assert f"--ssh-key {WD_DIR}/id_ed25519" in unit.replace('"', "")
+
+    def active() -> bool:
+        return lab.ssh(HEAD, ["systemctl", "is-active", UNIT]).stdout.strip() == "active"
+
+    wait_for(active, 60, "node1's watchdog unit")
+
+    # 2. an operator's down + up from this machine records the applied plan on node1
+    with Controller(spec, state_dir=tmp_path / "probe") as ctl:
+        try:
+            done = _servectl(env, "down", "-i", str(lab.inventory), "--json")
+            assert done.returncode == 0, done.stderr[-3000:]
+            done = _servectl(env, "up", "-i", str(lab.inventory), "--json")
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            applied = _json(lab, HEAD, f"{sd}/applied.json")
+            assert applied.get("config_hash") == spec.config_hash(), applied.get("action")
+
+            def follows_and_ready() -> bool:
+                state = _json(lab, HEAD, f"{sd}/state.json").get("policy") or {}
+                return state.get("phase") == "ready"
+
+            wait_for(follows_and_ready, 120, "node1's watchdog to follow the plan, ready")
+
+            # 3. hang the API: node1's watchdog restarts it, over SSH with its own key
+            t_fault = time.time()
+            faults.container_action(lab.paths, HEAD, "pause")
+            ends: list[dict] = []
+
+            def restarted() -> bool:
+                evs = [e for e in _events(lab, sd) if e.get("ts", 0) >= t_fault]
+                ends[:] = [e for e in evs if e.get("kind") == "restart_end"]
+                if ends and not ends[0].get("ok"):
+                    tail = [{k: v for k, v in e.items() if k != "evidence"} for e in evs[-8:]]
+                    pytest.fail(f"the head's watchdog failed to restart: {ends[0]}; {tail}")
+                return bool(ends)
+
+            try:
+                wait_for(restarted, RESTART_DEADLINE_S, "node1's watchdog to restart the server")
+            except AssertionError:
+                tail = [
+                    {k: v for k, v in e.items() if k != "evidence"} for e in _events(lab, sd)[-12:]
+                ]
+                journal = lab.ssh(HEAD, ["journalctl", "-u", UNIT, "-n", "60", "--no-pager"])
+                raise AssertionError(
+                    f"no restart; events: {tail}; journal: {journal.stdout}"
+                ) from None
+
+            wait_for(lambda: ctl.probe(timeout=5)[0], 180, "the server healthy again")
+            wait_for(follows_and_ready, 120, "node1's watchdog ready again")
+
+            # 4. who restarted: the head's watchdog (node1's cluster-control log and its applied
+            # plan say so); this machine's cluster-control log has no restart at all
+            head_log = _cat(lab, HEAD, f"{sd}/control/events.jsonl")
+            assert [r["who"] for r in _restarts_in(head_log)] == [WATCHDOG_WHO], head_log[-2000:]
+            again = _json(lab, HEAD, f"{sd}/applied.json")
+            assert (again.get("action"), again.get("by")) == ("restart", WATCHDOG_WHO), again
+            assert again.get("config_hash") == spec.config_hash()
+            here = tmp_path / "control" / "events.jsonl"
+            assert not _restarts_in(here.read_text() if here.exists() else "")
+        finally:
+            _stop_head_watchdog(lab)
+            _leave_healthy(ctl, lab)
+
+
+def _leave_healthy(ctl: Controller, lab) -> None:
+    """As tests/lab/test_watchdog_scenarios.py leaves it: no fault, a healthy server."""
+    with contextlib.suppress(Exception):
+        faults.container_action(lab.paths, HEAD, "unpause")
+    if not ctl.probe(timeout=5)[0]:
+        result = ctl.restart("test cleanup", timeout_s=300)
+        assert result.ok, (result.outcomes, result.boot and result.boot.reason)
