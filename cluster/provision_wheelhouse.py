@@ -41,7 +41,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
-SOURCE_ITEMS = ("pyproject.toml", "README.md", "cluster", "watchdog")
+SOURCE_ITEMS = ("pyproject.toml", "README.md", "LICENSE", "cluster", "watchdog")
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 Runner = Callable[[list[str], dict[str, str] | None], subprocess.CompletedProcess[str]]
 

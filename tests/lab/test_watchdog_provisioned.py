@@ -47,7 +47,7 @@ RESTART_DEADLINE_S = 240.0
 def source(tmp_path_factory) -> Path:
     # the node wheel is built from a snapshot (the tree may be edited while the tests run)
     snap = tmp_path_factory.mktemp("servectl-src")
-    for item in ("pyproject.toml", "README.md", "requirements", "cluster", "watchdog"):
+    for item in ("pyproject.toml", "README.md", "LICENSE", "requirements", "cluster", "watchdog"):
         src = ROOT / item
         if src.is_dir():
             shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
