@@ -67,6 +67,19 @@ class BenchSummary:
     rows: tuple[dict[str, Any], ...]
 
 
+EVAL_FIELDS = ("task", "path", "n", "metric", "score", "stderr")
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    run_id: str
+    started_at: float
+    finished: bool  # False: still running (or killed) when the report was made
+    thinking: Any  # the server's chat-template default the run measured under
+    restarts: int  # server restarts the run waited out and resumed after
+    rows: tuple[dict[str, Any], ...]
+
+
 @dataclass(frozen=True)
 class MorningReport:
     since: float
@@ -75,6 +88,7 @@ class MorningReport:
     thermal: FieldReport
     bench: tuple[BenchSummary, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    evals: tuple[EvalSummary, ...] = ()
 
     @property
     def hours(self) -> float:
@@ -204,14 +218,43 @@ def iso_ts(text: Any) -> float | None:
         return None
 
 
+def _is_eval(manifest: Mapping[str, Any], table: Mapping[str, Any]) -> bool:
+    return "eval" in (manifest.get("kind"), table.get("kind"))
+
+
+def summarize_evals(
+    runs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    since: float | None = None,
+    until: float | None = None,
+) -> tuple[EvalSummary, ...]:
+    """`servectl eval` run directories (same runs dir as bench) that started in the window."""
+    out = []
+    for manifest, table in runs:
+        started = iso_ts(manifest.get("started_at"))
+        if not _is_eval(manifest, table) or started is None or not _in(started, since, until):
+            continue
+        rows = tuple({k: r.get(k) for k in EVAL_FIELDS} for r in table.get("rows") or [])
+        out.append(
+            EvalSummary(
+                run_id=str(manifest.get("run_id")), started_at=started,
+                finished=manifest.get("finished_at") is not None,
+                thinking=(manifest.get("server_defaults") or {}).get("thinking"),
+                restarts=len(manifest.get("restarts") or ()), rows=rows,
+            )
+        )  # fmt: skip
+    return tuple(sorted(out, key=lambda e: e.started_at))
+
+
 def summarize_bench(
     runs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
     since: float | None = None,
     until: float | None = None,
 ) -> tuple[BenchSummary, ...]:
-    """(manifest, table) of each run directory -> the runs that started in the window."""
+    """(manifest, table) of each bench run directory -> the runs that started in the window."""
     out = []
     for manifest, table in runs:
+        if _is_eval(manifest, table):
+            continue  # an eval run: summarize_evals
         started = iso_ts(manifest.get("started_at"))
         if started is None or not _in(started, since, until):
             continue
@@ -253,7 +296,11 @@ def build_morning(
         notes.append("no watchdog probe records in the window (was the watchdog running?)")
     if not any(n.samples_received for n in thermal.nodes):
         notes.append("no thermal samples in the window (were the agents running?)")
-    return MorningReport(lo, hi, wd, thermal, summarize_bench(bench_runs, lo, hi), tuple(notes))
+    runs = list(bench_runs)
+    return MorningReport(
+        lo, hi, wd, thermal, summarize_bench(runs, lo, hi), tuple(notes),
+        evals=summarize_evals(runs, lo, hi),
+    )  # fmt: skip
 
 
 def headline(rep: MorningReport) -> str:
@@ -290,5 +337,6 @@ def morning_to_json(rep: MorningReport) -> dict[str, Any]:
         "thermal": report_to_json(rep.thermal),
         "throttle_episodes": rep.throttle_episodes,
         "bench": [asdict(b) for b in rep.bench],
+        "eval": [asdict(e) for e in rep.evals],
         "notes": list(rep.notes),
     }

@@ -95,6 +95,20 @@ def bench_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
 
 BENCH_HEAD = ["started", "run", "kind", "k", "c", "aggregate tok/s", "per stream tok/s",
               "TTFT p50 ms", "ITL p50 ms", "acceptance", "tokens/step"]  # fmt: skip
+EVAL_HEAD = ["started", "run", "thinking", "restarts", "task", "path", "n", "score", "stderr"]
+
+
+def eval_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
+    rows = []
+    for e in rep.evals:
+        state = "" if e.finished else " (unfinished)"
+        for r in e.rows or ({},):
+            rows.append(
+                [local(e.started_at, tz, "%H:%M"), e.run_id + state, _n(e.thinking, "{}"),
+                 str(e.restarts), _n(r.get("task"), "{}"), _n(r.get("path"), "{}"),
+                 _n(r.get("n"), "{}"), _n(r.get("score"), "{:.4f}"), _n(r.get("stderr"), "{:.4f}")]
+            )  # fmt: skip
+    return rows
 
 
 def gap_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
@@ -160,6 +174,8 @@ def morning_html(rep: MorningReport, tz: tzinfo, plot_png: bytes | None = None) 
         else "<p>none</p>",
         "<h2>Benchmarks in the window</h2>",
         _table(BENCH_HEAD, bench_rows(rep, tz)),
+        "<h2>Evaluations in the window</h2>",
+        _table(EVAL_HEAD, eval_rows(rep, tz)),
     ]
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
@@ -225,4 +241,9 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
                 f"acceptance {_n(r.get('acceptance_pct'), '{:.0f}%')}, "
                 f"{_n(r.get('tokens_per_step'), '{:.2f}')} tokens/step"
             )
+    for at, run, thinking, restarts, task, path, n, score, err in eval_rows(rep, tz):
+        out.append(
+            f"eval {at} {run}: {task} ({path}) n={n} score {score} +/- {err}; thinking "
+            f"{thinking}, {restarts} server restart(s) resumed"
+        )
     return out

@@ -52,7 +52,7 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
-    per node and zone role with margin to critical, throttle episodes, gaps, bench runs.
+    per node and zone role with margin to critical, throttle episodes, gaps, bench and eval runs.
     Exit 1 when a source could not be read (a node's thermal files, the event log)."""
     from servectl.cluster.morning import headline, morning_to_json
     from servectl.cluster.morning_html import morning_html, text_lines

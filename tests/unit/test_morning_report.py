@@ -167,6 +167,25 @@ def _bench(tmp: Path) -> None:
         },
     )
     write_json(old / "table.json", {"kind": "sweep", "rows": rows})
+    # an eval run in the same runs dir (as `servectl eval run` writes it), resumed once
+    ev = tmp / "night" / "runs" / "20261202T133000Z-eval"
+    write_json(
+        ev / "manifest.json",
+        {
+            "run_id": ev.name, "kind": "eval",
+            "started_at": datetime.fromtimestamp(T0 + 1000, tz=KST).isoformat(),
+            "finished_at": datetime.fromtimestamp(T0 + 1150, tz=KST).isoformat(),
+            "server_defaults": {"drafter_k": 3, "thinking": False},
+            "restarts": [{"task": "kormedmcqa", "resume": True}],
+        },
+    )  # fmt: skip
+    write_json(
+        ev / "table.json",
+        {"kind": "eval", "rows": [
+            {"task": "kormedmcqa", "path": "chat", "n": 3009, "metric": "exact_match,flexible",
+             "score": 0.854, "stderr": 0.0064, "stops": "4 of 5 (capped)"},
+        ]},
+    )  # fmt: skip
 
 
 def _control_log(tmp: Path) -> None:
@@ -262,6 +281,24 @@ def test_counts_equal_the_raw_files(night: dict[str, Any]) -> None:
     assert len(by["node3"].gaps) == 1 and by["node3"].gaps[0].missing == len(DOWN)
     assert [b.run_id for b in rep.bench] == ["20261202T132000Z-sweep"]
     assert rep.bench[0].rows[1]["acceptance_pct"] == 40.0
+
+
+def test_eval_runs_are_reported_apart_from_bench(night: dict[str, Any], tmp_path: Path) -> None:
+    # Issue 21: eval results "in the morning report when that exists". An eval run shares the
+    # runs dir with bench; it was listed as a bench run with empty rows.
+    rep, _ = _report(night)
+    assert all(b.kind != "eval" for b in rep.bench)
+    (ev,) = rep.evals
+    assert ev.run_id == "20261202T133000Z-eval" and ev.finished and ev.restarts == 1
+    assert ev.thinking is False and ev.rows[0]["score"] == 0.854
+    html = tmp_path / "night.html"
+    res = CliRunner().invoke(
+        app, ["report", "--from-dir", str(night["dir"]), "--since", str(T0 - 60),
+              "--until", str(T0 + 3 * 3600), "--html", str(html), "--json"],
+    )  # fmt: skip
+    doc = json.loads(res.stdout)
+    assert [e["run_id"] for e in doc["eval"]] == ["20261202T133000Z-eval"]
+    assert "Evaluations in the window" in html.read_text() and "kormedmcqa" in html.read_text()
 
 
 def test_window_in_the_operators_zone() -> None:
