@@ -12,9 +12,11 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
+from servectl.cluster.docker_gw import LABEL_COMPONENT
 from servectl.cluster.errors import LabError
 from servectl.cluster.lab import nodes, sensord
 from servectl.cluster.lab.host import write_atomic
@@ -96,14 +98,24 @@ def free_logs(paths: LabPaths, name: str) -> None:
     (paths.node(name).logfs / FILL_NAME).unlink(missing_ok=True)
 
 
+# A node fault hits the node's server rank only: a bench or eval client that happens to run on
+# the same node is the operator's tool, and freezing it too would test something else.
+SERVER_COMPONENT = "vllm"
+
+
 def _containers(name: str, client: docker.DockerClient) -> list:
-    filters = {"label": [f"{CLUSTER_LABEL}={CLUSTER_NAME}", f"{NODE_LABEL}={name}"]}
-    found = client.containers.list(all=True, filters=filters)
+    labels = [f"{CLUSTER_LABEL}={CLUSTER_NAME}", f"{NODE_LABEL}={name}",
+              f"{LABEL_COMPONENT}={SERVER_COMPONENT}"]  # fmt: skip
+    found = client.containers.list(all=True, filters={"label": labels})
     if not found:
-        raise LabError(
-            f"{name}: no lab container (labels {CLUSTER_LABEL}={CLUSTER_NAME}, {NODE_LABEL}={name})"
-        )
+        raise LabError(f"{name}: no lab server container (labels {', '.join(labels)})")
     return found
+
+
+def _applies(container: Any, action: str) -> bool:
+    """Unpause only what is paused (a restart replaced the paused one: nothing to do)."""
+    status = container.status
+    return status == "paused" if action == "unpause" else status in ("running", "restarting")
 
 
 def container_action(
@@ -117,6 +129,8 @@ def container_action(
         client = client or docker.from_env()
         done = []
         for container in _containers(name, client):
+            if action in ("pause", "unpause") and not _applies(container, action):
+                continue
             getattr(container, action)()
             done.append(container.name)
     except docker.errors.DockerException as exc:
