@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything servectl and its lab need on a Debian 12 machine, as root. Idempotent.
-#   - Debian packages: Docker engine, mmdebstrap, systemd-nspawn, sshd, node_exporter, gcc
+#   - Debian packages: Docker engine, mmdebstrap, systemd-nspawn, sshd, node_exporter, Prometheus
+#     (+ promtool; its daemon is not started), gcc
 #   - dockerd started if it is not running (PID 1 may not be systemd, e.g. in CI containers)
 #   - .venv with servectl and pinned dependencies (requirements/constraints.txt)
 #   - vLLM 0.33.0 CPU venv for the real-parser tests and the benchmark client (tools/vllm)
@@ -15,7 +16,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS=(docker.io mmdebstrap systemd-container openssh-server openssh-client iproute2 gcc
-      python3-venv prometheus-node-exporter e2fsprogs util-linux libnuma1)
+      python3-venv prometheus-node-exporter prometheus e2fsprogs util-linux libnuma1)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,7 +24,19 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Packages' own daemons (Debian's prometheus listens on every address, :9090) are not started:
+  # the lab starts what it needs, on loopback, with its own configuration.
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    || { [ "$own_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  [ "$own_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  if [ -d /run/systemd/system ] && [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! docker info >/dev/null 2>&1; then
