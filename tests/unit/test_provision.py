@@ -223,9 +223,9 @@ def test_thermal_unit_passes_listen_address_and_alert_margin():
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters.update(filters.FilterModule().filters())
-    defaults = yaml.safe_load(
-        (PLAYBOOKS / "roles/servectl_defaults/defaults/main.yml").read_text()
-    )["servectl_spec_defaults"]
+    defaults = yaml.safe_load((PLAYBOOKS / "roles/servectl/defaults/main.yml").read_text())[
+        "servectl_spec_defaults"
+    ]
     cfg = json.loads(json.dumps(defaults))
     cfg["thermal"].update(metrics_host="10.0.0.5", alert_margin_c=7)
     template = (PLAYBOOKS / "roles/units/templates/servectl-thermal.service.j2").read_text()
@@ -259,7 +259,7 @@ def _render_unit(name: str, cfg: dict, **values: object) -> str:
 
 
 def _defaults() -> dict:
-    return yaml.safe_load((PLAYBOOKS / "roles/servectl_defaults/defaults/main.yml").read_text())
+    return yaml.safe_load((PLAYBOOKS / "roles/servectl/defaults/main.yml").read_text())
 
 
 def test_watchdog_unit_passes_its_own_ssh_key_and_known_hosts():
@@ -309,22 +309,22 @@ def test_watchdog_key_is_generated_once_on_the_watchdog_host_and_never_scanned()
     assert modules and all(m.startswith("ansible.builtin.") for m in modules), modules
     (keygen,) = [t for t in tasks if "ssh-keygen" in json.dumps(_module(t, "command") or {})]
     cmd = _module(keygen, "command")
-    assert cmd["creates"] == "{{ servectl_wd_key }}"  # idempotent: once, then kept
+    assert cmd["creates"] == "{{ units_wd_key }}"  # idempotent: once, then kept
     assert cmd["argv"][:5] == ["ssh-keygen", "-q", "-t", "ed25519", "-N"]
     assert "servectl-watchdog@" in " ".join(cmd["argv"])
-    assert "inventory_hostname == servectl_wd_host" in keygen["when"]
+    assert "inventory_hostname == units_wd_host" in keygen["when"]
     (wd_dir,) = [t for t in tasks if (_module(t, "file") or {}).get("path") == (
         "{{ servectl_watchdog_ssh_dir }}")]  # fmt: skip
     assert _module(wd_dir, "file")["mode"] == "0700"
     # the host keys come from the nodes themselves, over Ansible's connection
     assert "keyscan" not in text.replace("Never ssh-keyscan", "").replace("never ssh-keyscan", "")
-    (host_keys,) = [t for t in tasks if "servectl_host_key_files" in json.dumps(t.get("loop"))]
+    (host_keys,) = [t for t in tasks if "units_host_key_files" in json.dumps(t.get("loop"))]
     assert _module(host_keys, "slurp") is not None
     (find,) = [t for t in tasks if _module(t, "find")]
     assert _module(find, "find") == {"paths": "/etc/ssh", "patterns": "ssh_host_*_key.pub"}
     (known,) = [t for t in tasks if _module(t, "template")]
     assert _module(known, "template")["mode"] == "0600"
-    assert _module(known, "template")["dest"] == "{{ servectl_wd_known_hosts }}"
+    assert _module(known, "template")["dest"] == "{{ units_wd_known_hosts }}"
     (auth,) = [t for t in tasks if _module(t, "lineinfile")]
     li = _module(auth, "lineinfile")
     assert li["mode"] == "0600" and li["create"] is True and "servectl-watchdog@" in li["regexp"]
@@ -348,14 +348,14 @@ def test_known_hosts_entries_are_keyed_as_the_watchdog_connects():
         return {"content": base64.b64encode(f"ssh-ed25519 {blob} root@n\n".encode()).decode()}
 
     hostvars = {
-        "node1": {"ansible_host": "10.0.0.11", "servectl_host_keys": {"results": [pub("AAA1")]}},
+        "node1": {"ansible_host": "10.0.0.11", "units_host_keys": {"results": [pub("AAA1")]}},
         "node2": {"ansible_host": "10.0.0.12", "ansible_port": 2222,
-                  "servectl_host_keys": {"results": [pub("AAA2"), pub("BBB2")]}},
-        "node3": {"servectl_host_keys": {"results": [pub("AAA3")]}},
+                  "units_host_keys": {"results": [pub("AAA2"), pub("BBB2")]}},
+        "node3": {"units_host_keys": {"results": [pub("AAA3")]}},
     }  # fmt: skip
     text = env.from_string(template).render(
-        ansible_managed="managed", servectl_wd_host="node1",
-        servectl_wd_nodes=["node1", "node2", "node3"], hostvars=hostvars,
+        ansible_managed="managed", units_wd_host="node1",
+        units_wd_nodes=["node1", "node2", "node3"], hostvars=hostvars,
     )  # fmt: skip
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     assert lines == [
