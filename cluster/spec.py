@@ -239,6 +239,11 @@ class WatchdogSpec(_Model):
         None, description="argv run once per incident (JSON on stdin)."
     )
     alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
+    alert_webhook_format: Literal["servectl", "alertmanager"] = Field(
+        "servectl",
+        description="Body of the webhook POST: servectl's incident record, or Alertmanager's "
+        "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
+    )
     metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
     state_dir: AbsPath = Field(

@@ -1,5 +1,9 @@
 """Alert hooks: an argv command (incident JSON on stdin, never a shell) and/or a webhook POST.
 
+The webhook body is servectl's incident record (format `servectl`), or the same incident as
+Alertmanager's webhook payload (format `alertmanager`, see alertmanager.py) for receivers that
+an Alertmanager already feeds. The command always gets servectl's record.
+
 The policy decides *when* (once per incident and kind); this module only delivers. Delivery
 failures are reported back as a list of problems, never raised into the watchdog loop.
 """
@@ -9,15 +13,18 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
+from servectl.watchdog.alertmanager import alertmanager_payload
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[..., subprocess.CompletedProcess[bytes]]
 Poster = Callable[..., Any]
+WEBHOOK_FORMATS = ("servectl", "alertmanager")
 
 
 class Alerter:
@@ -31,9 +38,15 @@ class Alerter:
         timeout_s: float = 30.0,
         runner: Runner = subprocess.run,
         poster: Poster = httpx.post,
+        webhook_format: str = "servectl",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if isinstance(command, str):
             raise TypeError("alert command must be an argv list, not a shell string")
+        if webhook_format not in WEBHOOK_FORMATS:
+            raise ValueError(f"webhook format must be one of {WEBHOOK_FORMATS}")
+        self._webhook_format = webhook_format
+        self._clock = clock
         self._command = list(command) if command else None
         self._webhook = webhook
         self._timeout_s = timeout_s
@@ -64,10 +77,14 @@ class Alerter:
             except (OSError, subprocess.SubprocessError) as exc:
                 problems.append(f"alert command failed: {exc}")
         if self._webhook:
+            body = payload
+            if self._webhook_format == "alertmanager":
+                body = json.dumps(alertmanager_payload(incident, self._clock()), default=str)
+                body = body.encode()
             try:
                 resp = self._poster(
                     self._webhook,
-                    content=payload,
+                    content=body,
                     headers={"Content-Type": "application/json"},
                     timeout=self._timeout_s,
                 )

@@ -34,6 +34,7 @@ class WatchdogConfig:
     restart_window_s: float = 21600.0
     alert_command: tuple[str, ...] | None = None
     alert_webhook: str | None = None
+    alert_webhook_format: str = "servectl"  # or "alertmanager" (its webhook payload, version 4)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9410
     model: str | None = None
@@ -67,6 +68,8 @@ class WatchdogConfig:
             isinstance(self.alert_command, str) or not all(self.alert_command)
         ):
             problems.append(("alert_command", "must be an argv list, never a shell string"))
+        if self.alert_webhook_format not in ("servectl", "alertmanager"):
+            problems.append(("alert_webhook_format", "must be servectl or alertmanager"))
         if not self.state_dir:
             problems.append(("state_dir", "must be set"))
         if problems:
@@ -120,6 +123,7 @@ class WatchdogConfig:
             "restart_window_s",
             "alert_command",
             "alert_webhook",
+            "alert_webhook_format",
             "metrics_host",
             "metrics_port",
             "state_dir",

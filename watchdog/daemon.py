@@ -412,7 +412,11 @@ def build_watchdog(
         clock=clock,
         state_store=StateStore(config.state_path),
         event_log=EventLog(config.events_path, clock),
-        alerter=Alerter(config.alert_command, config.alert_webhook),
+        alerter=Alerter(
+            config.alert_command,
+            config.alert_webhook,
+            webhook_format=config.alert_webhook_format,
+        ),
         metrics=WatchdogMetrics(),
         follow=follow,
     )

@@ -42,6 +42,8 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert "servectl/cluster/inventory.py" in names
     assert "servectl/watchdog/policy.py" in names
     assert "servectl/cluster/data/vllm_serve_flags_0.33.0.json" in names
+    assert "servectl/watchdog/monitoring/servectl-rules.yml" in names  # monitoring_files
+    assert "servectl/watchdog/monitoring/grafana-night.json" in names
 
 
 def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
