@@ -297,7 +297,9 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
     return nodes
 
 
-def _thermal_metrics(inv: Resolved, name: str, hvars: dict[str, Any]) -> tuple[str | None, int | None]:
+def _thermal_metrics(
+    inv: Resolved, name: str, hvars: dict[str, Any]
+) -> tuple[str | None, int | None]:
     """Per-host override of the thermal agent's /metrics address (the unit template reads the
     same two host vars)."""
     host = hvars.get("servectl_thermal_metrics_host")
@@ -325,7 +327,9 @@ def _thermal_metrics(inv: Resolved, name: str, hvars: dict[str, Any]) -> tuple[s
 def _watchdog_host(inv: Resolved, head: str) -> str | None:
     value = inv.host_vars.get(head, {}).get("servectl_watchdog_host")
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise located(inv, (head, "servectl_watchdog_host"), "servectl_watchdog_host must be a name")
+        raise located(
+            inv, (head, "servectl_watchdog_host"), "servectl_watchdog_host must be a name"
+        )
     return value
 
 

@@ -19,8 +19,8 @@ Nothing here reads secrets: an API key configured as a file is referred to by it
 
 from __future__ import annotations
 
-import ipaddress
 import io
+import ipaddress
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -108,24 +108,38 @@ def _dial(
     if listen in WILDCARDS:
         if reach is None:
             return _hostport(who, port), [
-                Finding("warning", job, who, f"listens on every address ({listen or '*'}) of "
-                        f"{who}, which has no address in the inventory; dialling {who!r}",
-                        f"set {setting} to the address Prometheus can reach")  # fmt: skip
+                Finding(
+                    "warning",
+                    job,
+                    who,
+                    f"listens on every address ({listen or '*'}) of "
+                    f"{who}, which has no address in the inventory; dialling {who!r}",
+                    f"set {setting} to the address Prometheus can reach",
+                )  # fmt: skip
             ]
         return _hostport(reach, port), []
     if _is_loopback(listen) and listen != reach:
         addr = _hostport(listen, port)
         if reach is None:
             return addr, [
-                Finding("warning", job, addr, f"{who} listens on loopback only: only a "
-                        f"Prometheus on {who} itself can scrape it",
-                        f"run Prometheus on {who}, or set {setting} to an address it can reach")  # fmt: skip
+                Finding(
+                    "warning",
+                    job,
+                    addr,
+                    f"{who} listens on loopback only: only a "
+                    f"Prometheus on {who} itself can scrape it",
+                    f"run Prometheus on {who}, or set {setting} to an address it can reach",
+                )  # fmt: skip
             ]
         return addr, [
-            Finding("error", job, addr, f"{who} listens on loopback only, so a Prometheus on "
-                    f"another machine cannot scrape it (it would dial its own {listen})",
-                    f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a "
-                    "firewall")  # fmt: skip
+            Finding(
+                "error",
+                job,
+                addr,
+                f"{who} listens on loopback only, so a Prometheus on "
+                f"another machine cannot scrape it (it would dial its own {listen})",
+                f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a firewall",
+            )  # fmt: skip
         ]
     return _hostport(listen, port), []
 
@@ -178,18 +192,27 @@ def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Fin
         extra["authorization"] = {"type": "Bearer", "credentials_file": key_file}
         if key is not None and key.file and not options.api_key_file:
             findings.append(
-                Finding("warning", JOB_VLLM, addr, f"the bearer token is read from {key_file} "
-                        "on the Prometheus machine (the inventory's secrets.api_key.file is a "
-                        "node path)", "copy the key file there readable by prometheus, or pass "
-                        "--api-key-file PATH")  # fmt: skip
+                Finding(
+                    "warning",
+                    JOB_VLLM,
+                    addr,
+                    f"the bearer token is read from {key_file} "
+                    "on the Prometheus machine (the inventory's secrets.api_key.file is a "
+                    "node path)",
+                    "copy the key file there readable by prometheus, or pass --api-key-file PATH",
+                )  # fmt: skip
             )
     elif key is not None and key.env:
         findings.append(
-            Finding("warning", JOB_VLLM, addr, f"the API key is only in the environment "
-                    f"variable {key.env}; Prometheus reads bearer tokens from files, so this "
-                    "job is configured without one (if vLLM protects /metrics, it gets 401)",
-                    "write the key to a file readable by prometheus and pass "
-                    "--api-key-file PATH")  # fmt: skip
+            Finding(
+                "warning",
+                JOB_VLLM,
+                addr,
+                f"the API key is only in the environment "
+                f"variable {key.env}; Prometheus reads bearer tokens from files, so this "
+                "job is configured without one (if vLLM protects /metrics, it gets 401)",
+                "write the key to a file readable by prometheus and pass --api-key-file PATH",
+            )  # fmt: skip
         )
     labels = {"node": head.name, "cluster": spec.name}
     return _job(JOB_VLLM, [{"targets": [addr], "labels": labels}], **extra), findings
@@ -218,9 +241,14 @@ def build_config(spec: Any, options: PromOptions, rules_exists: Any = None) -> P
             rules = default
         else:
             findings.append(
-                Finding("warning", "rule_files", default, "servectl's alert rules are not "
-                        "installed with this servectl, so no rule_files are named",
-                        "pass --rules PATH")  # fmt: skip
+                Finding(
+                    "warning",
+                    "rule_files",
+                    default,
+                    "servectl's alert rules are not "
+                    "installed with this servectl, so no rule_files are named",
+                    "pass --rules PATH",
+                )  # fmt: skip
             )
     if rules:
         doc["rule_files"] = [rules]

@@ -42,8 +42,9 @@ def config(
     ] = 15.0,
     evaluation: Annotated[
         float | None,
-        typer.Option("--evaluation-interval", help="evaluation_interval (default: --interval).",
-                     min=0.1),  # fmt: skip
+        typer.Option(
+            "--evaluation-interval", help="evaluation_interval (default: --interval).", min=0.1
+        ),  # fmt: skip
     ] = None,
     rules: Annotated[
         str | None, typer.Option("--rules", help="Alert rules file (default: servectl's own).")
