@@ -41,6 +41,10 @@ HOST_VARS = (
     "ansible_ssh_extra_args",
     "ansible_become",
     "vllm_host_ip",
+    # read by `servectl prometheus config` (and by the unit templates)
+    "servectl_thermal_metrics_host",
+    "servectl_thermal_metrics_port",
+    "servectl_watchdog_host",
 )
 
 

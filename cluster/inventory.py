@@ -127,6 +127,7 @@ def build_spec(inv: Resolved, path: str) -> ClusterSpec:
         thermal=settings.thermal,
         source_file=path,
         settings=settings,
+        watchdog_host=_watchdog_host(inv, head),
     )
 
 
@@ -266,6 +267,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
             )
         seen[(host, port)] = name
         key_file = hvars.get("ansible_ssh_private_key_file")
+        thermal_host, thermal_port = _thermal_metrics(inv, name, hvars)
         ssh_args = _ssh_args(hvars)
         try:
             route_for(host, ssh_args, None)  # the user's ssh_config is read when connecting
@@ -288,9 +290,47 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
                 vllm_host_ip=str(vllm_ip),
                 become=_truthy(hvars.get("ansible_become", False)),
                 ssh_args=ssh_args,
+                thermal_metrics_host=thermal_host,
+                thermal_metrics_port=thermal_port,
             )
         )
     return nodes
+
+
+def _thermal_metrics(
+    inv: Resolved, name: str, hvars: dict[str, Any]
+) -> tuple[str | None, int | None]:
+    """Per-host override of the thermal agent's /metrics address (the unit template reads the
+    same two host vars)."""
+    host = hvars.get("servectl_thermal_metrics_host")
+    port = hvars.get("servectl_thermal_metrics_port")
+    if host is not None and (not isinstance(host, str) or not host or host.startswith("-")):
+        raise located(
+            inv,
+            (name, "servectl_thermal_metrics_host"),
+            f"servectl_thermal_metrics_host {host!r} is not a listen address",
+            hint="an address of this node (or 0.0.0.0), not starting with '-'",
+        )
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if port is not None and (
+        not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535
+    ):
+        raise located(
+            inv,
+            (name, "servectl_thermal_metrics_port"),
+            f"servectl_thermal_metrics_port {port!r} is not a port (1-65535)",
+        )
+    return host, port
+
+
+def _watchdog_host(inv: Resolved, head: str) -> str | None:
+    value = inv.host_vars.get(head, {}).get("servectl_watchdog_host")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise located(
+            inv, (head, "servectl_watchdog_host"), "servectl_watchdog_host must be a name"
+        )
+    return value
 
 
 def _ssh_args(hvars: dict[str, Any]) -> str | None:

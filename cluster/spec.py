@@ -392,6 +392,10 @@ class NodeSpec:
     become: bool = False
     # ansible_ssh_common_args + ansible_ssh_extra_args: where ProxyJump/ProxyCommand come from
     ssh_args: str | None = None
+    # Host vars servectl_thermal_metrics_host/_port: this node's agent /metrics address when it
+    # differs from servectl.thermal (e.g. nodes sharing one network namespace, as in the lab).
+    thermal_metrics_host: str | None = None
+    thermal_metrics_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -428,6 +432,9 @@ class ClusterSpec:
     thermal: ThermalSpec
     source_file: str
     settings: ServectlSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    # servectl_watchdog_host: where the watchdog runs (a node name, or a name outside the
+    # inventory such as "control": the machine running servectl); None: the head
+    watchdog_host: str | None = None
 
     @property
     def head(self) -> NodeSpec:
@@ -442,6 +449,9 @@ class ClusterSpec:
             if node.name == name:
                 return node
         raise KeyError(name)
+
+    def thermal_metrics_address(self, node: NodeSpec) -> tuple[str, int]:
+        return thermal_metrics_address(self.thermal, node)
 
     @property
     def api_base(self) -> str:
@@ -514,3 +524,11 @@ def serving_from_settings(s: ServectlSettings) -> ServingSpec:
         env={k: str(v) for k, v in s.env.items()},
         extra_args=tuple(s.extra_args),
     )
+
+
+def thermal_metrics_address(thermal: Any, node: Any) -> tuple[str, int]:
+    """Where ``node``'s thermal agent serves /metrics: its host vars
+    (servectl_thermal_metrics_host/_port), else servectl.thermal.metrics_host/_port."""
+    host = getattr(node, "thermal_metrics_host", None) or thermal.metrics_host
+    port = getattr(node, "thermal_metrics_port", None) or thermal.metrics_port
+    return host, port

@@ -130,6 +130,7 @@ def _mount_optional() -> None:
         ("servectl.cluster.cli.bench", "bench"),
         ("servectl.cluster.cli.decide", "decide"),
         ("servectl.cluster.cli.eval", "eval"),
+        ("servectl.cluster.cli.prometheus", "prometheus"),
     ):
         try:
             sub = importlib.import_module(module)

@@ -40,6 +40,8 @@ EXAMPLES: dict[str, str] = {
     "thermal agent": "servectl thermal agent --node node1 --dir /var/log/servectl/thermal",
     "thermal report": f"servectl thermal report {INV} --since 2026-12-01T22:00 --plot night.png",
     "thermal start": f"servectl thermal start {INV}",
+    "prometheus config": f"servectl prometheus config {INV} -o /etc/prometheus/servectl.yml "
+    "&& promtool check config /etc/prometheus/servectl.yml",
     "thermal stop": f"servectl thermal stop {INV}",
     "thermal status": f"servectl thermal status {INV} --json",
     "thermal watch": f"servectl thermal watch {INV}",

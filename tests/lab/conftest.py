@@ -25,9 +25,9 @@ from servectl.cluster.lab import sshc
 from servectl.cluster.lab.paths import LabPaths, node_ip
 
 LAB_PATTERN = re.compile(
-    r"127\.0\.0\.1[1-4]:22\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
-    r"|io\.servectl\.cluster"
-)
+    r"127\.0\.0\.1[1-4]:\d+\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
+    r"|io\.servectl\.cluster|/usr/bin/prometheus|127\.0\.0\.1:(9090|9410)\b"
+)  # node listeners (sshd, API, thermal agents), the lab's Prometheus and watchdog
 
 
 def pytest_configure(config: pytest.Config) -> None:

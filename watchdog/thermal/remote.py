@@ -93,15 +93,18 @@ class NodePlan:
 
 def agent_argv(spec: Any, node: Any) -> list[str]:
     """The agent's command line on ``node`` (``spec`` is a ClusterSpec)."""
+    from servectl.cluster.spec import thermal_metrics_address  # control side only (zipapp)
+
     th = spec.thermal
     budget_mb = float(th.disk_budget_mb)
+    metrics_host, metrics_port = thermal_metrics_address(th, node)
     argv = [
         "python3", AGENT_PATH, "agent",
         "--node", node.name,
         "--dir", th.dir,
         "--interval", f"{th.interval_s:g}",
-        "--metrics-port", str(th.metrics_port),
-        "--metrics-host", th.metrics_host,
+        "--metrics-port", str(metrics_port),
+        "--metrics-host", metrics_host,
         "--role", node.role,
         "--alert-margin", f"{th.alert_margin_c:g}",
         "--budget-mb", f"{budget_mb:g}",

@@ -1,0 +1,101 @@
+"""`servectl prometheus config`: a Prometheus scrape config generated from the inventory.
+
+    servectl prometheus config -i inventory.yml --out /etc/prometheus/servectl.yml
+    promtool check config /etc/prometheus/servectl.yml
+
+Errors (an exporter listening on loopback on a node another machine must scrape) print the fix
+and exit 2 with nothing written; warnings go to stderr and the config is written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+from servectl.cluster.cli.common import (
+    DEFAULT_INVENTORY,
+    InventoryOption,
+    JsonOption,
+    emit_json,
+    err_console,
+    handle_errors,
+    load,
+)
+from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
+
+app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_args_is_help=True)
+
+
+@app.command("config")
+@handle_errors
+def config(
+    inventory: InventoryOption = Path(DEFAULT_INVENTORY),
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="Write the config here ('-': stdout).")
+    ] = "-",
+    interval: Annotated[
+        float, typer.Option("--interval", help="scrape_interval in seconds.", min=0.1)
+    ] = 15.0,
+    evaluation: Annotated[
+        float | None,
+        typer.Option(
+            "--evaluation-interval", help="evaluation_interval (default: --interval).", min=0.1
+        ),  # fmt: skip
+    ] = None,
+    rules: Annotated[
+        str | None, typer.Option("--rules", help="Alert rules file (default: servectl's own).")
+    ] = None,
+    api_key_file: Annotated[
+        str | None,
+        typer.Option("--api-key-file", help="File with the API key on the Prometheus machine."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Scrape jobs servectl-thermal, servectl-watchdog and vllm, and servectl's alert rules."""
+    spec = load(inventory)
+    options = PromOptions(interval, evaluation, rules, api_key_file)
+    cfg = build_config(spec, options)
+    text = render_yaml(cfg, str(inventory))
+    written = None
+    if not cfg.errors and out != "-":
+        _write(Path(out), text)
+        written = out
+    if as_json:
+        emit_json(
+            "prometheus config",
+            {
+                "ok": not cfg.errors,
+                "written": written,
+                "config": cfg.doc,
+                "findings": [f.__dict__ for f in cfg.findings],
+            },
+        )
+    else:
+        for f in cfg.findings:
+            style = "bold red" if f.level == "error" else "yellow"
+            line = Text.assemble((f"{f.level}:", style), " ", f.render().split(": ", 1)[1])
+            err_console.print(line, soft_wrap=True)
+        if not cfg.errors and out == "-":
+            print(text, end="")
+        elif written:
+            err_console.print(Text(f"wrote {written}"))
+    if cfg.errors:
+        raise typer.Exit(2)
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomic: Prometheus reloading mid-write never reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
