@@ -22,20 +22,18 @@ from __future__ import annotations
 import io
 import ipaddress
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from ruamel.yaml import YAML
+from servectl.watchdog.monitoring_files import rules_path
 
 JOB_THERMAL, JOB_WATCHDOG, JOB_VLLM = "servectl-thermal", "servectl-watchdog", "vllm"
 WILDCARDS = ("0.0.0.0", "::", "")
-RULES_RESOURCE = ("servectl.watchdog", "monitoring/servectl-rules.yml")
 
 
 def default_rules_path() -> str:
     """The alert rules shipped as package data (watchdog/monitoring/servectl-rules.yml)."""
-    package, name = RULES_RESOURCE
-    return str(resources.files(package).joinpath(name))
+    return str(rules_path())
 
 
 @dataclass(frozen=True)

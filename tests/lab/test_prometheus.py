@@ -165,8 +165,7 @@ def _rules_loaded(prom: Prom) -> set[str]:
 
 @pytest.fixture
 def rules(stack):
-    if not os.path.isfile(default_rules_path()):
-        pytest.skip(f"servectl's alert rules are not installed ({default_rules_path()} missing)")
+    assert os.path.isfile(default_rules_path()), f"{default_rules_path()} missing from the package"
     names = _rules_loaded(stack["prom"])
     assert {"ServectlNodeNearCritical", "ServectlServerHung"} <= names, names
     return names
