@@ -162,35 +162,81 @@ def test_alerts_edge_triggered(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     assert any("zone_near_critical raised" in m for m in caplog.messages)
 
 
+class FakeVirtualMemory:
+    """psutil.virtual_memory()'s shape, with GB10-like numbers (128 GB unified)."""
+
+    total = 128 * 10**9
+    available = 30 * 10**9
+
+
 def test_metrics_exposition_over_loopback(tmp_path: Path) -> None:
+    from servectl.cluster.memory import memory_reader
+
     clock = FakeClock(1000.0)
     gpu = FakeGpuSampler([gb10_sample(reasons=("sw_thermal_slowdown", "gpu_idle"))])
-    agent, _ = make_agent(tmp_path, clock, gpu=gpu)
+    agent, _ = make_agent(
+        tmp_path, clock, gpu=gpu, alerts=AlertPolicy(zone_margin_c=7.5),
+        memory=memory_reader(FakeVirtualMemory),
+    )  # fmt: skip
     agent.tick()
     clock.now = 1013.0
     agent.tick()
-    server = MetricsServer(ThermalCollector(agent, clock), "127.0.0.1", 0)
+    collector = ThermalCollector(agent, clock, zone_roles={"1": "P-cores"})
+    server = MetricsServer(collector, "127.0.0.1", 0)
     port = server.start()
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         server.stop()
-    assert 'node_thermal_zone_temp{type="cpu-p-core",zone="1"} 68.0' in text
-    assert (
-        'DCGM_FI_DEV_GPU_TEMP{Hostname="node1",UUID="GPU-fake-0000",gpu="0",modelName="NVIDIA GB10"} 55.0'
-        in text
-    )
-    assert "DCGM_FI_DEV_POWER_USAGE{" in text and "DCGM_FI_DEV_SM_CLOCK{" in text
-    assert "DCGM_FI_DEV_GPU_UTIL{" in text
-    assert (
-        'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{Hostname="node1",UUID="GPU-fake-0000",gpu="0",modelName="NVIDIA GB10"} 33.0'
-        in text
-    )
-    assert "DCGM_FI_DEV_SHUTDOWN_TEMP{" not in text  # NOT_SUPPORTED: absent, not zero
-    assert 'node_hwmon_temp_celsius{chip="hwmon1",sensor="temp1"} 41.0' in text
-    assert "servectl_thermal_samples_total 2.0" in text
-    assert "servectl_thermal_late_ticks_total 1.0" in text
-    assert "servectl_thermal_dropped_records_total 0.0" in text
+    gpu0 = 'gpu="0",model="NVIDIA GB10",node="node1",uuid="GPU-fake-0000"'
+    gpu0_r = 'gpu="0",model="NVIDIA GB10",node="node1",reason="%s",uuid="GPU-fake-0000"'
+    zone1 = 'node="node1",role="P-cores",type="cpu-p-core",zone="1"'
+    for line in (
+        f"servectl_thermal_zone_temperature_celsius{{{zone1}}} 68.0",
+        'servectl_thermal_zone_temperature_celsius{node="node1",role="",type="acpitz",zone="0"} 45.0',
+        f"servectl_thermal_zone_critical_margin_celsius{{{zone1}}} 36.8",
+        'servectl_thermal_zone_trip_celsius{node="node1",role="",trip="0",trip_type="critical",'
+        'type="acpitz",zone="0"} 104.8',
+        f"servectl_gpu_temperature_celsius{{{gpu0}}} 55.0",
+        f"servectl_gpu_sm_clock_hertz{{{gpu0}}} 2e+09",
+        f"servectl_gpu_sm_clock_max_hertz{{{gpu0}}} 3.003e+09",
+        f"servectl_gpu_clock_limit_hertz{{{gpu0}}} 2e+09",
+        f"servectl_gpu_power_watts{{{gpu0}}} 30.0",
+        f"servectl_gpu_utilization_ratio{{{gpu0}}} 0.8",
+        f"servectl_gpu_clock_event_reasons{{{gpu0}}} 33.0",
+        f"servectl_gpu_throttle_active{{{gpu0_r % 'sw_thermal_slowdown'}}} 1.0",
+        f"servectl_gpu_throttle_active{{{gpu0_r % 'hw_slowdown'}}} 0.0",
+        f"servectl_gpu_thermal_throttle_active{{{gpu0}}} 1.0",
+        f"servectl_gpu_memory_unified{{{gpu0}}} 1.0",
+        'servectl_node_memory_total_bytes{node="node1"} 1.28e+11',
+        'servectl_node_memory_used_bytes{node="node1"} 9.8e+10',
+        'servectl_node_memory_available_bytes{node="node1"} 3e+10',
+        'servectl_hwmon_temperature_celsius{chip="hwmon1",chip_name="nvme",label="Composite",'
+        'node="node1",sensor="temp1"} 41.0',
+        'servectl_thermal_samples_total{node="node1"} 2.0',
+        'servectl_thermal_late_ticks_total{node="node1"} 1.0',
+        'servectl_thermal_dropped_records_total{node="node1"} 0.0',
+        'servectl_thermal_alert_margin_celsius{node="node1"} 7.5',
+        'servectl_thermal_last_sample_timestamp_seconds{node="node1"} 1013.0',
+    ):
+        assert line in text.splitlines(), line
+    # NOT_SUPPORTED on GB10: absent, not zero
+    for absent in ("servectl_gpu_shutdown_temperature_celsius{", "servectl_gpu_memory_used_bytes{"):
+        assert absent not in text
+    assert "node_thermal" not in text and "DCGM_" not in text and "node_hwmon" not in text
+
+
+def test_discrete_gpu_memory_is_served_and_not_unified() -> None:
+    from servectl.watchdog.thermal.metrics_gpu import gpu_metrics
+
+    gpu = {"index": 1, "uuid": "GPU-x", "name": "H200", "memory_used_mib": 1024.0,
+           "memory_total_mib": 2048.0, "clock_event_reasons": None, "null_reasons": {}}  # fmt: skip
+    fams = {m.name: m for m in gpu_metrics({"gpus": [gpu]}, "n9")}
+    assert [s.value for s in fams["servectl_gpu_memory_used_bytes"].samples] == [2**30]
+    assert [s.value for s in fams["servectl_gpu_memory_unified"].samples] == [0.0]
+    # unknown clock-event reasons are not "none active"
+    assert fams["servectl_gpu_thermal_throttle_active"].samples == []
+    assert fams["servectl_gpu_throttle_active"].samples == []
 
 
 def test_stale_sample_is_not_served(tmp_path: Path) -> None:
@@ -199,5 +245,8 @@ def test_stale_sample_is_not_served(tmp_path: Path) -> None:
     agent.tick()
     clock.now = 1100.0  # 10 intervals without a sample
     names = {m.name for m in ThermalCollector(agent, clock).collect()}
-    assert "node_thermal_zone_temp" not in names and "DCGM_FI_DEV_GPU_TEMP" not in names
-    assert "servectl_thermal_samples" in names
+    assert "servectl_thermal_zone_temperature_celsius" not in names
+    assert "servectl_gpu_temperature_celsius" not in names
+    assert "servectl_node_memory_used_bytes" not in names
+    assert "servectl_thermal_samples" in names  # agent health is always served
+    assert "servectl_thermal_last_sample_timestamp_seconds" in names

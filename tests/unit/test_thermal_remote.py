@@ -153,6 +153,52 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
     assert json.loads(out)["files"] == 0
 
 
+def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path: Path) -> None:
+    """The `thermal start` agent runs on the node's python3 (here -I -S: no site-packages, so
+    no psutil and no pynvml): zones, node memory from /proc/meminfo and the alert margin."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    from servectl.watchdog.thermal.fakes import build_fake_sysfs
+
+    pyz, _ = build_zipapp(tmp_path / "a.pyz")
+    sysfs = build_fake_sysfs(tmp_path / "sys")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(pyz), "agent", "--node", "n1",
+                             "--dir", str(tmp_path / "d"), "--interval", "0.2",
+                             "--metrics-port", str(port), "--sysfs-root", str(sysfs),
+                             "--alert-margin", "9", "--zone-role", "1=P-cores"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        text, deadline = "", time.monotonic() + 20
+        while "servectl_node_memory_total_bytes{" not in text and time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                url = f"http://127.0.0.1:{port}/metrics"
+                text = urllib.request.urlopen(url, timeout=2).read().decode()
+            except OSError:
+                continue
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    lines = text.splitlines()
+    total = next(ln for ln in lines if ln.startswith("servectl_node_memory_total_bytes{"))
+    mem_total_kb = int(Path("/proc/meminfo").read_text().split()[1])  # MemTotal comes first
+    assert float(total.split()[-1]) == mem_total_kb * 1024
+    assert 'servectl_thermal_alert_margin_celsius{node="n1"} 9.0' in lines
+    assert any(
+        ln.startswith("servectl_thermal_zone_temperature_celsius{")
+        and 'role="P-cores"' in ln
+        and 'zone="1"' in ln
+        for ln in lines
+    )
+
+
 def test_report_needs_exactly_one_source() -> None:
     res = CliRunner().invoke(app, ["report"])
     assert res.exit_code == 2

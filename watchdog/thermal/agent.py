@@ -57,6 +57,7 @@ class ThermalAgent:
         alerts: AlertPolicy | None = None,
         late_threshold_s: float | None = None,
         align: bool = True,
+        memory: Callable[[], Any] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -74,6 +75,8 @@ class ThermalAgent:
             late_threshold_s if late_threshold_s is not None else min(1.0, 0.1 * self.interval_s)
         )
         self.align = align
+        # The node's memory (cluster.memory.memory_reader: psutil; GB10's is the GPU's too).
+        self.memory = memory
         self.stats = AgentStats()
         self.latest: dict[str, Any] | None = None
         self.t0: float | None = None
@@ -160,6 +163,12 @@ class ThermalAgent:
             errors += [{"source": "sysfs", "error": e} for e in snap.errors]
         except Exception as exc:  # noqa: BLE001
             errors.append({"source": "sysfs", "error": f"{type(exc).__name__}: {exc}"})
+        memory: dict[str, Any] | None = None
+        if self.memory is not None:
+            try:
+                memory = self.memory().to_json()
+            except Exception as exc:  # noqa: BLE001 - memory is one reading among many
+                errors.append({"source": "memory", "error": f"{type(exc).__name__}: {exc}"})
         self._seq += 1
         record: dict[str, Any] = {
             "node": self.node,
@@ -176,6 +185,8 @@ class ThermalAgent:
             "events": [],
             "errors": errors,
         }
+        if memory is not None:
+            record["memory"] = memory
         if self.role:
             record["role"] = self.role
         events = self.alerts.evaluate(record)

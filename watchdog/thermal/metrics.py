@@ -1,155 +1,152 @@
 """Prometheus /metrics for the thermal agent, on its own registry, bound to
 `servectl.thermal.metrics_host` (loopback unless the inventory opens it to a scraper).
 
-Names follow node_exporter (``node_thermal_zone_temp{zone,type}``, ``node_hwmon_temp_celsius``)
-and dcgm-exporter (``DCGM_FI_DEV_*{gpu,UUID}``) where they overlap, so existing dashboards work.
-Values come from the latest sample only, and only while it is fresh: a stale reading is not
-served (a frozen metric is worse than none, thermal.md 5).
+Names are servectl's own (``servectl_*``, docs/metrics.md, generated from this code), so a node
+that also runs node_exporter or dcgm-exporter does not get the same series twice. Every series
+carries ``node``. Sample-derived values come from the latest sample only, and only while it is
+fresh: a stale reading is not served (a frozen metric is worse than none, thermal.md 5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from servectl.watchdog.thermal.agent import ThermalAgent
-from servectl.watchdog.thermal.records import clock_event_mask
+from servectl.watchdog.thermal.metrics_gpu import gpu_metrics
+from servectl.watchdog.thermal.roles import zone_role
+from servectl.watchdog.thermal.zones import critical_trip_c
 
-# (record field, metric name, help); units converted to dcgm-exporter's (W, MHz, C, %).
-_GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("temp_c", "DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
-    ("sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
-    ("power_w", "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
-    ("util_pct", "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
-    ("slowdown_temp_c", "DCGM_FI_DEV_SLOWDOWN_TEMP", "Slowdown temperature (in C)."),
-    ("shutdown_temp_c", "DCGM_FI_DEV_SHUTDOWN_TEMP", "Shutdown temperature (in C)."),
+NODE = ["node"]
+ZONE_LABELS = ["node", "zone", "type", "role"]
+
+# (AgentStats field, name without _total, help)
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("samples", "servectl_thermal_samples", "Samples taken."),
+    ("late_ticks", "servectl_thermal_late_ticks", "Samples taken late on their grid slot."),
+    ("skipped_slots", "servectl_thermal_skipped_slots", "Grid slots with no sample."),
+    ("dropped", "servectl_thermal_dropped_records", "Records the writer could not store."),
 )
 
 
 class ThermalCollector(Collector):
-    """Builds the exposition from an agent's latest record and counters at scrape time."""
+    """Builds the exposition from an agent's latest record and counters at scrape time.
+
+    ``zone_roles`` (inventory thermal.zone_roles) fills the zones' ``role`` label ("" when
+    unmapped); the alert margin is the agent's own (its AlertPolicy, from --alert-margin)."""
 
     def __init__(
         self,
         agent: ThermalAgent,
         clock: Callable[[], float],
         stale_after_s: float | None = None,
-        zone_roles: dict[str, str] | None = None,
+        zone_roles: Mapping[str, str] | None = None,
     ):
         self.agent = agent
-        self.zone_roles = zone_roles or {}  # thermal.zone_roles: exported as an info metric
+        self.zone_roles = dict(zone_roles or {})
         self.clock = clock
         self.stale_after_s = stale_after_s if stale_after_s is not None else 3 * agent.interval_s
 
     def collect(self) -> Iterator[Metric]:
-        st = self.agent.stats
-        for name, value, help_ in (
-            ("servectl_thermal_samples", st.samples, "Samples taken."),
-            (
-                "servectl_thermal_late_ticks",
-                st.late_ticks,
-                "Samples taken late on their grid slot.",
-            ),
-            ("servectl_thermal_skipped_slots", st.skipped_slots, "Grid slots with no sample."),
-            ("servectl_thermal_dropped_records", st.dropped, "Records the writer could not store."),
-        ):
-            c = CounterMetricFamily(name, help_)
-            c.add_metric([], value)
-            yield c
+        node = self.agent.node
+        yield from self._health(node)
         rec = self.agent.latest
-        if rec is None:
-            return
         last = GaugeMetricFamily(
-            "servectl_thermal_last_sample_timestamp_seconds", "Time of the latest sample."
+            "servectl_thermal_last_sample_timestamp_seconds",
+            "Time of the latest sample (whether or not it is still fresh).",
+            labels=NODE,
         )
-        last.add_metric([], rec["ts"])
+        if rec is not None:
+            last.add_metric([node], rec["ts"])
         yield last
-        if self.clock() - rec["ts"] > self.stale_after_s:
+        if rec is None or self.clock() - rec["ts"] > self.stale_after_s:
             return
-        yield from _zone_metrics(rec)
-        if self.zone_roles:
-            yield _zone_role_info(rec, self.zone_roles)
-        yield from _gpu_metrics(rec, self.agent.node)
+        yield from _node_memory(rec, node)
+        yield from zone_metrics(rec, node, self.zone_roles)
+        yield _hwmon(rec, node)
+        yield from gpu_metrics(rec, node)
+
+    def _health(self, node: str) -> Iterator[Metric]:
+        for field, name, help_ in _COUNTERS:
+            c = CounterMetricFamily(name, help_, labels=NODE)
+            c.add_metric([node], getattr(self.agent.stats, field))
+            yield c
+        margin = GaugeMetricFamily(
+            "servectl_thermal_alert_margin_celsius",
+            "The agent's --alert-margin: it raises zone_near_critical when a zone is this close "
+            "to its critical trip (absent when the agent has none).",
+            labels=NODE,
+        )
+        if self.agent.alerts.zone_margin_c is not None:
+            margin.add_metric([node], float(self.agent.alerts.zone_margin_c))
+        yield margin
 
 
-def _zone_role_info(rec: dict[str, Any], zone_roles: dict[str, str]) -> Metric:
-    """``servectl_thermal_zone_role{zone,type,role} 1``: join on ``zone`` to label
-    node_thermal_zone_temp by role (GB10 zones all say "acpitz"), without changing its labels."""
-    from servectl.watchdog.thermal.roles import zone_role
-
-    info = GaugeMetricFamily(
-        "servectl_thermal_zone_role", "Role of a thermal zone (inventory thermal.zone_roles).",
-        labels=["zone", "type", "role"],
-    )  # fmt: skip
-    for z in rec.get("zones", []):
-        role = zone_role(z["name"], z.get("type"), zone_roles)
-        if role:
-            info.add_metric([z["name"].removeprefix("thermal_zone"), z.get("type") or "", role], 1)
-    return info
-
-
-def _zone_metrics(rec: dict[str, Any]) -> Iterator[Metric]:
-    zt = GaugeMetricFamily(
-        "node_thermal_zone_temp", "Zone temperature in Celsius", labels=["zone", "type"]
-    )
-    for z in rec.get("zones", []):
-        if z.get("temp_c") is not None:
-            zt.add_metric(
-                [z["name"].removeprefix("thermal_zone"), z.get("type") or ""], z["temp_c"]
-            )
-    yield zt
-    ht = GaugeMetricFamily(
-        "node_hwmon_temp_celsius",
-        "Hardware monitor for temperature (input)",
-        labels=["chip", "sensor"],
-    )
-    names = GaugeMetricFamily(
-        "node_hwmon_chip_names",
-        "Annotation metric for human-readable chip names",
-        labels=["chip", "chip_name"],
-    )
-    labels = GaugeMetricFamily(
-        "node_hwmon_sensor_label",
-        "Label for given chip and sensor",
-        labels=["chip", "sensor", "label"],
-    )
-    seen: set[str] = set()
-    for h in rec.get("hwmon", []):
-        if h["chip"] not in seen and h.get("chip_name"):
-            names.add_metric([h["chip"], h["chip_name"]], 1)
-            seen.add(h["chip"])
-        if h.get("label"):
-            labels.add_metric([h["chip"], h["sensor"], h["label"]], 1)
-        if h.get("temp_c") is not None:
-            ht.add_metric([h["chip"], h["sensor"]], h["temp_c"])
-    yield from (ht, names, labels)
-
-
-def _gpu_metrics(rec: dict[str, Any], node: str) -> Iterator[Metric]:
-    lbl = ["gpu", "UUID", "modelName", "Hostname"]
-    for field, name, help_ in _GPU_GAUGES:
-        g = GaugeMetricFamily(name, help_, labels=lbl)
-        for gpu in rec.get("gpus", []):
-            if gpu.get(field) is not None:
-                g.add_metric(_gpu_labels(gpu, node), gpu[field])
+def _node_memory(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
+    mem = rec.get("memory") or {}
+    for key, help_ in (
+        ("total", "Node memory size (psutil; on GB10 the GPU's memory too)."),
+        ("used", "Node memory in use: total minus available (on GB10 shared with the GPU)."),
+        ("available", "Node memory available without swapping (psutil)."),
+    ):
+        g = GaugeMetricFamily(f"servectl_node_memory_{key}_bytes", help_, labels=NODE)
+        if mem.get(f"{key}_bytes") is not None:
+            g.add_metric([node], mem[f"{key}_bytes"])
         yield g
-    ev = GaugeMetricFamily(
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        "Current clock event reasons (bitmask of NVML clocks event reasons).",
-        labels=lbl,
+
+
+def zone_metrics(
+    rec: Mapping[str, Any], node: str, zone_roles: Mapping[str, str]
+) -> Iterator[Metric]:
+    """ACPI zones: temperature, every trip point, and the margin to the lowest critical trip.
+    ``zone`` is the number ("0" for thermal_zone0); ``trip`` the trip's position in the zone."""
+    temp = GaugeMetricFamily(
+        "servectl_thermal_zone_temperature_celsius", "ACPI thermal zone temperature.",
+        labels=ZONE_LABELS,
+    )  # fmt: skip
+    trips = GaugeMetricFamily(
+        "servectl_thermal_zone_trip_celsius",
+        "ACPI thermal zone trip point (trip_type: critical, hot, passive, active).",
+        labels=[*ZONE_LABELS, "trip", "trip_type"],
     )
-    for gpu in rec.get("gpus", []):
-        mask = clock_event_mask(gpu.get("clock_event_reasons"), gpu.get("clock_event_reasons_mask"))
-        if mask is not None:
-            ev.add_metric(_gpu_labels(gpu, node), mask)
-    yield ev
+    margin = GaugeMetricFamily(
+        "servectl_thermal_zone_critical_margin_celsius",
+        "Lowest critical trip minus the zone temperature (zones with a critical trip only).",
+        labels=ZONE_LABELS,
+    )
+    for z in rec.get("zones") or []:
+        labels = [
+            node,
+            z["name"].removeprefix("thermal_zone"),
+            z.get("type") or "",
+            zone_role(z["name"], z.get("type"), zone_roles) or "",
+        ]
+        t = z.get("temp_c")
+        if t is not None:
+            temp.add_metric(labels, t)
+        for i, trip in enumerate(z.get("trips") or []):
+            if trip.get("temp_c") is not None and trip["temp_c"] > 0:  # <= 0: a disabled trip
+                trips.add_metric([*labels, str(i), trip.get("type") or ""], trip["temp_c"])
+        crit = critical_trip_c(z.get("trips") or [])
+        if crit is not None and t is not None:
+            margin.add_metric(labels, round(crit - t, 3))
+    yield from (temp, trips, margin)
 
 
-def _gpu_labels(gpu: dict[str, Any], node: str) -> list[str]:
-    return [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("name") or ""), node]
+def _hwmon(rec: Mapping[str, Any], node: str) -> Metric:
+    g = GaugeMetricFamily(
+        "servectl_hwmon_temperature_celsius",
+        "hwmon temperature sensor (chip is hwmonN, unstable across boots; chip_name is not).",
+        labels=["node", "chip", "chip_name", "sensor", "label"],
+    )
+    for h in rec.get("hwmon") or []:
+        if h.get("temp_c") is not None:
+            labels = [node, h["chip"], h.get("chip_name") or "", h["sensor"], h.get("label") or ""]
+            g.add_metric(labels, h["temp_c"])
+    return g
 
 
 class MetricsServer:

@@ -1,5 +1,6 @@
 """The node side of the thermal agent: what runs on a node, with only the standard library,
-pynvml and prometheus_client (the zipapp of ``servectl.watchdog.thermal.bundle`` carries the last one).
+pynvml, psutil when the interpreter has it (else /proc/meminfo) and prometheus_client (the
+zipapp of ``servectl.watchdog.thermal.bundle`` carries the last one).
 
     python3 thermal-agent.pyz agent --node node1 --dir /var/log/servectl/thermal --interval 10
     python3 thermal-agent.pyz status --node node1 --dir /var/log/servectl/thermal
@@ -74,6 +75,7 @@ def gpu_sampler() -> Any:
 
 def run_agent(opts: AgentOptions) -> Any:
     """Wire sampler, writer, agent and /metrics; run until SIGTERM/SIGINT. Returns AgentStats."""
+    from servectl.cluster.memory import memory_reader
     from servectl.watchdog.thermal.agent import ThermalAgent
     from servectl.watchdog.thermal.alerts import AlertPolicy
     from servectl.watchdog.thermal.writer import DurableWriter
@@ -90,6 +92,7 @@ def run_agent(opts: AgentOptions) -> Any:
     agent = ThermalAgent(
         opts.node, opts.interval_s, gpu, SysfsZoneReader(opts.sysfs_root), writer, time.time,
         stop.wait, role=opts.role, alerts=AlertPolicy(zone_margin_c=opts.alert_margin_c),
+        memory=memory_reader(),  # psutil; /proc/meminfo where python3 has none (cluster/memory.py)
     )  # fmt: skip
 
     def _stop(signum: int, _frame: Any) -> None:
