@@ -119,21 +119,17 @@ def _systemd_word(arg: str) -> str:
 
 def sandbox_properties(directory: str) -> list[str]:
     """The transient agent's sandbox, as the provisioned unit's (servectl-thermal.service.j2):
-    a dynamic unprivileged user that may write only ``directory`` (created and handed to it by
-    root before each start, in place: the lab's and an operator's log file system), reach the
-    NVIDIA device nodes and TCP for /metrics, with no capabilities and the service syscall set."""
+    root without capabilities that may write only ``directory`` (created in place: the lab's and
+    an operator's log file system), reach the NVIDIA device nodes and TCP for /metrics, with the
+    service syscall set."""
     words = " ".join
-    owner = "--reference=/run/servectl-thermal-agent"
     return [
         f"--property={p}"
         for p in (
-            "DynamicUser=yes",
-            "RuntimeDirectory=servectl-thermal-agent",
             "ExecStartPre=+" + words(map(_systemd_word, ("/usr/bin/install", "-d", "-m", "0750", directory))),
-            "ExecStartPre=+" + words(map(_systemd_word, ("/usr/bin/chown", "-R", "--no-dereference", owner, directory))),
             f"ReadWritePaths={_systemd_word(directory)}",
             "UMask=0027", "CapabilityBoundingSet=", "ProtectSystem=strict", "ProtectHome=yes",
-            "PrivateTmp=yes", "NoNewPrivileges=yes", "DevicePolicy=closed",
+            "PrivateTmp=yes", "NoNewPrivileges=yes", "RemoveIPC=yes", "DevicePolicy=closed",
             "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw",
             "DeviceAllow=char-nvidia-uvm rw", "DeviceAllow=char-nvidia-caps r",
             "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "RestrictNamespaces=yes",
