@@ -112,36 +112,6 @@ def agent_argv(spec: Any, node: Any) -> list[str]:
     return argv
 
 
-def _systemd_word(arg: str) -> str:
-    """One argument of an Exec*= line, double-quoted as systemd unquotes it."""
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def sandbox_properties(directory: str) -> list[str]:
-    """The transient agent's sandbox, as the provisioned unit's (servectl-thermal.service.j2):
-    root without capabilities that may write only ``directory`` (created in place: the lab's and
-    an operator's log file system), reach the NVIDIA device nodes and TCP for /metrics, with the
-    service syscall set."""
-    words = " ".join
-    return [
-        f"--property={p}"
-        for p in (
-            "ExecStartPre=+" + words(map(_systemd_word, ("/usr/bin/install", "-d", "-m", "0750", directory))),
-            f"ReadWritePaths={_systemd_word(directory)}",
-            "UMask=0027", "CapabilityBoundingSet=", "ProtectSystem=strict", "ProtectHome=yes",
-            "PrivateTmp=yes", "NoNewPrivileges=yes", "RemoveIPC=yes", "DevicePolicy=closed",
-            "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw",
-            "DeviceAllow=char-nvidia-uvm rw", "DeviceAllow=char-nvidia-caps r",
-            "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "RestrictNamespaces=yes",
-            "SystemCallFilter=@system-service", "SystemCallArchitectures=native",
-            "ProtectProc=invisible", "ProtectKernelTunables=yes", "ProtectKernelModules=yes",
-            "ProtectKernelLogs=yes", "ProtectControlGroups=yes", "ProtectClock=yes",
-            "ProtectHostname=yes", "RestrictRealtime=yes", "RestrictSUIDSGID=yes",
-            "LockPersonality=yes", "MemoryDenyWriteExecute=yes",
-        )
-    ]  # fmt: skip
-
-
 def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     """Permanent unit installed -> start it; else copy the zipapp and run a transient unit."""
     transient = units.get(TRANSIENT_UNIT, UnitFacts())
@@ -166,8 +136,7 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
             "start the agent",
             ("systemd-run", "--unit", TRANSIENT_UNIT, "--description", "servectl thermal agent",
              "--property=Restart=on-failure", "--property=RestartSec=1",
-             "--property=StartLimitIntervalSec=0", *sandbox_properties(spec.thermal.dir),
-             *agent_argv(spec, node)),
+             "--property=StartLimitIntervalSec=0", *agent_argv(spec, node)),
         )
     )  # fmt: skip
     return NodePlan(node.name, TRANSIENT_UNIT, tuple(steps))
