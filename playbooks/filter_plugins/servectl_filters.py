@@ -26,10 +26,20 @@ def systemd_dir_under(path: str, base: str) -> str:
     return path[len(base) :] if path.startswith(base) and len(path) > len(base) else ""
 
 
+def option_pairs(mapping: dict[object, object] | None, flag: str) -> list[str]:
+    """``{"3": "P-cores"}`` with ``--zone-role`` -> ``["--zone-role", "3=P-cores"]`` (sorted by
+    key, so the rendered unit does not change when the inventory's order does)."""
+    argv: list[str] = []
+    for key, value in sorted((mapping or {}).items(), key=lambda kv: str(kv[0])):
+        argv += [flag, f"{key}={value}"]
+    return argv
+
+
 class FilterModule:
     def filters(self) -> dict[str, object]:
         return {
             "systemd_quote": systemd_quote,
             "systemd_argv": systemd_argv,
             "systemd_dir_under": systemd_dir_under,
+            "option_pairs": option_pairs,
         }

@@ -216,7 +216,7 @@ def test_unit_templates_keep_nvml_and_declare_restart():
         assert "NoNewPrivileges=yes" in text and "ProtectSystem=" in text, path.name
 
 
-def test_thermal_unit_passes_listen_address_and_alert_margin():
+def test_thermal_unit_passes_listen_address_alert_margin_and_zone_roles():
     # Issue 19: the provisioned unit dropped --alert-margin (the `thermal start` path passed it)
     # and the agent listened on a hard-coded 127.0.0.1 whatever thermal.metrics_host said.
     import shlex
@@ -229,7 +229,9 @@ def test_thermal_unit_passes_listen_address_and_alert_margin():
         "servectl_spec_defaults"
     ]
     cfg = json.loads(json.dumps(defaults))
-    cfg["thermal"].update(metrics_host="10.0.0.5", alert_margin_c=7)
+    cfg["thermal"].update(
+        metrics_host="10.0.0.5", alert_margin_c=7, zone_roles={"5": "GPU zone", "3": "P-cores"}
+    )
     template = (PLAYBOOKS / "roles/units/templates/servectl-thermal.service.j2").read_text()
     text = env.from_string(template).render(
         ansible_managed="managed", inventory_hostname="node2", groups={"head": ["node1"]},
@@ -240,7 +242,11 @@ def test_thermal_unit_passes_listen_address_and_alert_margin():
     assert argv[argv.index("--metrics-host") + 1] == "10.0.0.5"
     assert argv[argv.index("--alert-margin") + 1] == "7"
     assert argv[argv.index("--role") + 1] == "worker"
+    # zone roles reach the agent's /metrics `role` label (the provisioned unit passed none)
+    roles = [argv[i + 1] for i, a in enumerate(argv) if a == "--zone-role"]
+    assert roles == ["3=P-cores", "5=GPU zone"]
     assert defaults["thermal"]["metrics_host"] == "127.0.0.1"  # loopback unless configured
+    assert not defaults["thermal"].get("zone_roles")  # no role unless the inventory names one
 
 
 # --- the watchdog's own SSH identity (issue 15) -------------------------------------------------

@@ -50,7 +50,7 @@ def render_units(dest: Path) -> dict[str, Path]:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters.update(_filters())
     env.filters["dirname"] = os.path.dirname  # Ansible's
-    defaults = yaml.safe_load((PLAYBOOKS / "roles/servectl_defaults/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((PLAYBOOKS / "roles/servectl/defaults/main.yml").read_text())
     cfg = json.loads(json.dumps(defaults["servectl_spec_defaults"]))
     cfg["gpu_clock_cap_mhz"] = 2000
     venv = _fake_venv(dest)
