@@ -85,6 +85,17 @@ def test_start_plan_prefers_the_installed_unit_and_stops_a_transient_one() -> No
     ]
 
 
+def test_start_plan_waits_for_a_transient_unit_still_stopping() -> None:
+    # lab CI: `thermal stop` gave up on a loaded node while the agent was still flushing; the
+    # next `thermal start` saw it `deactivating` and systemd-run refused "already loaded"
+    units = {TRANSIENT_UNIT: UnitFacts("loaded", "deactivating")}
+    argvs = [s.argv for s in plan_start(SPEC, NODE, units).steps if s.argv]
+    stop = argvs.index(("systemctl", "stop", TRANSIENT_UNIT))
+    assert stop < argvs.index(("systemctl", "reset-failed", TRANSIENT_UNIT)) < len(argvs) - 1
+    assert argvs[-1][0] == "systemd-run"
+    assert ("systemctl", "stop", TRANSIENT_UNIT) in [s.argv for s in plan_stop(NODE, units).steps]
+
+
 def test_stop_plan_stops_whichever_runs_and_nothing_when_idle() -> None:
     assert plan_stop(NODE, {}).steps == ()
     units = {PERMANENT_UNIT: UnitFacts("loaded", "active")}

@@ -45,6 +45,13 @@ class UnitFacts:
     def active(self) -> bool:
         return self.active_state in ("active", "activating", "reloading")
 
+    @property
+    def needs_stop(self) -> bool:
+        """Running, or still stopping: a stop issued a moment ago (an earlier `thermal stop`
+        whose SSH call gave up first) leaves the unit `deactivating`, and systemd-run then refuses
+        the name ("already loaded"). `systemctl stop` waits until it is down."""
+        return self.active or self.active_state == "deactivating"
+
 
 def units_argv() -> list[str]:
     return ["systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,MainPID,NRestarts",
@@ -120,7 +127,7 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     transient = units.get(TRANSIENT_UNIT, UnitFacts())
     steps: list[Step] = []
     if units.get(PERMANENT_UNIT, UnitFacts()).loaded:
-        if transient.active:
+        if transient.needs_stop:
             steps.append(Step("stop the transient agent", ("systemctl", "stop", TRANSIENT_UNIT)))
         steps.append(Step("start the installed unit", ("systemctl", "start", PERMANENT_UNIT)))
         return NodePlan(node.name, PERMANENT_UNIT, tuple(steps))
@@ -129,7 +136,7 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
         Step("copy the agent", put=AGENT_PATH + ".new"),
         Step("install the agent", ("mv", "-f", "--", AGENT_PATH + ".new", AGENT_PATH)),
     ]
-    if transient.active:
+    if transient.needs_stop:
         steps.append(Step("stop the running agent", ("systemctl", "stop", TRANSIENT_UNIT)))
     if transient.loaded:
         steps.append(Step("clear a failed unit", ("systemctl", "reset-failed", TRANSIENT_UNIT),
@@ -149,7 +156,7 @@ def plan_stop(node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     steps = [
         Step(f"stop {u}", ("systemctl", "stop", u))
         for u in (PERMANENT_UNIT, TRANSIENT_UNIT)
-        if units.get(u, UnitFacts()).active
+        if units.get(u, UnitFacts()).needs_stop
     ]
     if units.get(TRANSIENT_UNIT, UnitFacts()).load_state == "loaded":
         steps.append(Step("forget the transient unit",
