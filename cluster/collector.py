@@ -1,7 +1,7 @@
 """The node-side collector: run on a node by `python3`, print one JSON document.
 
 It is shipped as a zipapp holding `cluster/errors.py`, `cluster/gpu.py` (the same NVML gateway
-the toolkit tests) and this module, copied to the node by SFTP and run from a private temp dir
+the toolkit tests), `cluster/memory.py` (psutil, else /proc/meminfo) and this module, copied to the node by SFTP and run from a private temp dir
 (`NodeSession.run_script`). Only the standard library and pynvml are needed on the node.
 
     python3 collector.pyz show
@@ -11,6 +11,7 @@ the toolkit tests) and this module, copied to the node by SFTP and run from a pr
     python3 collector.pyz paths /models/a /models/b
 
 Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
+`memory` (the node's: total/available/used bytes + source, or `error`; on GB10 the GPU's too),
 `ports` / `paths` when asked. Exit 0 even when a GPU reading is missing; 1 if the action failed.
 """
 
@@ -25,10 +26,21 @@ import socket
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 COLLECTOR_VERSION = 1
+
+
+def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """The node's memory as JSON; an unreadable one is ``{"error": ...}``, never a failure."""
+    try:
+        if read_memory is None:
+            from servectl.cluster.memory import read_node_memory as read_memory
+        return read_memory().to_json()
+    except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
@@ -103,7 +115,8 @@ def check_paths(paths: list[str]) -> dict[str, Any]:
     return {p: {"exists": os.path.exists(p), "is_dir": os.path.isdir(p)} for p in paths}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = None) -> int:
+    """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
     ap = argparse.ArgumentParser(prog="servectl-collector")
     ap.add_argument("--nvml-lib", default=os.environ.get("SERVECTL_NVML_LIB"))
     sub = ap.add_subparsers(dest="action", required=True)
@@ -148,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 facts, nvml = _gpu_facts(args.nvml_lib)
                 doc.update(facts)
                 doc["zones"] = read_zones()
+                doc["memory"] = node_memory_json(read_memory)
         except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
             doc["ok"] = False
             doc["error"] = f"{type(e).__name__}: {e}"
@@ -165,7 +179,7 @@ _INIT = '"""servectl node-side collector package (zipapp)."""\n'
 
 
 def build_zipapp(dest: str | Path) -> Path:
-    """Write the collector zipapp (errors + gpu + this module) to `dest` and return its path."""
+    """Write the collector zipapp (errors + gpu + memory + this module) to `dest` and return its path."""
     here = Path(__file__).resolve().parent
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -176,7 +190,7 @@ def build_zipapp(dest: str | Path) -> Path:
         )
         for name, text in stubs:
             z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), text)
-        for module in ("errors.py", "gpu.py", "collector.py"):
+        for module in ("errors.py", "gpu.py", "memory.py", "collector.py"):
             z.writestr(
                 zipfile.ZipInfo(f"servectl/cluster/{module}", (2020, 1, 1, 0, 0, 0)),
                 (here / module).read_text(),

@@ -61,6 +61,7 @@ from servectl.cluster.status import (
     NodeStatus,
     ServerStatus,
     derive_verdict,
+    node_memory,
     parse_metrics,
     server_gauges,
 )
@@ -718,11 +719,13 @@ class Controller:
             gpus: tuple[Mapping[str, Any], ...] = ()
             gpu_reason = None
             zones: tuple[Mapping[str, Any], ...] = ()
+            memory = None
             if with_gpus:
                 try:
                     doc = self.collector(node, ["show"], timeout=timeout_s)
                     gpus = tuple(doc.get("gpus") or ())
                     zones = tuple(doc.get("zones") or ())
+                    memory = node_memory(doc, gpus)
                     nv = doc.get("nvml") or {}
                     if not nv.get("available", False):
                         gpu_reason = nv.get("reason") or nv.get("state")
@@ -742,6 +745,7 @@ class Controller:
                 gpu_reason=gpu_reason,
                 elapsed_s=round(time.monotonic() - t, 3),
                 zones=zones,
+                memory=memory,
             )
 
         # The server part shares the command's deadline: a hung engine makes the 1-token probe

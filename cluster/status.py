@@ -41,11 +41,14 @@ class NodeStatus:
     gpu_reason: str | None = None
     elapsed_s: float = 0.0
     zones: tuple[Mapping[str, Any], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
+    # total_bytes, used_bytes, available_bytes, unified (node_memory); None = not read
+    memory: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["gpus"] = [dict(g) for g in self.gpus]
         d["zones"] = [dict(z) for z in self.zones]
+        d["memory"] = None if self.memory is None else dict(self.memory)
         return d
 
 
@@ -93,6 +96,25 @@ class ClusterStatus:
             "nodes": [n.to_json() for n in self.nodes],
             "server": self.server.to_json(),
         }
+
+
+def gpu_memory_unsupported(gpus: Sequence[Mapping[str, Any]]) -> bool:
+    """True when NVML answers Not Supported for every GPU's memory: GB10's unified memory."""
+    reasons = [str((g.get("missing") or {}).get("memory_total_mib", "")) for g in gpus]
+    return bool(reasons) and all("not supported" in r.lower() for r in reasons)
+
+
+def node_memory(doc: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The collector's ``memory`` -> NodeStatus.memory; None when the node could not read it."""
+    m = doc.get("memory") or {}
+    if m.get("total_bytes") is None:
+        return None
+    return {
+        "total_bytes": m["total_bytes"],
+        "used_bytes": m.get("used_bytes"),
+        "available_bytes": m.get("available_bytes"),
+        "unified": gpu_memory_unsupported(gpus),
+    }
 
 
 def gpu_alarms(node: NodeStatus) -> list[str]:

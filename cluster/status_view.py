@@ -40,6 +40,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("up", "up", "up", 2),
     Column("config", "config", "cfg", 5),
     Column("gpu_c", "GPU °C", "°C", 1),
+    Column("memory", "memory used", "mem", 1),  # GB10: the node's unified memory, GPU's too
     Column("zone", "hottest zone °C", "zone °C", 4),
     Column("sm_mhz", "SM MHz", "MHz", 7),
     Column("power_w", "W", "W", 8),
@@ -95,6 +96,20 @@ def _gpu(n: NodeStatus) -> Mapping[str, Any]:
     return n.gpus[0] if n.gpus else {}
 
 
+def memory_cell(n: NodeStatus) -> str:
+    """ "71%uni" on GB10 (NVML memory Not Supported: the node's memory is the GPU's, so the
+    node's used share is shown), "40%gpu" where NVML reports the GPU's own memory, "35%" for the
+    node's memory otherwise, "-" when unread. Six cells: it must fit the 80-column table next to
+    the uptime; --json has the bytes and ``unified``."""
+    g = _gpu(n)
+    m = n.memory or {}
+    if not m.get("unified") and g.get("memory_total_mib"):
+        return f"{100 * (g.get('memory_used_mib') or 0) / g['memory_total_mib']:.0f}%gpu"
+    if not m.get("total_bytes") or m.get("used_bytes") is None:
+        return DASH
+    return f"{100 * m['used_bytes'] / m['total_bytes']:.0f}%" + ("uni" if m.get("unified") else "")
+
+
 def hottest_zone(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> str:
     """ "82 P-cores": the hottest ACPI zone, named by its role (thermal.zone_roles) when mapped,
     else by its zone number (every GB10 zone's type is "acpitz", which says nothing)."""
@@ -120,6 +135,7 @@ def node_cells(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> di
         "up": fmt_duration(n.uptime_s),
         "config": config,
         "gpu_c": fmt(g.get("temp_c")),
+        "memory": memory_cell(n),
         "zone": hottest_zone(n, zone_roles),
         "sm_mhz": fmt(g.get("sm_clock_mhz")),
         "power_w": fmt(g.get("power_w")),

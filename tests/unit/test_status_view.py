@@ -21,6 +21,7 @@ from servectl.cluster.status import (
     ServerStatus,
     Verdict,
     derive_verdict,
+    node_memory,
 )
 from servectl.cluster.status_view import choose_columns, fmt, node_cells, status_view
 
@@ -29,6 +30,7 @@ HASH = "1f2661cca5ba9e07"
 
 
 def _gpu(temp, mhz, w, reasons=()):
+    """A GB10 GPU: NVML answers Not Supported for its memory (unified with the node's)."""
     return (
         {
             "index": 0,
@@ -37,8 +39,17 @@ def _gpu(temp, mhz, w, reasons=()):
             "power_w": w,
             "locked_clock_max_mhz": 2000,
             "clock_event_reasons": list(reasons),
+            "memory_used_mib": None,
+            "memory_total_mib": None,
+            "missing": {"memory_total_mib": "NVML: Not Supported; unified memory (GB10)"},
         },
     )
+
+
+GIB = 1024**3
+# 128 GiB node, 91 GiB held: what the collector reports for a GB10 node.
+GB10_MEMORY = {"memory": {"total_bytes": 128 * GIB, "available_bytes": 37 * GIB,
+                          "used_bytes": 91 * GIB, "source": "psutil"}}  # fmt: skip
 
 
 def _zones(pcore, gpu_zone):
@@ -59,6 +70,7 @@ NODES = (
     NodeStatus(
         "node1", "head", True, container="servectl-glm-node1", state="running",
         uptime_s=34217.0, config_hash=HASH, gpus=_gpu(66, 1998, 87.4), zones=_zones(82.0, 69.0),
+        memory=node_memory(GB10_MEMORY, _gpu(66, 1998, 87.4)),
     ),
     NodeStatus(
         "node2", "worker", True, container="servectl-glm-node2", state="running",
@@ -199,3 +211,11 @@ def test_collector_reads_zones_one_bad_zone_spoils_nothing(tmp_path):
     assert got[3]["temp_c"] is None and "ValueError" in got[3]["reason"]
     assert {z["critical_c"] for z in got} == {104.8}
     assert read_zones(tmp_path / "nothing") == []
+
+
+def test_gb10_unified_memory_shown_on_80_columns_and_in_wide():
+    narrow = _render(80)
+    assert "mem" in narrow and "71%uni" in narrow  # node1: 91 of 128 GiB, NVML Not Supported
+    assert all(len(line) <= 80 for line in narrow.splitlines())
+    wide = _render(200, wide=True)
+    assert "memory used" in wide and "71%uni" in wide
