@@ -2,60 +2,35 @@
 expression uses. Shared by the alert-rule and the dashboard tests, so a query naming a metric that
 nobody exports (a typo, a rename on one side only) fails CI.
 
-Known names: the watchdog's registry (`WatchdogMetrics`), the thermal agent's collector
-(`ThermalCollector`) fed by a real `ThermalAgent` tick over a fake sysfs and a GB10-like GPU with a
-thermal clock event, vLLM's names from the real /metrics captures in tests/fixtures/real/metrics,
+Known names: what servectl.watchdog.metrics_reference finds in the real exporters (the
+watchdog's registry, the thermal agent's collector after a real tick; the same source as
+docs/metrics.md), vLLM's names from the real /metrics captures in tests/fixtures/real/metrics,
 and what Prometheus adds itself (`up`, `ALERTS`).
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_CAPTURES = REPO / "tests" / "fixtures" / "real" / "metrics"
 PROMETHEUS_OWN = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds"})
 
 
-def _names(collector: Collector) -> set[str]:
-    names: set[str] = set()
-    for family in collector.collect():
-        names.update(s.name for s in family.samples)
-        if not family.samples:  # a family with no sample this scrape still has its name
-            names.add(family.name + ("_total" if family.type == "counter" else ""))
-    return names
-
-
 def watchdog_names() -> set[str]:
-    from servectl.watchdog.exporter import WatchdogMetrics
+    from servectl.watchdog.metrics_reference import JOB_WATCHDOG, exported_metrics, sample_names
 
-    return _names(WatchdogMetrics().registry)
+    return sample_names(d for d in exported_metrics() if d.job == JOB_WATCHDOG)
 
 
 def thermal_names() -> set[str]:
-    from servectl.watchdog.thermal.agent import ThermalAgent
-    from servectl.watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs, gb10_sample
-    from servectl.watchdog.thermal.metrics import ThermalCollector
-    from servectl.watchdog.thermal.zones import SysfsZoneReader
+    from servectl.watchdog.metrics_reference import JOB_THERMAL, exported_metrics, sample_names
 
-    class _Writer:
-        def write(self, record: dict) -> bool:
-            return True
-
-    now = [1000.0]
-    gpu = FakeGpuSampler([gb10_sample(reasons=("sw_thermal_slowdown", "gpu_idle"))])
-    with tempfile.TemporaryDirectory() as tmp:
-        reader = SysfsZoneReader(build_fake_sysfs(Path(tmp) / "sys"))
-        agent = ThermalAgent("node1", 10.0, gpu, reader, _Writer(), lambda: now[0], lambda s: None)
-        agent.tick()
-        roles = {"thermal_zone0": "soc", "thermal_zone1": "cpu"}
-        return _names(ThermalCollector(agent, lambda: now[0], zone_roles=roles))
+    return sample_names(d for d in exported_metrics() if d.job == JOB_THERMAL)
 
 
 def vllm_names() -> set[str]:
