@@ -99,14 +99,14 @@ def stack(lab, tmp_path_factory):
     with Controller(spec, state_dir=control, node_timeout_s=10) as ctl:
         result = ctl.up(timeout_s=300)
         assert result.ok, (result.outcomes, result.boot and result.boot.reason)
-        thermal("start", "-i", inv)
         log = tmp / "watchdog.log"
-        with open(log, "ab") as out:
-            daemon = subprocess.Popen(
-                [servectl, "watchdog", "run", "-i", inv], stdout=out, stderr=subprocess.STDOUT,
-                env=env,
-            )  # fmt: skip
-        try:
+        try:  # cleanup also when starting fails halfway (agents left running fail later tests)
+            thermal("start", "-i", inv)
+            with open(log, "ab") as out:
+                daemon = subprocess.Popen(
+                    [servectl, "watchdog", "run", "-i", inv], stdout=out,
+                    stderr=subprocess.STDOUT, env=env,
+                )  # fmt: skip
             yield {"prom": prom, "spec": spec, "ctl": ctl, "inv": inv, "env": env, "tmp": tmp,
                    "control": control, "servectl": servectl}  # fmt: skip
         finally:
@@ -114,11 +114,12 @@ def stack(lab, tmp_path_factory):
                 faults.container_action(lab.paths, WORKER, "unpause")
             faults.cool(lab.paths, "node2")
             subprocess.run([servectl, "watchdog", "release", "-i", inv], env=env, check=False)
-            daemon.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                daemon.wait(timeout=20)
-            if daemon.poll() is None:
-                daemon.kill()
+            if daemon is not None:
+                daemon.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    daemon.wait(timeout=20)
+                if daemon.poll() is None:
+                    daemon.kill()
             thermal("stop", "-i", inv, ok=False)
             if not ctl.probe(timeout=5)[0]:
                 ctl.restart("test cleanup", timeout_s=300)

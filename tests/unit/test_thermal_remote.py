@@ -96,6 +96,19 @@ def test_start_plan_waits_for_a_transient_unit_still_stopping() -> None:
     assert ("systemctl", "stop", TRANSIENT_UNIT) in [s.argv for s in plan_stop(NODE, units).steps]
 
 
+def test_start_plan_forgets_a_stopped_transient_unit_left_loaded() -> None:
+    # lab CI: in systemd-nspawn machines a stopped transient unit stayed loaded from its
+    # /run/systemd/transient fragment and systemd-run refused the name
+    units = {TRANSIENT_UNIT: UnitFacts("loaded", "inactive")}
+    argvs = [s.argv for s in plan_start(SPEC, NODE, units).steps if s.argv]
+    rm = argvs.index(("rm", "-f", "--", "/run/systemd/transient/" + TRANSIENT_UNIT))
+    assert argvs[rm + 1] == ("systemctl", "daemon-reload")
+    assert argvs[-1][0] == "systemd-run" and ("systemctl", "stop", TRANSIENT_UNIT) not in argvs
+    # nothing of this when no unit of that name is loaded
+    fresh = [s.argv for s in plan_start(SPEC, NODE, {}).steps if s.argv]
+    assert not any(a[0] == "rm" or a[-1] == "daemon-reload" for a in fresh)
+
+
 def test_stop_plan_stops_whichever_runs_and_nothing_when_idle() -> None:
     assert plan_stop(NODE, {}).steps == ()
     units = {PERMANENT_UNIT: UnitFacts("loaded", "active")}

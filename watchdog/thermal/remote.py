@@ -23,6 +23,7 @@ from servectl.watchdog.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
 TRANSIENT_UNIT = "servectl-thermal-agent.service"
+TRANSIENT_FRAGMENT = "/run/systemd/transient/" + TRANSIENT_UNIT
 PERMANENT_UNIT = "servectl-thermal.service"  # installed by provisioning
 TAIL_BYTES = 32 * 1024
 T = TypeVar("T")
@@ -141,6 +142,14 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     if transient.loaded:
         steps.append(Step("clear a failed unit", ("systemctl", "reset-failed", TRANSIENT_UNIT),
                           check=False))  # fmt: skip
+        # A stopped transient unit is normally garbage-collected; where systemd cannot remove
+        # its cgroup (seen in systemd-nspawn machines: "Failed to kill control group ...
+        # Input/output error") it stays loaded from its fragment in /run/systemd/transient and
+        # systemd-run refuses the name ("already loaded or has a fragment file"). The unit is
+        # stopped by now, so its fragment is only a leftover: remove it and reload.
+        steps.append(Step("forget a stopped transient unit",
+                          ("rm", "-f", "--", TRANSIENT_FRAGMENT), check=False))  # fmt: skip
+        steps.append(Step("reload systemd", ("systemctl", "daemon-reload")))
     steps.append(
         Step(
             "start the agent",
