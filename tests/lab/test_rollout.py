@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from servectl.cluster.control import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
@@ -164,15 +164,11 @@ def free_port() -> int:
 def watched(inv, tmp_path):
     """A watchdog (the real daemon, a subprocess) armed on the private inventory copy."""
     wd = tmp_path / "wd"
-    text = inv.read_text()
-    # its own state dir and a free /metrics port: never the port a demo or real watchdog uses
-    text = re.sub(
-        r"^( *)state_dir: \S+",
-        lambda m: f"{m[1]}state_dir: {wd}\n{m[1]}metrics_port: {free_port()}",
-        text,
-        count=1,
-        flags=re.M,
-    )
+    doc = yaml.safe_load(inv.read_text())
+    # its own state dir and a free /metrics port: never the port a demo, the lab's Prometheus
+    # target (9410) or a real watchdog uses
+    doc["all"]["vars"]["servectl"]["watchdog"].update(state_dir=str(wd), metrics_port=free_port())
+    text = yaml.safe_dump(doc, sort_keys=False)
     inv.write_text(text)
     wd.mkdir()
     log = open(tmp_path / "watchdog.log", "w")  # noqa: SIM115
