@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,21 +26,12 @@ from servectl.cluster.lab import prometheus as labprom
 from servectl.cluster.prometheus_config import default_rules_path
 from typer.testing import CliRunner
 
+from tests.lab.waiting import poll
+
 pytestmark = pytest.mark.lab
 NODES = ("node1", "node2", "node3", "node4")
 WORKER = "node3"
 EVAL_S = labprom.INTERVAL_S
-
-
-def poll(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(every_s)
 
 
 class Prom:

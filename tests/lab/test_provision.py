@@ -11,12 +11,13 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from servectl.cluster.lab import host, nodes, rootfs
 from servectl.cluster.lab.paths import NODE_NAMES
+
+from tests.lab.waiting import poll
 
 pytestmark = pytest.mark.lab
 
@@ -49,15 +50,6 @@ def _describe(doc: dict) -> str:
     return json.dumps(
         {k: doc[k] for k in ("status", "changed", "hosts", "failures", "artifact_dir")}
     )
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def cap_mhz(lab, node: str) -> int | None:
@@ -115,10 +107,10 @@ def test_agents_run_and_write_samples(lab, provisioned):
 
     first = {n: sizes(n) for n in NODE_NAMES}
     for n in NODE_NAMES:
-        wait_for(lambda n=n: is_active(n, "servectl-thermal.service"), 60, f"{n}'s thermal agent")
+        poll(lambda n=n: is_active(n, "servectl-thermal.service"), 60, f"{n}'s thermal agent")
     for n in NODE_NAMES:
-        wait_for(lambda n=n: sizes(n) > first[n], 30, f"{n}'s agent to write a sample")
-    wait_for(lambda: is_active("node1", "servectl-watchdog.service"), 60, "the head's watchdog")
+        poll(lambda n=n: sizes(n) > first[n], 30, f"{n}'s agent to write a sample")
+    poll(lambda: is_active("node1", "servectl-watchdog.service"), 60, "the head's watchdog")
     for n in NODE_NAMES[1:]:
         has = lab.ssh(n, ["systemctl", "cat", "servectl-watchdog.service"], timeout_s=10)
         assert has.rc != 0, f"{n} must not run the watchdog"
@@ -148,8 +140,8 @@ def test_clock_cap_back_after_node_restart(lab, provisioned):
         done = lab.ssh("node2", ["systemctl", "is-active", "servectl-clock-cap.service"])
         return done.stdout.strip() == "active" and cap_mhz(lab, "node2") == 2000
 
-    wait_for(capped, 60, "the clock cap after the restart")
-    wait_for(
+    poll(capped, 60, "the clock cap after the restart")
+    poll(
         lambda: (
             lab.ssh("node2", ["systemctl", "is-active", "servectl-thermal.service"]).stdout.strip()
             == "active"

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,19 +23,10 @@ from servectl.watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_
 from servectl.watchdog.thermal.writer import read_records
 from typer.testing import CliRunner
 
+from tests.lab.waiting import poll
+
 pytestmark = pytest.mark.lab
 NODES = ("node1", "node2", "node3", "node4")
-
-
-def poll(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        threading.Event().wait(every_s)
 
 
 def cli(*args: str, ok: bool = True) -> Any:

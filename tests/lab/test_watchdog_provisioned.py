@@ -30,7 +30,8 @@ from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
 
-from .test_provision import provision, wait_for
+from .test_provision import provision
+from .waiting import poll
 
 pytestmark = pytest.mark.lab
 
@@ -143,7 +144,7 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
     def active() -> bool:
         return lab.ssh(HEAD, ["systemctl", "is-active", UNIT]).stdout.strip() == "active"
 
-    wait_for(active, 60, "node1's watchdog unit")
+    poll(active, 60, "node1's watchdog unit")
 
     # 2. an operator's down + up from this machine records the applied plan on node1
     with Controller(spec, state_dir=tmp_path / "probe") as ctl:
@@ -159,7 +160,7 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
                 state = _json(lab, HEAD, f"{sd}/state.json").get("policy") or {}
                 return state.get("phase") == "ready"
 
-            wait_for(follows_and_ready, 120, "node1's watchdog to follow the plan, ready")
+            poll(follows_and_ready, 120, "node1's watchdog to follow the plan, ready")
 
             # 3. hang the API: node1's watchdog restarts it, over SSH with its own key
             t_fault = time.time()
@@ -175,7 +176,7 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
                 return bool(ends)
 
             try:
-                wait_for(restarted, RESTART_DEADLINE_S, "node1's watchdog to restart the server")
+                poll(restarted, RESTART_DEADLINE_S, "node1's watchdog to restart the server")
             except AssertionError:
                 tail = [
                     {k: v for k, v in e.items() if k != "evidence"} for e in _events(lab, sd)[-12:]
@@ -185,8 +186,8 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
                     f"no restart; events: {tail}; journal: {journal.stdout}"
                 ) from None
 
-            wait_for(lambda: ctl.probe(timeout=5)[0], 180, "the server healthy again")
-            wait_for(follows_and_ready, 120, "node1's watchdog ready again")
+            poll(lambda: ctl.probe(timeout=5)[0], 180, "the server healthy again")
+            poll(follows_and_ready, 120, "node1's watchdog ready again")
 
             # 4. who restarted: the head's watchdog (node1's cluster-control log and its applied
             # plan say so); this machine's cluster-control log has no restart at all
