@@ -24,7 +24,13 @@ Unknown keys are errors.
 Per-host keys (on each host of groups `head` and `workers`): `ansible_host`, `ansible_port`,
 `ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, `ansible_ssh_common_args` /
 `ansible_ssh_extra_args` (ProxyJump, ProxyCommand, UserKnownHostsFile), and `vllm_host_ip` (the address
-vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`).
+vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`), `servectl_thermal_metrics_host` /
+`servectl_thermal_metrics_port` (this node's thermal /metrics listener, overriding
+`thermal.metrics_host` / `thermal.metrics_port`; the provisioned unit and `servectl prometheus
+config` read the same two), and on the head `servectl_watchdog_host` (where the watchdog runs: a
+node's name, or a name that is no node, e.g. `control`, for elsewhere; the head by default).
+Provisioning's own `servectl_*` variables (install prefix, checks, secrets' sources) are listed in
+`playbooks/roles/servectl/defaults/main.yml`; any group or host variable overrides them.
 
 | key | type | default | meaning |
 |---|---|---|---|
