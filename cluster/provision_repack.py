@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata as md
-import json
 import re
 import stat
 import time
@@ -65,16 +64,22 @@ def source_checkout() -> Path | None:
 
 
 def installed_distribution(name: str = DIST_NAME) -> md.Distribution:
-    """The installed distribution, refused when it is an editable install (its files live in a
-    checkout, which is then built from source instead)."""
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        raise RepackError(f"{name} is not installed in this Python") from None
-    direct = dist.read_text("direct_url.json")
-    if direct and json.loads(direct).get("dir_info", {}).get("editable"):
-        raise RepackError(f"{name} is an editable install: build the nodes' wheel from its source")
-    return dist
+    """The installed distribution whose files are the servectl running here. Not merely the first
+    one named servectl on sys.path: a checkout's ``servectl.egg-info`` or a second environment
+    may shadow it. A checkout (editable install) is refused: it is built from source instead."""
+    root = source_checkout()
+    if root is not None:
+        raise RepackError(
+            f"servectl runs from the checkout {root} (an editable install): build the nodes' "
+            "wheel from that source (--source)"
+        )
+    running = Path(str(resources.files("servectl.cluster") / "__init__.py")).resolve()
+    for dist in md.distributions(name=name):
+        for item in dist.files or ():
+            if item.as_posix() == "servectl/cluster/__init__.py":
+                if Path(str(item.locate())).resolve() == running:
+                    return dist
+    raise RepackError(f"no installed {name} distribution owns {running}: install it from a wheel")
 
 
 def wheel_entries(dist: md.Distribution) -> list[Entry]:
