@@ -2,12 +2,14 @@
 ansible-runner's Python API.
 
 The one gateway to Ansible. A `ProvisionRequest` is checked and turned into runner arguments
-(`prepare`, pure apart from reading the paths it is given); `run` executes them with an event
-callback per task result and returns a typed `ProvisionResult` built from the runner's stats.
+(`prepare`, pure apart from reading the paths it is given and the installed metadata); `run`
+executes them with an event callback per task result and returns a typed `ProvisionResult` built
+from the runner's stats. Every run leaves ansible-runner's artifact directory (status, rc,
+stdout, job events) under ``~/.local/state/servectl/provision/<ident>``; its id is logged.
+
 The playbooks ship inside the package, so an installed servectl provisions without a checkout:
 the nodes' servectl wheel is then repacked from the installed distribution (`provision_repack`)
-instead of built from the source tree. Every run leaves ansible-runner's artifact directory (status, rc, stdout, job events) under
-``~/.local/state/servectl/provision/<ident>``; its id is logged.
+instead of built from the source tree.
 
 The library never prints: progress goes to the ``on_event`` callback, the CLI renders it.
 """

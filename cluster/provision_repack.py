@@ -161,7 +161,8 @@ def _write_wheel(path: Path, entries: list[Entry], epoch: int) -> None:
     # the package's files first, the dist-info after, RECORD last (as wheel builders order them)
     ordered = sorted(entries, key=lambda e: (".dist-info/" in e.arcname, e.arcname))
     dist_info = next(e.arcname.split("/")[0] for e in entries if ".dist-info/" in e.arcname)
-    stamp = time.gmtime(max(epoch, _ZIP_EPOCH_MIN))[:6]
+    t = time.gmtime(max(epoch, _ZIP_EPOCH_MIN))
+    stamp = (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
     record = []
     with zipfile.ZipFile(path, "w") as zf:
         for e in ordered:
@@ -172,8 +173,10 @@ def _write_wheel(path: Path, entries: list[Entry], epoch: int) -> None:
         zf.writestr(_info(f"{dist_info}/RECORD", stamp, False), "\n".join(record) + "\n")
 
 
-def _info(name: str, stamp: tuple[int, ...], executable: bool) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=stamp)  # type: ignore[arg-type]
+def _info(
+    name: str, stamp: tuple[int, int, int, int, int, int], executable: bool
+) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=stamp)
     info.compress_type = zipfile.ZIP_DEFLATED
     info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
     return info
