@@ -1,10 +1,15 @@
-"""Provisioning: run the playbooks in ``playbooks/`` through ansible-runner's Python API.
+"""Provisioning: run the playbooks (``playbooks/``, installed as ``servectl.playbooks``) through
+ansible-runner's Python API.
 
 The one gateway to Ansible. A `ProvisionRequest` is checked and turned into runner arguments
-(`prepare`, pure apart from reading the paths it is given); `run` executes them with an event
-callback per task result and returns a typed `ProvisionResult` built from the runner's stats.
-Every run leaves ansible-runner's artifact directory (status, rc, stdout, job events) under
-``~/.local/state/servectl/provision/<ident>``; its id is logged.
+(`prepare`, pure apart from reading the paths it is given and the installed metadata); `run`
+executes them with an event callback per task result and returns a typed `ProvisionResult` built
+from the runner's stats. Every run leaves ansible-runner's artifact directory (status, rc,
+stdout, job events) under ``~/.local/state/servectl/provision/<ident>``; its id is logged.
+
+The playbooks ship inside the package, so an installed servectl provisions without a checkout:
+the nodes' servectl wheel is then repacked from the installed distribution (`provision_repack`)
+instead of built from the source tree.
 
 The library never prints: progress goes to the ``on_event`` callback, the CLI renders it.
 """
@@ -18,15 +23,22 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from servectl.cluster import provision_repack
 from servectl.cluster.errors import ConfigError, ServectlError
 
 log = logging.getLogger(__name__)
 
-PLAYBOOK_DIR = Path(__file__).resolve().parents[1] / "playbooks"
-SOURCE_DIR = PLAYBOOK_DIR.parent
+# ansible-runner needs the playbooks as a directory on disk: a regular install and an editable one
+# (which maps the package to the checkout's folder) both have one; a zipped import has not, and
+# then prepare() reports the playbook missing
+_PLAYBOOKS = resources.files("servectl.playbooks")
+PLAYBOOK_DIR = _PLAYBOOKS if isinstance(_PLAYBOOKS, Path) else Path(str(_PLAYBOOKS))
+# The source tree the nodes' wheel is built from; None when installed (repacked from the install)
+SOURCE_DIR = provision_repack.source_checkout()
 TAGS = ("prereqs", "image", "model", "servectl", "secrets", "units")
 STATE_ROOT = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "servectl"
 
@@ -51,7 +63,7 @@ class ProvisionRequest:
     check: bool = False
     tags: tuple[str, ...] = ()
     remove: bool = False
-    source_dir: Path = SOURCE_DIR
+    source_dir: Path | None = SOURCE_DIR  # None: the nodes get the installed distribution
     playbook_dir: Path = PLAYBOOK_DIR
     extra_vars_files: tuple[Path, ...] = ()
     vault_password_file: Path | None = None
@@ -160,8 +172,18 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
         raise ConfigError("no such inventory file or directory", file=str(request.inventory))
     playbook = request.playbook_dir / request.playbook
     if not playbook.is_file():
-        raise ConfigError(f"playbook {playbook} is missing", hint="run from a servectl checkout")
-    if not (request.source_dir / "pyproject.toml").is_file():
+        raise ConfigError(
+            f"playbook {playbook} is missing",
+            hint="reinstall servectl: the playbooks ship inside it (servectl/playbooks)",
+        )
+    if request.source_dir is None:
+        try:
+            provision_repack.installed_distribution()
+        except provision_repack.RepackError as exc:
+            raise ConfigError(
+                str(exc), key="--source", hint="the node wheel is repacked from the installation"
+            ) from None
+    elif not (request.source_dir / "pyproject.toml").is_file():
         raise ConfigError(
             f"{request.source_dir} is not a servectl source tree (no pyproject.toml)",
             key="--source",
@@ -186,7 +208,8 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
         "inventory": str(inventory),
         "ident": ident,
         "extravars": {
-            "servectl_source_dir": str(request.source_dir.resolve()),
+            # "": no source tree; the wheelhouse role then repacks the installed servectl
+            "servectl_source_dir": str(request.source_dir.resolve()) if request.source_dir else "",
             "servectl_control_python": python,
             "servectl_wheelhouse_cache": str(request.wheelhouse_cache),
         },

@@ -5,6 +5,9 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 
 * servectl's own wheel, built from a copy of the source tree with ``SOURCE_DATE_EPOCH`` fixed, so
   the same source gives the same bytes (and a second provisioning run has nothing to install);
+  with no source tree (servectl installed from a wheel), repacked from the installed distribution
+  (`provision_repack`), its dependencies read from the installed metadata and pinned to the
+  versions this control machine runs;
 * its runtime dependencies, resolved here (markers evaluated for the target, versions pinned to
   requirements/constraints.txt when listed there), each downloaded with ``pip download --no-deps
   --only-binary=:all: --platform ... --python-version ... --abi ...``;
@@ -14,7 +17,10 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 Run on the control machine (the playbook does, delegated to localhost)::
 
     python -m servectl.cluster.provision_wheelhouse --python-version 3.11 --machine aarch64 \
-        --glibc 2.39 --source /path/to/servectl --cache ~/.cache/servectl/wheelhouse
+        --glibc 2.39 [--source /path/to/servectl] --cache ~/.cache/servectl/wheelhouse
+
+``--source`` defaults to the checkout this code runs from, and to the installed distribution when
+there is none.
 
 It prints one JSON document: ``dir``, ``id`` (a digest of the wheels), ``wheels``,
 ``built_from_sdist``, ``missing``. Exit 0 when complete, 1 when a dependency has no wheel.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata as md
 import json
 import os
 import re
@@ -39,9 +46,11 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from servectl.cluster import provision_repack
 
 SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
-SOURCE_ITEMS = ("pyproject.toml", "README.md", "LICENSE", "cluster", "watchdog")
+# What the wheel is built from (pyproject's package-dir: the playbooks are package data)
+SOURCE_ITEMS = ("pyproject.toml", "README.md", "LICENSE", "cluster", "watchdog", "playbooks")
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 Runner = Callable[[list[str], dict[str, str] | None], subprocess.CompletedProcess[str]]
 
@@ -190,8 +199,6 @@ def _sha256(path: Path) -> str:
 
 
 def _installed_requires(name: str) -> list[str] | None:
-    import importlib.metadata as md
-
     try:
         return md.requires(name) or []
     except md.PackageNotFoundError:
@@ -233,6 +240,22 @@ def build_servectl_wheel(source: Path, out: Path, run: Runner = _run) -> Path:
     return out / wheel.name
 
 
+def servectl_wheel(
+    source: Path | None, out: Path, run: Runner = _run, dist: md.Distribution | None = None
+) -> Path:
+    """The nodes' servectl wheel: built from ``source`` when there is a source tree, otherwise
+    repacked from the installed distribution (``dist``, this Python's servectl by default)."""
+    if source is not None:
+        return build_servectl_wheel(source, out, run)
+    installed = dist or provision_repack.installed_distribution()
+    return provision_repack.repack(installed, out, int(SOURCE_DATE_EPOCH))
+
+
+def installed_versions() -> dict[str, str]:
+    """{canonical name: version} of every distribution installed in this Python."""
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in md.distributions()}
+
+
 def _download_args(target: Target) -> list[str]:
     args = ["--no-deps", "--only-binary=:all:", "--implementation", "cp"]
     args += ["--python-version", target.python_version, "--abi", target.abi, "--abi", "abi3"]
@@ -272,12 +295,29 @@ def _pure_python_wheel(spec: str, deps_dir: Path, run: Runner) -> bool:
         return True
 
 
-def build(target: Target, source: Path, cache: Path, run: Runner = _run) -> Wheelhouse:
-    """Assemble ``cache/<target.key>/wheels`` for ``target`` (deps are downloaded once)."""
-    pyproject = (source / "pyproject.toml").read_text()
-    constraints = source / "requirements" / "constraints.txt"
-    pins = read_constraints(constraints.read_text()) if constraints.is_file() else {}
-    reqs = resolve(runtime_requirements(pyproject), target, pins, _installed_requires)
+def build(
+    target: Target,
+    source: Path | None,
+    cache: Path,
+    run: Runner = _run,
+    dist: md.Distribution | None = None,
+) -> Wheelhouse:
+    """Assemble ``cache/<target.key>/wheels`` for ``target`` (deps are downloaded once).
+
+    ``source`` None: no source tree; servectl's wheel and requirements come from the installed
+    distribution (``dist``, this Python's by default)."""
+    if source is not None:
+        roots = runtime_requirements((source / "pyproject.toml").read_text())
+        constraints = source / "requirements" / "constraints.txt"
+        pins = read_constraints(constraints.read_text()) if constraints.is_file() else {}
+    else:
+        dist = dist or provision_repack.installed_distribution()
+        # the extras' requirements carry an `extra == ...` marker: resolve() leaves them out.
+        # No constraints file without a checkout: the nodes get the versions pip resolved for
+        # servectl on this control machine.
+        roots = [Requirement(r) for r in dist.requires or []]
+        pins = installed_versions()
+    reqs = resolve(roots, target, pins, _installed_requires)
     base = cache / target.key
     deps_dir, wheels = base / "deps", base / "wheels"
     deps_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +331,7 @@ def build(target: Target, source: Path, cache: Path, run: Runner = _run) -> Whee
         report = {"built_from_sdist": built, "missing": missing}
         if not missing:
             stamp.write_text(json.dumps(report))
-    servectl = build_servectl_wheel(source, base / "servectl", run)
+    servectl = servectl_wheel(source, base / "servectl", run, dist)
     wanted = {canonicalize_name(n) for n in reqs}
     house = Wheelhouse(wheels, built_from_sdist=report["built_from_sdist"])
     house.missing = report["missing"]
@@ -320,14 +360,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-version", required=True, help="node's X.Y, e.g. 3.11")
     ap.add_argument("--machine", required=True, help="node's uname -m, e.g. aarch64")
     ap.add_argument("--glibc", default="2.17", help="node's glibc version, e.g. 2.36")
-    ap.add_argument("--source", type=Path, required=True, help="servectl source tree")
+    ap.add_argument(
+        "--source",
+        type=Path,
+        default=provision_repack.source_checkout(),
+        help="servectl source tree (default: this checkout; none: the installed distribution)",
+    )
     ap.add_argument("--cache", type=Path, required=True, help="wheelhouse cache directory")
     args = ap.parse_args(argv)
     if not re.fullmatch(r"\d+\.\d+", args.python_version):
         ap.error(f"--python-version {args.python_version!r}: expected X.Y")
     target = Target(args.python_version, args.machine, args.glibc)
     try:
-        house = build(target, args.source.resolve(), args.cache.expanduser())
+        source = args.source.resolve() if args.source else None
+        house = build(target, source, args.cache.expanduser())
     except (OSError, RuntimeError, KeyError, subprocess.TimeoutExpired) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}", "target": target.key}))
         return 1

@@ -95,7 +95,12 @@ def provision(
         Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
     ] = None,
     source: Annotated[
-        Path | None, typer.Option("--source", help="servectl source tree for the node wheel.")
+        Path | None,
+        typer.Option(
+            "--source",
+            help="servectl source tree for the node wheel (default: this checkout; installed "
+            "without one: the installed package, repacked).",
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -60,7 +60,9 @@ def cap_mhz(lab, node: str) -> int | None:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     snap = tmp_path_factory.mktemp("servectl-src")
-    for item in ("pyproject.toml", "README.md", "LICENSE", "requirements", "cluster", "watchdog"):
+    for item in (
+        "pyproject.toml", "README.md", "LICENSE", "requirements", "cluster", "watchdog", "playbooks"
+    ):  # fmt: skip
         src = ROOT / item
         if src.is_dir():
             shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))

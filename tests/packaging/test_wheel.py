@@ -4,12 +4,19 @@ Before, the wheel installed top-level `cluster` and `watchdog`: PyPI's `watchdog
 events) then failed to import, and uninstalling it deleted servectl's own files. This builds the
 wheel as a user would (isolated build), installs it next to PyPI's `watchdog` in a fresh venv
 and checks that both import and that uninstalling either leaves the other intact.
+
+The wheel also carries the playbooks (`servectl.playbooks`): installed in a venv with no checkout
+anywhere near, servectl finds them, `provision` prepares its run from them, and the nodes' wheel
+is repacked from the installation (no source tree to build it from).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -71,3 +78,122 @@ def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
     _run([*pip, "uninstall", "-y", "servectl"])
     _run([py, "-c", "import watchdog.observers, watchdog.events"])
     assert not any(Path(o).exists() for o in origins)
+
+
+# --- the playbooks ship in the wheel; provisioning needs no checkout ---------------------------
+
+
+def _tracked_playbook_files() -> list[str]:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "playbooks"], capture_output=True, text=True
+    )
+    if done.returncode == 0 and done.stdout.strip():
+        return done.stdout.split()
+    # no git (a source tarball): every file but Python's caches
+    return [
+        str(p.relative_to(REPO))
+        for p in (REPO / "playbooks").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+
+
+def test_the_wheel_carries_every_playbook_file(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tracked = _tracked_playbook_files()
+    assert "playbooks/site.yml" in tracked and "playbooks/remove.yml" in tracked
+    missing = [f for f in tracked if "servectl/" + f not in names]
+    assert not missing, (
+        f"not in the wheel (pyproject package-data of servectl.playbooks): {missing}"
+    )
+    for name in (
+        "site.yml",
+        "ansible.cfg",
+        "filter_plugins/servectl_filters.py",
+        "roles/units/templates/servectl-thermal.service.j2",
+        "roles/units/handlers/main.yml",
+        "roles/model/files/servectl_manifest.py",
+    ):
+        assert f"servectl/playbooks/{name}" in names, name  # fmt: skip
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the built wheel and no checkout. Its dependencies (typer, rich, Ansible
+    for the syntax check) are this test run's own, seen through a .pth line after the venv's
+    own site-packages: offline and seconds, where `pip install 'servectl[control]'` downloads
+    ~300 MB (the lab test tests/lab/test_provision_wheel.py does that install for real)."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    _run([str(venv / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(wheel)])
+    site = Path(_run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
+                      "print(sysconfig.get_paths()['purelib'])"]).strip())  # fmt: skip
+    (site / "zz_servectl_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+def test_installed_servectl_finds_its_playbooks_without_a_checkout(
+    installed: Path, tmp_path: Path
+) -> None:
+    py = str(installed / "bin" / "python")
+    probe = (
+        "import json; from servectl.cluster import provision as p\n"
+        "print(json.dumps([str(p.PLAYBOOK_DIR), p.SOURCE_DIR and str(p.SOURCE_DIR)]))\n"
+    )
+    playbooks, source = json.loads(_run([py, "-c", probe], cwd=tmp_path))
+    playbooks = Path(playbooks)
+    assert source is None  # installed: no source tree
+    assert playbooks.is_dir() and str(playbooks).startswith(str(installed))
+    assert playbooks.name == "playbooks" and "site-packages/servectl" in str(playbooks)
+    assert (playbooks / "site.yml").is_file() and (playbooks / "roles/units/tasks").is_dir()
+    assert (playbooks / "filter_plugins/servectl_filters.py").is_file()
+
+    # `servectl provision` prepares its ansible-runner run from the installed playbooks
+    help_text = _run([str(installed / "bin" / "servectl"), "provision", "--help"], cwd=tmp_path)
+    assert "--check" in help_text and "--source" in help_text
+    inventory = tmp_path / "inventory.yml"
+    shutil.copyfile(REPO / "inventory.example.yml", inventory)
+    prepare = (
+        "import json, sys; from pathlib import Path; from servectl.cluster import provision as p\n"
+        "req = p.ProvisionRequest(inventory=Path(sys.argv[1]), check=True, "
+        "state_root=Path(sys.argv[2]), ident='t')\n"
+        "print(json.dumps(p.prepare(req).kwargs))\n"
+    )
+    kwargs = json.loads(_run([py, "-c", prepare, str(inventory), str(tmp_path / "state")],
+                             cwd=tmp_path))  # fmt: skip
+    assert kwargs["project_dir"] == str(playbooks) and kwargs["playbook"] == "site.yml"
+    assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(playbooks / "ansible.cfg")
+    assert kwargs["extravars"]["servectl_source_dir"] == ""  # the role repacks the install
+
+    # Ansible itself resolves the roles from the installed directory
+    env_cfg = f"ANSIBLE_CONFIG={playbooks / 'ansible.cfg'}"
+    _run(["env", env_cfg, f"HOME={tmp_path}", py, "-m", "ansible.cli.playbook", "--syntax-check",
+          "-i", str(inventory), str(playbooks / "site.yml")], cwd=tmp_path)  # fmt: skip
+
+
+def test_nodes_wheel_is_repacked_from_the_installation(
+    wheel: Path, installed: Path, tmp_path: Path
+) -> None:
+    py = str(installed / "bin" / "python")
+    repack = (
+        "import sys; from pathlib import Path\n"
+        "from servectl.cluster import provision_wheelhouse as wh\n"
+        "print(wh.servectl_wheel(None, Path(sys.argv[1])))\n"
+    )
+    first = Path(_run([py, "-c", repack, str(tmp_path / "a")], cwd=tmp_path).strip())
+    again = Path(_run([py, "-c", repack, str(tmp_path / "b")], cwd=tmp_path).strip())
+    assert first.name == wheel.name
+    assert first.read_bytes() == again.read_bytes()  # same install, same bytes
+    built, repacked = zipfile.ZipFile(wheel), zipfile.ZipFile(first)
+    assert sorted(built.namelist()) == sorted(repacked.namelist())
+    for name in built.namelist():
+        if not name.endswith(".dist-info/RECORD"):
+            assert built.read(name) == repacked.read(name), name
+    # pip takes it (RECORD checked) and installs the same files and the console script
+    other = tmp_path / "node-venv"
+    _run([sys.executable, "-m", "venv", str(other)])
+    _run([str(other / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(first)])
+    assert (other / "bin" / "servectl").is_file()
+    probe = "import servectl.playbooks as p, os; print(os.path.dirname(p.__file__))"
+    node_playbooks = Path(_run([str(other / "bin" / "python"), "-c", probe]).strip())
+    assert (node_playbooks / "site.yml").is_file()
