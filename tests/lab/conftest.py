@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest
 from servectl.cluster.lab import lab as lablib
 from servectl.cluster.lab import sshc
 from servectl.cluster.lab.paths import LabPaths, node_ip
+from servectl.cluster.provision_wheelhouse import SOURCE_ITEMS
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:\d+\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
@@ -124,3 +126,18 @@ def _lab_session():
     finally:
         if not os.environ.get("SERVECTL_LAB_KEEP"):
             handle.down()
+
+
+@pytest.fixture(scope="session")
+def source(tmp_path_factory) -> Path:
+    """A snapshot of the source tree the nodes' wheel is built from (the tree may be edited while
+    the lab tests run): what provisioning hashes and packs, plus the constraints."""
+    snap = tmp_path_factory.mktemp("servectl-src")
+    root = Path(__file__).resolve().parents[2]
+    for item in (*SOURCE_ITEMS, "requirements"):
+        src = root / item
+        if src.is_dir():
+            shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.is_file():
+            shutil.copy2(src, snap / item)
+    return snap

@@ -8,7 +8,6 @@ the tests run; a changed source would rightly reinstall). Uses the session `lab`
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,6 @@ from tests.lab.waiting import poll
 pytestmark = pytest.mark.lab
 
 SERVECTL = str(Path(sys.executable).parent / "servectl")
-ROOT = Path(__file__).resolve().parents[2]
 LISTED = ["/opt", "/etc/systemd/system", "/var/lib/servectl", "/etc/servectl", "/var/log/servectl"]
 COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "servectl.cluster.collector", "show"]
 
@@ -55,20 +53,6 @@ def _describe(doc: dict) -> str:
 def cap_mhz(lab, node: str) -> int | None:
     done = lab.ssh(node, COLLECTOR)
     return json.loads(done.stdout)["gpus"][0]["locked_clock_max_mhz"]
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    snap = tmp_path_factory.mktemp("servectl-src")
-    for item in (
-        "pyproject.toml", "README.md", "LICENSE", "requirements", "cluster", "watchdog", "playbooks"
-    ):  # fmt: skip
-        src = ROOT / item
-        if src.is_dir():
-            shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.is_file():
-            shutil.copy2(src, snap / item)
-    return snap
 
 
 @pytest.fixture(scope="module")

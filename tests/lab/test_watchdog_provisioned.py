@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,25 +35,11 @@ from .waiting import poll
 pytestmark = pytest.mark.lab
 
 SERVECTL = str(Path(sys.executable).parent / "servectl")
-ROOT = Path(__file__).resolve().parents[2]
 WD_DIR = "/etc/servectl/watchdog"  # servectl_watchdog_ssh_dir's default
 UNIT = "servectl-watchdog.service"
 # A loaded 2-core machine: 3 failures x (2 s + 2 s), the restart job (removal, pre-flight, four
 # starts over SSH from node1) and the simulator's boot; generous, polled.
 RESTART_DEADLINE_S = 240.0
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    # the node wheel is built from a snapshot (the tree may be edited while the tests run)
-    snap = tmp_path_factory.mktemp("servectl-src")
-    for item in ("pyproject.toml", "README.md", "LICENSE", "requirements", "cluster", "watchdog"):
-        src = ROOT / item
-        if src.is_dir():
-            shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.is_file():
-            shutil.copy2(src, snap / item)
-    return snap
 
 
 @pytest.fixture(scope="module")
