@@ -18,7 +18,6 @@ so they change what the watchdog restarts.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -26,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.durable import atomic_write_json, json_bytes, read_json
 from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.watchdog.state import atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> Appli
 
 def local_paths(spec: Any, state_dir: str | Path | None = None) -> list[str]:
     """Where this machine keeps the applied plan of `spec`'s cluster."""
-    from servectl.cluster.jsonl import default_state_dir
+    from servectl.cluster.durable import default_state_dir
 
     base = Path(state_dir) if state_dir else default_state_dir()
     paths = [str(base / "applied" / f"{spec.name}.json")]
@@ -111,13 +110,10 @@ def write_head(plan: AppliedPlan, session: Any, wd_state_dir: str) -> bool:
     for the node: a record that could not be copied is logged (the head's watchdog then keeps
     the previous plan; `servectl watchdog status` shows which hash it follows)."""
     remote = os.path.join(wd_state_dir, APPLIED_NAME)
-    blob = (json.dumps(plan.to_json(), indent=1, sort_keys=True) + "\n").encode()
     try:
         if session.run(["test", "-d", wd_state_dir], timeout=10).rc != 0:
             return False
-        tmp = remote + ".servectl-tmp"
-        session.put_bytes(blob, tmp, mode=0o600)
-        session.run(["mv", "-f", tmp, remote], check=True, timeout=10)
+        session.put_atomic(json_bytes(plan.to_json()), remote, timeout=10)
         return True
     except ServectlError as exc:
         log.warning("could not record the applied plan on the head node: %s", exc)

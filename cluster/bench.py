@@ -42,6 +42,7 @@ from servectl.cluster.bench_parse import (
 )
 from servectl.cluster.control import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
+from servectl.cluster.durable import atomic_write_text
 from servectl.cluster.errors import DockerError, ServectlError
 from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
 from servectl.cluster.spec import ClusterSpec, NodeSpec
@@ -255,15 +256,10 @@ def run_id_for(kind: str, now: datetime) -> str:
 
 
 def write_json(path: Path, doc: Any) -> None:
-    """Atomic: temp name, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=False, default=str, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    """A run artifact, atomically: keys in the order written (a manifest reads top-down),
+    non-ASCII kept readable (Korean prompts and task names), anything else as `str`."""
+    text = json.dumps(doc, indent=1, sort_keys=False, default=str, ensure_ascii=False) + "\n"
+    atomic_write_text(path, text, mode=0o644)
 
 
 def default_runs_dir() -> Path:

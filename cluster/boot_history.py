@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.boot_phase import TIMED_PHASES, Phase
-from servectl.cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
+from servectl.cluster.durable import append_jsonl, default_state_dir, read_jsonl
 
 
 def estimate_eta(

@@ -45,6 +45,7 @@ from servectl.cluster.control_plan import (
     plan_up,
 )
 from servectl.cluster.docker_gw import ContainerInfo, DockerGateway, LogStream
+from servectl.cluster.durable import JsonlLog, default_state_dir
 from servectl.cluster.errors import (
     CommandFailed,
     ConfigError,
@@ -52,7 +53,6 @@ from servectl.cluster.errors import (
     NodeUnreachable,
     ServectlError,
 )
-from servectl.cluster.jsonl import append_jsonl, default_state_dir, read_jsonl
 from servectl.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 from servectl.cluster.ssh import NodeSession, SshPool
@@ -125,19 +125,6 @@ class ClockResult:
     gpus: tuple[Mapping[str, Any], ...] = ()
 
 
-class EventLog:
-    """Append-only JSON lines of what servectl did (restarts), on the control machine."""
-
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else default_state_dir() / "events.jsonl"
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        append_jsonl(self.path, record)
-
-    def read(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.path)
-
-
 def _who() -> str:
     try:
         user = getpass.getuser()
@@ -175,7 +162,8 @@ class Controller:
         state = Path(state_dir) if state_dir else default_state_dir()
         self.state_dir = state
         self.history = BootHistory(state / "boots.jsonl")
-        self.events = EventLog(state / "events.jsonl")
+        # What servectl did (restarts, stops), on the control machine: JSON lines, sorted keys.
+        self.events = JsonlLog(state / "events.jsonl")
         self._on_event = on_event or (lambda e: None)
         self._http = http or httpx.Client(timeout=10.0)
         self._clock = clock
@@ -191,6 +179,7 @@ class Controller:
             gw.close()
         self._docker.clear()
         self.pool.close()
+        self.events.close()
         self._tmp.cleanup()
 
     def __enter__(self) -> Controller:

@@ -59,7 +59,7 @@ def operator_restarts(path: Path | None) -> list[dict[str, Any]]:
     its event log already (with their cause), so they are left out here."""
     if path is None or not path.is_file():
         return []
-    from servectl.cluster.jsonl import read_jsonl
+    from servectl.cluster.durable import read_jsonl
     from servectl.cluster.morning import iso_ts
 
     out = []

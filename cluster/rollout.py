@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from servectl.cluster.durable import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.jsonl import append_jsonl, read_jsonl
 from servectl.cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
 from servectl.cluster.spec import ClusterSpec
 
@@ -107,13 +106,7 @@ class RolloutStore:
             return None
 
     def save(self, record: RolloutRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.current_path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record.__dict__, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.current_path)
+        atomic_write_json(self.current_path, record.__dict__)
 
     def finish(self, record: RolloutRecord) -> None:
         self.save(record)
@@ -128,7 +121,7 @@ class RolloutStore:
         self.revisions.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.revisions / f"{rev}.yml"
         if not path.exists():
-            path.write_text(text)
+            atomic_write_text(path, text)  # never a torn revision that `exists()` then skips
         return rev
 
     def revision_text(self, rev: str) -> str:
@@ -142,13 +135,7 @@ def write_inventory(path: str, text: str) -> None:
     """Atomic replace, keeping the file's mode."""
     target = Path(path)
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    tmp = target.with_name(f".{target.name}.servectl-tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, target)
+    atomic_write_text(target, text, mode=mode)
 
 
 class Rollout:

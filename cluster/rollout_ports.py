@@ -3,7 +3,6 @@ watchdog keeps its state (this machine and/or the head node), and the benchmark.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -11,9 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from servectl.cluster.control import Controller
+from servectl.cluster.durable import atomic_write_json, json_bytes
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.rollout import Measurement
 from servectl.cluster.spec import ClusterSpec
+from servectl.watchdog.config import hold_path
+from servectl.watchdog.state import hold_document, release_document
 
 log = logging.getLogger(__name__)
 
@@ -67,29 +69,25 @@ class ControllerCluster:
 
 class WatchdogHolder:
     """Time-limited hold of the watchdog for the rollout's duration, written where a watchdog
-    reads it: `<watchdog.state_dir>/hold.json` on this machine and on the head node, wherever
-    that directory exists. Released at the end (or it expires on its own)."""
+    reads it (`config.hold_path`, in `state.hold_document`'s format) on this machine and on the
+    head node, wherever the watchdog's state directory exists. Released at the end (or it
+    expires on its own)."""
 
     def __init__(self, spec: ClusterSpec, by: str = "servectl-rollout") -> None:
         self.spec = spec
         self.by = by
-        self.path = os.path.join(spec.watchdog.state_dir, "hold.json")
+        self.path = hold_path(spec.watchdog.state_dir)
 
     def _write(self, doc: dict[str, Any]) -> None:
-        blob = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         wrote = False
         if os.path.isdir(self.spec.watchdog.state_dir):
-            from servectl.watchdog.state import atomic_write_json
-
             atomic_write_json(self.path, doc)
             wrote = True
         try:
             with Controller(self.spec) as ctl:
                 session = ctl.session(self.spec.head)
                 if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
-                    tmp = self.path + ".servectl-tmp"
-                    session.put_bytes(blob, tmp, mode=0o600)
-                    session.run(["mv", "-f", tmp, self.path], check=True)
+                    session.put_atomic(json_bytes(doc), self.path)
                     wrote = True
         except ServectlError as exc:
             log.warning("could not write the watchdog hold on %s: %s", self.spec.head.name, exc)
@@ -99,22 +97,12 @@ class WatchdogHolder:
             )
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
-        now = time.time()
         self._write(
-            {
-                "hold": {
-                    "until": until,
-                    "reason": reason,
-                    "by": self.by,
-                    "set_at": now,
-                    "kind": kind,
-                },
-                "released_at": None,
-            }
+            hold_document(until=until, reason=reason, by=self.by, now=time.time(), kind=kind)
         )
 
     def release(self) -> None:
-        self._write({"hold": None, "released_at": time.time(), "released_by": self.by})
+        self._write(release_document(by=self.by, now=time.time()))
 
 
 QUICK_LEVELS = (1, 8, 32)

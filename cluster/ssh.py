@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import secrets
 import select
 import shlex
 import threading
@@ -305,6 +306,17 @@ class NodeSession:
             raise CommandFailed(self.node, ["sftp-put", remote], 1, str(e)) from None
         except (paramiko.SSHException, EOFError) as e:
             raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
+
+    def put_atomic(
+        self, data: bytes, remote: str, mode: int = 0o600, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        """Replace `remote` so that the node's readers see the old file or the new one, never a
+        torn one: the bytes go to a unique hidden temp name beside it (as
+        `durable.atomic_write_bytes` does locally), then `mv -f` renames it into place."""
+        directory, name = posixpath.split(remote)
+        tmp = posixpath.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        self.put_bytes(data, tmp, mode)
+        self.run(["mv", "-f", tmp, remote], check=True, timeout=timeout)
 
     def get(self, remote: str, local: str) -> None:
         data = self.read_bytes(remote)

@@ -20,6 +20,13 @@ DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most 
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
 
 
+def hold_path(state_dir: str) -> str:
+    """Where a watchdog with this state directory reads its operator hold (its format:
+    `state.hold_document`). Here, not in state.py, because state.py imports the policy, which
+    imports this module."""
+    return os.path.join(state_dir, "hold.json")
+
+
 @dataclass(frozen=True)
 class WatchdogConfig:
     """Everything the probe, the policy and the daemon need. Times are seconds."""
@@ -98,7 +105,7 @@ class WatchdogConfig:
 
     @property
     def hold_path(self) -> str:
-        return os.path.join(self.state_dir, "hold.json")
+        return hold_path(self.state_dir)
 
     @classmethod
     def from_spec(

@@ -10,8 +10,8 @@ import logging
 import os
 from typing import Any
 
+from servectl.cluster.durable import atomic_write_json, read_json
 from servectl.watchdog.policy import Policy, PolicyConfig, PolicyState
-from servectl.watchdog.state import atomic_write_json, read_json
 
 log = logging.getLogger("servectl.watchdog.daemon")
 

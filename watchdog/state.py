@@ -1,8 +1,10 @@
 """Durable watchdog state: atomic JSON files and flock-based locks.
 
-* `state.json`: the policy state, written by the daemon only (temp file, fsync, rename, fsync dir).
-* `hold.json`: the operator's hold / release request, written by the CLI only; the daemon reads it
-  every tick, so the CLI never races the daemon for `state.json`.
+* `state.json`: the policy state, written by the daemon only (`durable.atomic_write_json`).
+* `hold.json`: the operator's hold / release request, written by operators (the CLI, a rollout,
+  an operator action), always through `hold_document` / `write_hold`... below, at
+  `config.hold_path(state_dir)`; the daemon reads it every tick, so nobody races the daemon for
+  `state.json`.
 * `watchdog.lock`: flock held for the daemon's life; a second daemon on the same dir refuses.
 * the cluster restart lock (`restart_lock_path`): flock held only while the actuator restarts, so
   two watchdogs with different state dirs never restart the same cluster at once.
@@ -12,14 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from servectl.cluster.durable import atomic_write_json, read_json
 from servectl.cluster.errors import ServectlError
 from servectl.watchdog.policy import OperatorHold, PolicyState
 
@@ -30,38 +31,6 @@ STATE_VERSION = 1
 
 class WatchdogLocked(ServectlError):
     """Another watchdog already holds this lock."""
-
-
-def atomic_write_json(path: str, data: Any) -> None:
-    """Write JSON to `path` so readers see the old or the new file, never a torn one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def read_json(path: str) -> Any | None:
-    """The decoded file, or None when it does not exist."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
 
 
 class StateStore:
@@ -141,16 +110,29 @@ def lock_holder(path: str) -> str | None:
     return None
 
 
-# ---- operator hold / release (hold.json, written by the CLI) ---------------------------------
+# ---- operator hold / release (hold.json) --------------------------------------------------------
+def hold_document(
+    *, until: float, reason: str, by: str, now: float, kind: str = "hold"
+) -> dict[str, Any]:
+    """hold.json holding restarts until `until` (`kind` "down": an intentional stop)."""
+    hold = {"until": until, "reason": reason, "by": by, "set_at": now, "kind": kind}
+    return {"hold": hold, "released_at": None}
+
+
+def release_document(*, by: str, now: float) -> dict[str, Any]:
+    """hold.json after a release: restarts re-armed at `now`."""
+    return {"hold": None, "released_at": now, "released_by": by}
+
+
 def write_hold(
     path: str, *, until: float, reason: str, by: str, now: float, kind: str = "hold"
 ) -> None:
-    hold = {"until": until, "reason": reason, "by": by, "set_at": now, "kind": kind}
-    atomic_write_json(path, {"hold": hold, "released_at": None})
+    doc = hold_document(until=until, reason=reason, by=by, now=now, kind=kind)
+    atomic_write_json(path, doc)
 
 
 def write_release(path: str, *, by: str, now: float) -> None:
-    atomic_write_json(path, {"hold": None, "released_at": now, "released_by": by})
+    atomic_write_json(path, release_document(by=by, now=now))
 
 
 def read_hold(path: str) -> tuple[OperatorHold | None, float | None]:

@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
         from servectl.cluster.bench import write_json
         from servectl.cluster.decide import fitted as fm
         from servectl.cluster.decide import plots
-        from servectl.cluster.jsonl import read_jsonl
+        from servectl.cluster.durable import read_jsonl
 
         if (data is None) == (from_run is None):
             raise typer.BadParameter("give exactly one of --data or --from-run")

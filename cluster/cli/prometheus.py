@@ -9,8 +9,6 @@ and exit 2 with nothing written; warnings go to stderr and the config is written
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +23,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.durable import atomic_write_text
 from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
 
 app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_args_is_help=True)
@@ -62,7 +61,8 @@ def config(
     text = render_yaml(cfg, str(inventory))
     written = None
     if not cfg.errors and out != "-":
-        _write(Path(out), text)
+        # atomically: Prometheus reloading mid-write never reads half a file
+        atomic_write_text(Path(out), text, mode=0o644)
         written = out
     if as_json:
         emit_json(
@@ -85,17 +85,3 @@ def config(
             err_console.print(Text(f"wrote {written}"))
     if cfg.errors:
         raise typer.Exit(2)
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomic: Prometheus reloading mid-write never reads half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -75,7 +75,7 @@ def report(
             src = Sources.from_dir(from_dir)
             roles = {head: "head"} if head else None  # others: the role their agent recorded
         else:
-            from servectl.cluster.jsonl import default_state_dir
+            from servectl.cluster.durable import default_state_dir
             from servectl.watchdog.thermal.fetch import fetch_files
 
             assert inventory is not None

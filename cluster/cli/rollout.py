@@ -66,7 +66,7 @@ def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[N
 
 
 def _store(inventory: Path) -> RolloutStore:
-    from servectl.cluster.jsonl import default_state_dir
+    from servectl.cluster.durable import default_state_dir
 
     return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 

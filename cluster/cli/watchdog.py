@@ -39,6 +39,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.durable import read_json
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import cluster_lock_path
 from servectl.cluster.ssh_identity import SshIdentity
@@ -48,7 +49,6 @@ from servectl.watchdog.state import (
     StateStore,
     lock_holder,
     read_hold,
-    read_json,
     write_hold,
     write_release,
 )

@@ -23,8 +23,8 @@ from servectl.cluster.decide.calibrate import (
     selective_curve,
 )
 from servectl.cluster.decide.labels import normalise, top_two
+from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
-from servectl.cluster.jsonl import default_state_dir
 
 
 @dataclass(frozen=True)

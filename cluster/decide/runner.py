@@ -25,6 +25,7 @@ from servectl.cluster.bench import run_id_for, write_json
 from servectl.cluster.decide import stats
 from servectl.cluster.decide.core import Decider, Decision, Item
 from servectl.cluster.decide.labels import DecideError
+from servectl.cluster.durable import atomic_write_text
 from servectl.cluster.spec import ClusterSpec
 
 
@@ -253,10 +254,7 @@ def new_run_dir(runs_dir: Path, now: datetime | None = None) -> tuple[str, Path]
 
 
 def write_results(run_dir: Path, docs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    lines = "".join(_jsonl(d) for d in docs)
-    tmp = run_dir / ".items.jsonl.tmp"
-    tmp.write_text(lines, encoding="utf-8")
-    tmp.replace(run_dir / "items.jsonl")
+    atomic_write_text(run_dir / "items.jsonl", "".join(_jsonl(d) for d in docs), mode=0o644)
     write_json(run_dir / "summary.json", summary)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import tarfile
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +30,7 @@ from servectl.cluster import bench_manifest as bm
 from servectl.cluster.bench import BenchRunner, _untar, client_base_url, container_facts, write_json
 from servectl.cluster.control import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
+from servectl.cluster.durable import atomic_write_bytes
 from servectl.cluster.errors import DockerError, ServectlError
 from servectl.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
 from servectl.cluster.eval.presets import (
@@ -331,11 +331,11 @@ class EvalRunner:
         write_json(client / f"{tp.task}.{attempt}.container.json", dict(facts))
         for name, data in out.items():
             if name.endswith("_rank0.db"):
-                _write(run_dir / "cache" / name, data)
+                atomic_write_bytes(run_dir / "cache" / name, data, mode=0o644)
             elif name.startswith("samples_") and name.endswith(".jsonl"):
-                _write(run_dir / "samples" / name, data)
+                atomic_write_bytes(run_dir / "samples" / name, data, mode=0o644)
             elif name.startswith("results_") and name.endswith(".json"):
-                _write(run_dir / "results" / f"{tp.task}.json", data)
+                atomic_write_bytes(run_dir / "results" / f"{tp.task}.json", data, mode=0o644)
 
     def _after_failure(self, task: str, attempt: int, rc: int, logs: str) -> dict[str, Any]:
         """Was the server away (a watchdog restart)? Wait for it and say whether to resume."""
@@ -361,13 +361,6 @@ class EvalRunner:
             return self.http.get(f"{self.spec.api_base}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from servectl.cluster.durable import atomic_write_bytes
 from servectl.cluster.errors import LabError
 
 
@@ -188,17 +189,9 @@ def children(pid: int) -> list[int]:
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write a file atomically: temp file, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    raw = data.encode() if isinstance(data, str) else data
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, raw)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """`durable.atomic_write_bytes`, world-readable by default: the lab's files are read by
+    its machines and containers as other users."""
+    atomic_write_bytes(path, data.encode() if isinstance(data, str) else data, mode=mode)
 
 
 def stop_lock_holder(lockfile: Path, grace_s: float) -> int | None:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import fcntl
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
+from servectl.cluster.durable import atomic_write_text
 
 GPU = "gpu"  # HeatOverride.target for the GPU sensor; zones are addressed by index
 CRITICAL_TRIP_MC = 104800
@@ -257,20 +256,10 @@ def read_clock_cap_mhz(path: Path) -> int:
         return 0
 
 
-def _atomic_write(path: Path, text: str, *, durable: bool = False, mode: int = 0o644) -> None:
-    """Temp file + rename: readers see the old or the new content, never a torn one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
+    """Readers see the old or the new content, never a torn one. Fake sysfs readings are
+    rewritten every tick and worthless after a reboot: only the GPU state file is fsynced."""
+    atomic_write_text(path, text, mode=0o644, sync=durable)
 
 
 def write_gpu_state(

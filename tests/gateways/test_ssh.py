@@ -120,6 +120,19 @@ def test_sftp_put_get_and_mode(sshd, tmp_path):
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
 
+def test_put_atomic_replaces_the_file_and_leaves_no_temp(sshd, tmp_path):
+    directory = tmp_path / "wd"
+    directory.mkdir()
+    remote = str(directory / "hold.json")  # sshd runs on this machine: the same file system
+    with SshPool(SshOptions(known_hosts=sshd.known_hosts)) as pool:
+        s = pool.session(_target(sshd))
+        s.put_atomic(b'{"v": 1}\n', remote)
+        s.put_atomic(b'{"v": 2}\n', remote, mode=0o640)
+        assert s.run(["stat", "-c", "%a", remote]).stdout.strip() == "640"
+    assert (directory / "hold.json").read_bytes() == b'{"v": 2}\n'
+    assert [p.name for p in directory.iterdir()] == ["hold.json"]
+
+
 def test_run_script_copies_file_and_cleans_up(sshd, tmp_path):
     script = tmp_path / "probe.sh"
     script.write_text('#!/bin/sh\necho "dir=$(dirname "$0")"\nprintf "[%s]" "$@"\n')

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from servectl.cluster.bench import write_json
 from servectl.cluster.cli import app
+from servectl.cluster.durable import append_jsonl
 from servectl.cluster.morning_io import Sources, morning_from_files
 from servectl.watchdog.alert import Alerter
 from servectl.watchdog.config import WatchdogConfig
@@ -191,12 +192,11 @@ def _bench(tmp: Path) -> None:
 def _control_log(tmp: Path) -> None:
     """Cluster control's restart log: an operator's restart at 22:17 and the watchdog's own
     (already in the watchdog's log with its cause, so the report must not count it twice)."""
-    from servectl.cluster.control import EventLog as ControlLog
-
-    log = ControlLog(tmp / "night" / "control-events.jsonl")
+    path = tmp / "night" / "control-events.jsonl"  # as Controller.events writes it
     for minute, who in ((17, "kim@laptop"), (10, "servectl-watchdog")):
         at = datetime.fromtimestamp(T0 + minute * 60, tz=KST).isoformat()
-        log.append({"ts": at, "event": "restart", "who": who, "why": "driver update", "ok": True})
+        rec = {"ts": at, "event": "restart", "who": who, "why": "driver update", "ok": True}
+        append_jsonl(path, rec)
 
 
 @pytest.fixture(scope="module")

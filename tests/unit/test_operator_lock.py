@@ -17,7 +17,7 @@ from servectl.cluster.operator_lock import (
     one_actor,
 )
 from servectl.watchdog.policy import Phase
-from servectl.watchdog.state import atomic_write_json, read_hold, write_release
+from servectl.watchdog.state import read_hold, write_hold, write_release
 
 from .test_watchdog_daemon import REFUSED, make
 
@@ -31,10 +31,7 @@ class FileHolder:
         self.path = path
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
-        atomic_write_json(
-            self.path,
-            {"hold": {"until": until, "reason": reason, "by": "ops", "kind": kind}},
-        )
+        write_hold(self.path, until=until, reason=reason, by="ops", now=0.0, kind=kind)
 
     def release(self) -> None:
         write_release(self.path, by="ops", now=0.0)

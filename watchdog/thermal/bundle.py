@@ -1,6 +1,7 @@
 """The self-contained agent zipapp for nodes that have only Debian's python3 (+ pynvml).
 
-It holds ``servectl/cluster/errors.py``, ``gpu.py``, ``memory.py``, ``servectl/watchdog/thermal/*`` and the pure-Python
+It holds ``servectl/cluster/durable.py``, ``errors.py``, ``gpu.py``, ``memory.py``,
+``servectl/watchdog/thermal/*`` and the pure-Python
 ``prometheus_client`` package of this interpreter; package ``__init__`` files are minimal stubs
 so that nothing else of servectl is imported on the node. Byte-for-byte reproducible (fixed
 timestamps, sorted entries), so its sha256 says whether a node runs the current build.
@@ -30,7 +31,7 @@ def _sources() -> dict[str, bytes]:
     root = Path(__file__).resolve().parents[2]
     files: dict[str, bytes] = {"__main__.py": _MAIN.encode()}
     files.update({k: v.encode() for k, v in _STUBS.items()})
-    for module in ("errors.py", "gpu.py", "memory.py"):
+    for module in ("durable.py", "errors.py", "gpu.py", "memory.py"):
         files[f"servectl/cluster/{module}"] = (root / "cluster" / module).read_bytes()
     for p in sorted((root / "watchdog" / "thermal").glob("*.py")):
         files[f"servectl/watchdog/thermal/{p.name}"] = p.read_bytes()

@@ -6,14 +6,15 @@ then calls it)."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.durable import atomic_write_bytes, atomic_write_text
 from servectl.watchdog.thermal.records import iso_utc
 from servectl.watchdog.thermal.report import (
     FieldReport,
@@ -51,16 +52,6 @@ def report_from_dir(
     return rep, recs, stats
 
 
-def _atomic_target(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-
-
-def _commit(tmp: str, path: Path) -> None:
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def csv_rows(records: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
     """One row per (node, ts, sensor): value, or empty with the null reason."""
     yield ["node", "ts", "ts_iso", "sensor", "value", "null_reason"]
@@ -84,20 +75,15 @@ def csv_rows(records: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
 
 def write_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
     path = Path(path)
-    fd, tmp = _atomic_target(path)
-    with os.fdopen(fd, "w", newline="") as f:
-        csv.writer(f).writerows(csv_rows(records))
-    _commit(tmp, path)
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(csv_rows(records))
+    atomic_write_text(path, buf.getvalue(), mode=0o644)
     return path
 
 
 def write_json(rep: FieldReport, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
-    fd, tmp = _atomic_target(path)
-    with os.fdopen(fd, "w") as f:
-        json.dump(report_to_json(rep), f, indent=2)
-        f.write("\n")
-    _commit(tmp, path)
+    atomic_write_text(path, json.dumps(report_to_json(rep), indent=2) + "\n", mode=0o644)
     return path
 
 
@@ -113,8 +99,5 @@ def write_plot(
 
     data = figure_png(thermal_figure(rep, records, tz, zone_roles))
     path = Path(path)
-    fd, tmp = _atomic_target(path)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    _commit(tmp, path)
+    atomic_write_bytes(path, data, mode=0o644)
     return path

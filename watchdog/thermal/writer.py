@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.durable import open_append
+
 log = logging.getLogger(__name__)
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
@@ -90,32 +92,10 @@ class DurableWriter:
 
     # -- open / rotate ----------------------------------------------------------------------------
     def _open(self, key: _FileKey) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.path_for(key)
-        existed = path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size:
-                # A crash may have left a partial last line: end it so the next record is whole.
-                with open(path, "rb") as f:
-                    f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":
-                        os.write(fd, b"\n")
-                        size += 1
-            if not existed:
-                self._fsync_dir()
-        except OSError:
-            os.close(fd)
-            raise
+        # Shared with every JSON-lines file: a torn last line is ended, a new file's directory
+        # entry fsynced. World-readable: `thermal fetch` and node operators read these files.
+        fd, size = open_append(self.path_for(key), mode=0o644)
         self._fd, self._key, self._size = fd, key, size
-
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     def _close_fd(self) -> None:
         if self._fd is not None:
@@ -171,6 +151,8 @@ class DurableWriter:
                 "dropped_records": self._dropped_pending,
                 "dropped_since": self._dropped_since,
             }
+        # Its own encoding, kept byte-for-byte: compact (the files are budgeted by bytes) and
+        # strict standard JSON (no NaN), unlike `durable.json_line`'s readable default.
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
         try:
             key = self._target(_day_of(ts), len(line))
@@ -195,6 +177,10 @@ class DurableWriter:
         return True
 
     def _append(self, line: bytes) -> None:
+        # Not `durable.JsonlLog.append`: this writer is the file's only writer, so it can retry a
+        # short write and, on an error, cut the file back to its last whole line (JsonlLog's
+        # files have several writers, where a truncate could cut another's record), and its
+        # OS calls are injectable to test ENOSPC and EIO.
         assert self._fd is not None
         start = self._size
         try:
