@@ -10,7 +10,7 @@ import enum
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome
+from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 
 if TYPE_CHECKING:
     from servectl.watchdog.policy import Observation
@@ -58,7 +58,7 @@ def classify(
         new_flat = m.taken_at if prev is None or progress else flat_since
         s = replace(s, baseline=m, flat_since=new_flat)
     p = obs.probe
-    if p.outcome is Outcome.OK:
+    if is_healthy(p):  # the one notion of healthy, shared with `servectl status`
         return Verdict.OK, "probe answered", s
     if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
         return Verdict.HARD, f"{p.outcome.value}: {p.detail}", s
