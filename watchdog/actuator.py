@@ -16,10 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from servectl.cluster.boot import BootProgress
 from servectl.cluster.control import Controller
 from servectl.cluster.errors import ProbeError, ServectlError
 from servectl.cluster.ssh_identity import SshIdentity
-from servectl.watchdog.policy import BootProgress
+from servectl.watchdog.policy import BootReading
 
 RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
 EVIDENCE_LOG_LINES = 50
@@ -36,7 +37,8 @@ class ControllerActuator:
       process (its own session) that this one waits for. A daemon killed with -9 mid-restart
       therefore never leaves a half-applied plan: the job finishes the restart, and the next
       daemon finds `restart_in_progress` and only verifies it in boot grace.
-    * `boot_progress()` reads the head's container log (`Controller.boot_progress()`).
+    * `boot_progress()` reads the head's container log (`Controller.boot_progress()`) and gives
+      the policy a `BootReading` (`boot_reading`).
     * `collect_evidence()`: last log lines of every node and a `/metrics` snapshot.
     * `server_started_at()`: when the head's container started (fencing: a restart made by
       someone else since the failures began is not repeated).
@@ -103,16 +105,16 @@ class ControllerActuator:
             ) from None
         raise_unless_applied(doc)
 
-    def boot_progress(self) -> Any:
+    def boot_progress(self) -> BootReading | None:
         """The head's boot progress; failed as soon as any rank's container exited (a worker
         that died leaves the head waiting at the rendezvous until the boot deadline)."""
         progress = self.controller.boot_progress()
-        if progress is not None and getattr(progress, "failed", False):
-            return progress
+        if progress is not None and progress.failed:
+            return boot_reading(progress)
         dead = self.controller.dead_containers()
         if dead and any("exited" in d for d in dead):
-            return BootProgress("exited: " + "; ".join(dead)[:200], 0.0, failed=True)
-        return progress
+            return BootReading("exited: " + "; ".join(dead)[:200], 0.0, failed=True)
+        return None if progress is None else boot_reading(progress)
 
     def server_started_at(self) -> float | None:
         c = self.controller.head_container()
@@ -137,6 +139,15 @@ class ControllerActuator:
 
     def close(self) -> None:
         self.controller.close()
+
+
+def boot_reading(progress: BootProgress) -> BootReading:
+    """What the policy needs of a boot: its phase and a counter that only grows, built from
+    concrete evidence only (shards and drafter shards loaded, CUDA-graph percent), never from
+    the time-based `fraction` or ETA, which grow while a boot is stuck."""
+    counter = progress.shards_loaded + progress.drafter_shards_loaded
+    counter += progress.cuda_graphs_pct or 0
+    return BootReading(progress.phase.value, float(counter), progress.failed)
 
 
 def result_doc(result: Any, spec: Any) -> dict[str, Any]:
