@@ -530,11 +530,10 @@ class Controller:
         ref = self.spec.secrets.api_key
         if ref is None:
             return None
-        head = self.session(self.spec.head)
         try:
             return resolve_secret(
                 ref,
-                read_file=lambda path: head.read_bytes(path).decode(),
+                read_file=lambda path: self.session(self.spec.head).read_bytes(path).decode(),
                 environ=os.environ,
                 what="the API key",
                 where="on this machine",

@@ -177,3 +177,22 @@ def test_secret_from_a_file_read_by_the_injected_reader(tmp_path: Path) -> None:
 
     with pytest.raises(CommandFailed):
         resolve_secret(ref, read_file=unreachable, environ={}, what="w", where="here")
+
+
+def test_the_probe_sends_the_key_it_can_resolve_and_none_it_cannot(monkeypatch) -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=COMPLETION)
+
+    ctl = Controller(load_inventory(SPEC), http=_client(answer))
+    try:
+        monkeypatch.setenv("SERVECTL_API_KEY", "k")
+        assert ctl.probe(timeout=1)[0]
+        monkeypatch.delenv("SERVECTL_API_KEY")
+        assert ctl.probe(timeout=1)[0]
+    finally:
+        ctl.close()
+    assert seen[0].headers["authorization"] == "Bearer k"
+    assert "authorization" not in seen[1].headers
