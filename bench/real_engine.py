@@ -28,15 +28,16 @@ import time
 from pathlib import Path
 
 import psutil
-from servectl.cluster.cli.watchdog import build_actuator, build_config
 from servectl.cluster.control import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.lab import engine_kind
 from servectl.cluster.lab.paths import LabPaths
+from servectl.watchdog.actuator import build_actuator
 from servectl.watchdog.daemon import build_watchdog
 from servectl.watchdog.events import read_events
 from servectl.watchdog.policy import Phase
+from servectl.watchdog.wiring import build_config
 
 RANK = re.compile(r"vllm serve|VLLM::")
 LOCK = Path("/run/lock/servectl-lab.lock")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servectl.cluster.status import parse_metrics
+from servectl.cluster.metrics_text import sum_by_sample
 
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",
@@ -180,7 +180,10 @@ class SpecCounters:
 
 def spec_counters(metrics_text: str) -> SpecCounters | None:
     """The spec-decode counters of a /metrics page; None when it has none (no drafter)."""
-    m = parse_metrics(metrics_text)
+    try:
+        m = sum_by_sample(metrics_text)
+    except ValueError:  # not a /metrics page: no counters to read
+        m = {}
     values = {k: m.get(name) for k, name in SPEC_COUNTERS.items()}
     if all(v is None for v in values.values()):
         return None

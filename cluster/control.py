@@ -48,12 +48,14 @@ from servectl.cluster.docker_gw import ContainerInfo, DockerGateway, LogStream
 from servectl.cluster.durable import JsonlLog, default_state_dir
 from servectl.cluster.errors import (
     CommandFailed,
-    ConfigError,
     DockerError,
     NodeUnreachable,
+    ProbeError,
     ServectlError,
 )
 from servectl.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
+from servectl.cluster.metrics_text import sum_by_sample
+from servectl.cluster.secrets import resolve_secret
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 from servectl.cluster.ssh import NodeSession, SshPool
 from servectl.cluster.status import (
@@ -62,9 +64,9 @@ from servectl.cluster.status import (
     ServerStatus,
     derive_verdict,
     node_memory,
-    parse_metrics,
     server_gauges,
 )
+from servectl.watchdog.probe import is_healthy, probe_completion
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -345,17 +347,13 @@ class Controller:
         values: dict[str, str] = {}
         node = self.spec.node(container.node)
         for env_name, ref in container.secret_env.items():
-            if ref.env:
-                value = os.environ.get(ref.env)
-                if value is None:
-                    raise ConfigError(
-                        f"secret for {env_name}: environment variable {ref.env} "
-                        f"is not set on this machine",
-                        key="secrets",
-                    )
-            else:
-                value = self.session(node).read_bytes(str(ref.file)).decode().strip()
-            values[env_name] = value
+            values[env_name] = resolve_secret(
+                ref,
+                read_file=lambda path: self.session(node).read_bytes(path).decode(),
+                environ=os.environ,
+                what=f"secret for {env_name}",
+                where="on this machine",
+            )
         return values
 
     def apply(self, plan: ControlPlan) -> tuple[NodeOutcome, ...]:
@@ -493,42 +491,42 @@ class Controller:
 
     # -- boot ------------------------------------------------------------------------------------
     def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:
-        """The watchdog's 1-token probe (same request, same verdict): (ok, latency ms, error)."""
-        from servectl.watchdog.probe import Outcome, classify_completion, completion_payload
-
-        s = self.spec.serving
-        headers = {}
+        """The watchdog's 1-token probe (`probe_completion`), judged by the same `is_healthy`:
+        (ok, latency ms when the server answered, error)."""
         key = self._api_key()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        t0 = time.monotonic()
+        result = probe_completion(
+            self._http,
+            f"{self.spec.api_base}/v1/completions",
+            self.spec.serving.model.served_name,
+            timeout_s=timeout,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+        )
+        ms = None if result.status_code is None else result.latency_s * 1000
+        if is_healthy(result):
+            return True, ms, None
+        return False, ms, f"{result.outcome.value}: {result.detail}"
+
+    def metrics_page(self, timeout_s: float = 5.0) -> tuple[int, str]:
+        """The server's `GET /metrics` as (HTTP status, text); ProbeError when no answer."""
         try:
-            r = self._http.post(
-                f"{self.spec.api_base}/v1/completions",
-                headers=headers,
-                timeout=timeout,
-                json=completion_payload(s.model.served_name),
-            )
-        except httpx.HTTPError as e:
-            return False, None, f"{type(e).__name__}: {e}"
-        ms = (time.monotonic() - t0) * 1000
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
-        outcome, detail = classify_completion(r.status_code, body)
-        if outcome is not Outcome.OK:
-            return False, ms, f"{outcome.value}: {detail}"
-        return True, ms, None
+            r = self._http.get(f"{self.spec.api_base}/metrics", timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise ProbeError(f"{type(exc).__name__}: {exc}") from exc
+        return r.status_code, r.text
 
     def _api_key(self) -> str | None:
+        """The API key as the probe sends it; None when it cannot be resolved here."""
         ref = self.spec.secrets.api_key
         if ref is None:
             return None
-        if ref.env:
-            return os.environ.get(ref.env)
         try:
-            return self.session(self.spec.head).read_bytes(str(ref.file)).decode().strip()
+            return resolve_secret(
+                ref,
+                read_file=lambda path: self.session(self.spec.head).read_bytes(path).decode(),
+                environ=os.environ,
+                what="the API key",
+                where="on this machine",
+            )
         except ServectlError:
             return None
 
@@ -572,7 +570,7 @@ class Controller:
                 mono = time.monotonic()
                 if mono >= next_state_check:
                     next_state_check = mono + 2.0
-                    dead = self._dead_containers()
+                    dead = self.dead_containers()
                     if dead:
                         # the cause the log holds (root exception, last ERROR), exit as context
                         progress = tracker.fail("; ".join(dead), now)
@@ -608,7 +606,8 @@ class Controller:
         self.emit("failed", None, reason or "boot failed", tracker.progress)
         return BootResult(False, tracker.progress, self._clock() - start, reason, last)
 
-    def _dead_containers(self) -> list[str]:
+    def dead_containers(self) -> list[str]:
+        """'node: container gone/exited (code)' for every node whose container is not up."""
         dead = []
         for name, r in self.observe().items():
             if isinstance(r, ServectlError):
@@ -796,9 +795,9 @@ class Controller:
         gauges: dict[str, float | None] = {}
         try:
             gauges = server_gauges(
-                parse_metrics(self._http.get(f"{base}/metrics", timeout=left(0.3)).text)
+                sum_by_sample(self._http.get(f"{base}/metrics", timeout=left(0.3)).text)
             )
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # no page, or not exposition format: no gauges
             pass
         ok, ms, err = self.probe(timeout=left())
         return ServerStatus(

@@ -6,7 +6,6 @@ lives in `servectl.cluster.control.Controller.status`, which fills these types i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -167,28 +166,8 @@ def derive_verdict(
     return Verdict.BROKEN, tuple(notes)
 
 
-_METRIC = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {metric name: sum over label sets} (enough for gauges we show)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _METRIC.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        out[m.group("name")] = out.get(m.group("name"), 0.0) + value
-    return out
-
-
 def server_gauges(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    """The gauges `status` shows; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
+    """The gauges `status` shows, from `servectl.cluster.metrics_text.sum_by_sample`; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
     too."""
     kv = metrics.get("vllm:kv_cache_usage_perc", metrics.get("vllm:gpu_cache_usage_perc"))
     return {

@@ -30,7 +30,7 @@ from servectl.watchdog.events import EventLog
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.policy import (
     Alert,
-    BootProgress,
+    BootReading,
     Decision,
     Observation,
     Phase,
@@ -58,35 +58,15 @@ class Actuator(Protocol):
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         """Restart the whole server (all ranks). Raises on failure."""
 
-    def boot_progress(self) -> BootProgress | None:
-        """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown."""
+    def boot_progress(self) -> BootReading | None:
+        """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown
+        (the real actuator reads it from the head's log: `servectl.watchdog.actuator`)."""
 
     def collect_evidence(self) -> dict[str, Any]:
         """Last log lines per node (and anything else worth keeping before a restart)."""
 
     # Optional: `server_started_at() -> float | None` (epoch of the head container's start),
     # used to fence off a restart that someone else already made (see `_restart`).
-
-
-def as_boot_progress(obj: Any) -> BootProgress | None:
-    """Normalize what the actuator returns to the policy's (phase, counter) pair.
-
-    Accepts the policy's own `BootProgress`, anything with `phase` + `progress`, or
-    `servectl.cluster.boot.BootProgress`, whose counter is built from concrete evidence only (shards and
-    drafter shards loaded, CUDA-graph percent), never from its time-based `fraction`/ETA.
-    """
-    if obj is None or isinstance(obj, BootProgress):
-        return obj
-    phase = getattr(obj, "phase", "unknown")
-    phase = str(getattr(phase, "value", phase))
-    failed = bool(getattr(obj, "failed", False))  # e.g. the head container exited
-    if hasattr(obj, "progress"):
-        return BootProgress(phase, float(obj.progress), failed)
-    counter = (getattr(obj, "shards_loaded", 0) or 0) + (
-        getattr(obj, "drafter_shards_loaded", 0) or 0
-    )
-    counter += getattr(obj, "cuda_graphs_pct", 0) or 0
-    return BootProgress(phase, float(counter), failed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,9 +235,10 @@ class Watchdog(DaemonIO):
         """A bounded call into the cluster: a frozen node costs this one wait, not the loop."""
         return bounded(fn, timeout_s or self.cluster_call_timeout_s, what)
 
-    def _boot_progress(self) -> BootProgress | None:
+    def _boot_progress(self) -> BootReading | None:
         try:
-            return as_boot_progress(self._cluster_call(self._actuator.boot_progress, "boot"))
+            reading = self._cluster_call(self._actuator.boot_progress, "boot")
+            return reading if isinstance(reading, BootReading) else None
         except Exception as exc:
             log.warning("boot_progress() failed: %s", exc)
             return None

@@ -74,7 +74,7 @@ from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
-from servectl.watchdog.verdict import COUNTED, Verdict, classify
+from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
 from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
 
@@ -89,7 +89,7 @@ class Phase(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class BootProgress:
+class BootReading:
     """What the actuator sees of a boot: a phase name and a counter that only grows."""
 
     phase: str
@@ -109,7 +109,7 @@ class OperatorHold:
 class Observation:
     probe: ProbeResult
     metrics: MetricsSnapshot | None = None
-    boot_progress: BootProgress | None = None
+    boot_progress: BootReading | None = None
     hold: OperatorHold | None = None
     released_at: float | None = None  # last operator `release` (ends HELD / GIVEN_UP)
 
@@ -183,7 +183,7 @@ class PolicyState:
     consecutive_failures: int = 0
     boot_started_at: float | None = None
     boot_deadline_at: float | None = None
-    boot_progress: BootProgress | None = None
+    boot_progress: BootReading | None = None
     boot_failures: int = 0  # consecutive boots that missed their deadline
     restart_times: tuple[float, ...] = ()
     restart_seq: int = 0  # monotonic restart epoch (fencing token)
@@ -223,7 +223,7 @@ class PolicyState:
         values = {k: v for k, v in data.items() if k in known}
         values.update(
             phase=Phase(data.get("phase", Phase.BOOTING.value)),
-            boot_progress=BootProgress(**bp) if bp else None,
+            boot_progress=BootReading(**bp) if bp else None,
             baseline=MetricsSnapshot.from_json(base) if base else None,
             restart_times=tuple(data.get("restart_times") or ()),
             alerted=tuple(data.get("alerted") or ()),
@@ -334,9 +334,9 @@ class Policy:
         )
         hold = obs.hold if obs.hold and obs.hold.until > now else None
         s = self._hold_expiry(s, obs.hold, now, d)
-        if verdict is Verdict.OK:
+        if verdict is ProbeVerdict.OK:
             return self._healthy(s, now, d), d
-        if verdict is Verdict.MISCONFIG:
+        if verdict is ProbeVerdict.MISCONFIG:
             s = self._blind(s, why, now, d)
             if s.phase is Phase.BLIND:
                 return s, d
@@ -369,7 +369,7 @@ class Policy:
             return s, d
         if s.phase is Phase.BOOTING:
             return self._booting(s, obs, hold, now, d)
-        if verdict is Verdict.BUSY:
+        if verdict is ProbeVerdict.BUSY:
             if s.consecutive_failures:
                 d.append(ResetFailures(s.consecutive_failures, why))
             s = replace(
@@ -486,7 +486,7 @@ class Policy:
         )
 
     def _count(
-        self, s: PolicyState, verdict: Verdict, why: str, now: float, d: list[Decision]
+        self, s: PolicyState, verdict: ProbeVerdict, why: str, now: float, d: list[Decision]
     ) -> PolicyState:
         n = s.consecutive_failures + 1
         log = (s.failure_log + ({"at": now, "verdict": verdict.value, "detail": why},))[
@@ -621,7 +621,7 @@ class Policy:
         return replace(s, alerted=s.alerted + (category,))
 
 
-def _advances(old: BootProgress | None, new: BootProgress) -> bool:
+def _advances(old: BootReading | None, new: BootReading) -> bool:
     return old is None or new.phase != old.phase or new.progress > old.progress
 
 

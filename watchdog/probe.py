@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from servectl.cluster.metrics_text import sum_by_sample
 from servectl.watchdog.config import WatchdogConfig
 
 log = logging.getLogger(__name__)
@@ -114,31 +114,21 @@ class MetricsSnapshot:
         )
 
 
-def parse_metrics(text: str, taken_at: float) -> MetricsSnapshot:
-    """Pure: Prometheus text -> snapshot of the watched sample names, summed over labels."""
-    wanted = set(COUNTERS) | set(GAUGES)
-    values: dict[str, float] = {}
-    old_names: dict[str, float] = {}
-    seen_vllm: set[str] = set()
+def metrics_snapshot(text: str, taken_at: float) -> MetricsSnapshot:
+    """Pure: Prometheus text -> snapshot of the watched sample names, summed over labels (read by
+    THE /metrics parser, `servectl.cluster.metrics_text`)."""
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name.startswith("vllm:"):
-                    seen_vllm.add(sample.name)
-                name = sample.name
-                if name in ALIASES:
-                    old_names[ALIASES[name]] = old_names.get(ALIASES[name], 0.0) + float(
-                        sample.value
-                    )
-                elif name in wanted:
-                    values[name] = values.get(name, 0.0) + float(sample.value)
-    except (ValueError, TypeError) as exc:  # the parser raises ValueError on bad lines
+        sums = sum_by_sample(text)
+    except ValueError as exc:  # the parser gives up on a bad line
         return MetricsSnapshot(taken_at=taken_at, error=f"unparseable /metrics: {exc}")
-    for name, value in old_names.items():
-        values.setdefault(name, value)  # the current name wins when a server exports both
+    values = {name: sums[name] for name in (*COUNTERS, *GAUGES) if name in sums}
+    for old, current in ALIASES.items():
+        if old in sums:
+            values.setdefault(current, sums[old])  # the current name wins when both are exported
     if not values:
+        seen_vllm = sorted(name for name in sums if name.startswith("vllm:"))
         if seen_vllm:
-            some = ", ".join(sorted(seen_vllm)[:4])
+            some = ", ".join(seen_vllm[:4])
             return MetricsSnapshot(
                 taken_at=taken_at,
                 error=f"none of the watched vllm: series on /metrics ({len(seen_vllm)} others, "
@@ -178,6 +168,58 @@ def classify_completion(status: int, body: Any) -> tuple[Outcome, str]:
     if "error" in body:
         return Outcome.MALFORMED, f"200 with an error object: {_error_text(body)}"
     return Outcome.OK, ""
+
+
+def is_healthy(result: ProbeResult) -> bool:
+    """THE notion of healthy, the same for `servectl status`, `up`'s boot following, rollouts
+    and the watchdog: a 1-token completion (`completion_payload`) answered within the probe's
+    timeout with HTTP 200 and a valid completion body (`choices[0].text`, no error object), that
+    is `Outcome.OK`. `/health` or `/v1/models` answering is not enough: both stay 200 while a
+    TP engine is wedged. A timeout is not healthy either (the watchdog then asks /metrics
+    whether the engine is busy or stalled; a status just reports it)."""
+    return result.outcome is Outcome.OK
+
+
+def request_failed(exc: httpx.HTTPError, timeout_s: float) -> tuple[Outcome, str]:
+    """Pure: a request that got no usable response -> outcome and a short detail."""
+    if isinstance(exc, httpx.TimeoutException):
+        return Outcome.TIMEOUT, f"no answer within {timeout_s:g}s ({type(exc).__name__})"
+    if isinstance(exc, httpx.ConnectError):
+        return Outcome.REFUSED, f"connect failed: {exc}"
+    if isinstance(exc, httpx.TransportError):  # dropped mid-request: the server went away
+        return Outcome.REFUSED, f"connection dropped: {type(exc).__name__}: {exc}"
+    # a response that could not be read (e.g. undecodable content): not a valid answer
+    return Outcome.MALFORMED, f"{type(exc).__name__}: {exc}"
+
+
+def probe_completion(
+    http: httpx.Client,
+    url: str,
+    model: str | None,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+    started_at: float | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> ProbeResult:
+    """THE 1-token probe: POST `completion_payload(model)` to `url` (a completions endpoint) and
+    classify the answer. Never raises for server behaviour. `timeout_s` is the probe's whole
+    budget counted from `started_at` (default: now; the `Prober` counts its model lookup in);
+    `latency_s` is measured from there too. Judge the result with `is_healthy`."""
+    start = monotonic() if started_at is None else started_at
+    remaining = max(0.001, timeout_s - (monotonic() - start))
+    try:
+        resp = http.post(
+            url,
+            json=completion_payload(model),
+            headers=headers,
+            timeout=httpx.Timeout(remaining),
+        )
+    except httpx.HTTPError as exc:
+        outcome, detail = request_failed(exc, timeout_s)
+        return ProbeResult(outcome, monotonic() - start, detail, None, model)
+    outcome, detail = classify_completion(resp.status_code, _json(resp))
+    return ProbeResult(outcome, monotonic() - start, detail, resp.status_code, model)
 
 
 def _error_text(body: Any) -> str:
@@ -233,39 +275,42 @@ class Prober:
     def probe(self) -> ProbeResult:
         """One completion; never raises for server behaviour (that is what outcomes are for)."""
         start = self._monotonic()
-        timeout = httpx.Timeout(self._config.timeout_s)
-
-        def done(outcome: Outcome, detail: str = "", status: int | None = None) -> ProbeResult:
-            return ProbeResult(outcome, self._monotonic() - start, detail, status, self._model)
-
-        try:
-            if self._model is None:
-                resp = self._http.get("/v1/models", timeout=timeout)
-                if resp.status_code != 200:
-                    outcome, detail = classify_completion(resp.status_code, _json(resp))
-                    return done(outcome, f"/v1/models: {detail}", resp.status_code)
-                model = _first_model_id(_json(resp))
-                if model is None:
-                    return done(Outcome.MALFORMED, "/v1/models lists no model")
-                self._model = model
-            payload = completion_payload(self._model)
-            remaining = max(0.001, self._config.timeout_s - (self._monotonic() - start))
-            resp = self._http.post(
-                "/v1/completions", json=payload, timeout=httpx.Timeout(remaining)
-            )
-        except httpx.TimeoutException as exc:
-            return done(
-                Outcome.TIMEOUT,
-                f"no answer within {self._config.timeout_s:g}s ({type(exc).__name__})",
-            )
-        except httpx.ConnectError as exc:
-            return done(Outcome.REFUSED, f"connect failed: {exc}")
-        except httpx.TransportError as exc:  # dropped mid-request: the server went away
-            return done(Outcome.REFUSED, f"connection dropped: {type(exc).__name__}: {exc}")
-        outcome, detail = classify_completion(resp.status_code, _json(resp))
-        if outcome is Outcome.HTTP_4XX and resp.status_code == 404 and self._config.model is None:
+        if self._model is None:
+            try:
+                resp = self._http.get("/v1/models", timeout=httpx.Timeout(self._config.timeout_s))
+            except httpx.HTTPError as exc:
+                outcome, detail = request_failed(exc, self._config.timeout_s)
+                return ProbeResult(outcome, self._monotonic() - start, detail, None, None)
+            if resp.status_code != 200:
+                outcome, detail = classify_completion(resp.status_code, _json(resp))
+                return ProbeResult(
+                    outcome,
+                    self._monotonic() - start,
+                    f"/v1/models: {detail}",
+                    resp.status_code,
+                    None,
+                )
+            model = _first_model_id(_json(resp))
+            if model is None:
+                return ProbeResult(
+                    Outcome.MALFORMED, self._monotonic() - start, "/v1/models lists no model"
+                )
+            self._model = model
+        result = probe_completion(
+            self._http,
+            "/v1/completions",
+            self._model,
+            timeout_s=self._config.timeout_s,
+            started_at=start,
+            monotonic=self._monotonic,
+        )
+        if (
+            result.outcome is Outcome.HTTP_4XX
+            and result.status_code == 404
+            and self._config.model is None
+        ):
             self._model = None  # model list may have changed (e.g. after a restart): re-read it
-        return done(outcome, detail, resp.status_code)
+        return result
 
     def scrape_metrics(self) -> MetricsSnapshot:
         """GET /metrics with a short timeout; failures come back as a snapshot with `error`."""
@@ -278,7 +323,7 @@ class Prober:
             return MetricsSnapshot(taken_at=now, error=f"{type(exc).__name__}: {exc}")
         if resp.status_code != 200:
             return MetricsSnapshot(taken_at=now, error=f"/metrics answered HTTP {resp.status_code}")
-        return parse_metrics(resp.text, now)
+        return metrics_snapshot(resp.text, now)
 
 
 def _json(resp: httpx.Response) -> Any:

@@ -10,7 +10,7 @@ import enum
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome
+from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 
 if TYPE_CHECKING:
     from servectl.watchdog.policy import Observation
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 PolicyStateT = TypeVar("PolicyStateT", bound=Any)
 
 
-class Verdict(enum.StrEnum):
+class ProbeVerdict(enum.StrEnum):
     OK = "ok"
     BUSY = "busy"
     STALLED = "stalled"
@@ -27,7 +27,7 @@ class Verdict(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-COUNTED = (Verdict.STALLED, Verdict.HARD)
+COUNTED = (ProbeVerdict.STALLED, ProbeVerdict.HARD)
 
 
 def progress_signal(prev: MetricsSnapshot, cur: MetricsSnapshot) -> str | None:
@@ -49,7 +49,7 @@ def progress_signal(prev: MetricsSnapshot, cur: MetricsSnapshot) -> str | None:
 
 def classify(
     stall_window_s: float, s: PolicyStateT, obs: Observation, now: float
-) -> tuple[Verdict, str, PolicyStateT]:
+) -> tuple[ProbeVerdict, str, PolicyStateT]:
     """Pure: one probe (+ /metrics) against the previous snapshot -> verdict, why, new state."""
     m, prev, flat_since = obs.metrics, s.baseline, s.flat_since
     progress = None
@@ -58,41 +58,41 @@ def classify(
         new_flat = m.taken_at if prev is None or progress else flat_since
         s = replace(s, baseline=m, flat_since=new_flat)
     p = obs.probe
-    if p.outcome is Outcome.OK:
-        return Verdict.OK, "probe answered", s
+    if is_healthy(p):  # the one notion of healthy, shared with `servectl status`
+        return ProbeVerdict.OK, "probe answered", s
     if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
-        return Verdict.HARD, f"{p.outcome.value}: {p.detail}", s
+        return ProbeVerdict.HARD, f"{p.outcome.value}: {p.detail}", s
     if p.outcome is Outcome.HTTP_4XX:
         if p.status_code == 429:
-            return Verdict.BUSY, "HTTP 429: server is shedding load", s
-        return Verdict.MISCONFIG, p.detail, s
+            return ProbeVerdict.BUSY, "HTTP 429: server is shedding load", s
+        return ProbeVerdict.MISCONFIG, p.detail, s
     # TIMEOUT: busy or stalled?
     if m is None or m.error is not None:
         err = m.error if m is not None else "not read"
         if m is not None and m.refused:
-            return Verdict.HARD, f"probe timed out and /metrics refused ({err})", s
+            return ProbeVerdict.HARD, f"probe timed out and /metrics refused ({err})", s
         # No evidence either way: a busy API server can be slow on /metrics too. Count it
         # only once /metrics has stayed unreadable for the stall window.
         since = s.unreadable_since if s.unreadable_since is not None else now
         s = replace(s, unreadable_since=since)
         if now - since < stall_window_s:
-            return Verdict.UNKNOWN, f"probe timed out and /metrics unreadable ({err})", s
+            return ProbeVerdict.UNKNOWN, f"probe timed out and /metrics unreadable ({err})", s
         return (
-            Verdict.STALLED,
+            ProbeVerdict.STALLED,
             f"probe timed out and /metrics unreadable for {now - since:.0f}s ({err})",
             s,
         )
     s = replace(s, unreadable_since=None)
     if prev is None or flat_since is None:
-        return Verdict.UNKNOWN, "probe timed out; first /metrics baseline taken", s
+        return ProbeVerdict.UNKNOWN, "probe timed out; first /metrics baseline taken", s
     if progress == "reset":
         return (
-            Verdict.UNKNOWN,
+            ProbeVerdict.UNKNOWN,
             "probe timed out; engine counters went backwards (re-baselined)",
             s,
         )
     if progress:
-        return Verdict.BUSY, f"probe timed out but {progress} advanced: busy, not dead", s
+        return ProbeVerdict.BUSY, f"probe timed out but {progress} advanced: busy, not dead", s
     flat_for = now - flat_since
     gauges = (
         f"running={m.get('vllm:num_requests_running')}, "
@@ -100,12 +100,12 @@ def classify(
     )
     if flat_for < stall_window_s:
         return (
-            Verdict.UNKNOWN,
+            ProbeVerdict.UNKNOWN,
             f"probe timed out; counters flat only {flat_for:.0f}s ({gauges})",
             s,
         )
     return (
-        Verdict.STALLED,
+        ProbeVerdict.STALLED,
         f"probe timed out; no engine progress for {flat_for:.0f}s ({gauges})",
         s,
     )

@@ -25,7 +25,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.cli.watchdog import watchdog_line
+from servectl.cluster.cli.watchdog_view import watchdog_line
 from servectl.cluster.control import ApplyResult, ControlEvent, Controller, _who
 from servectl.cluster.control_plan import Action, ControlPlan
 from servectl.cluster.errors import ConfigError, ServectlError

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli.watchdog import WATCHDOG_WHO
 from servectl.cluster.control import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
+from servectl.watchdog.actuator import WATCHDOG_WHO
 
 from .test_provision import provision
 from .waiting import poll

@@ -24,14 +24,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.cli.watchdog import WATCHDOG_WHO, build_actuator, build_config
 from servectl.cluster.control import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.paths import HEAD
+from servectl.watchdog.actuator import WATCHDOG_WHO, build_actuator
 from servectl.watchdog.daemon import Watchdog, build_watchdog
 from servectl.watchdog.events import read_events
 from servectl.watchdog.policy import Phase
+from servectl.watchdog.wiring import build_config
 
 pytestmark = pytest.mark.lab
 

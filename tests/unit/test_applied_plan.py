@@ -11,11 +11,13 @@ from typing import Any
 import yaml
 from servectl.cluster import control as control_mod
 from servectl.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
-from servectl.cluster.cli import watchdog as wd_cli
 from servectl.cluster.control import Controller
+from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.inventory_plain import export_resolved
 from servectl.cluster.watchdog_plan import PlanFollower
+from servectl.watchdog import restart_job as restart_job_mod
+from servectl.watchdog import wiring
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import PlanChange
 from servectl.watchdog.events import read_events
@@ -127,8 +129,8 @@ def test_restart_job_replays_the_applied_plan_not_the_inventory(
         def restart(self, **kw: Any) -> Any:
             raise RuntimeError("stop here")
 
-    monkeypatch.setattr(control_mod, "Controller", FakeController)
-    assert wd_cli.restart_job(str(path), "watchdog: hang") == 2
+    monkeypatch.setattr(restart_job_mod, "Controller", FakeController)
+    assert restart_job_mod.restart_job(str(path), "watchdog: hang") == 2
     assert seen["spec"].config_hash() == applied.config_hash
     assert seen["spec"].api_base.endswith(":8000")
     assert seen["source"] == (applied.inventory_text, applied.inventory_path)
@@ -201,7 +203,7 @@ def test_unusable_plan_keeps_the_old_one_and_alerts(tmp_path: Path) -> None:
     wd, prober, act = make(tmp_path, alert_command=cmd)
 
     def broken() -> PlanChange:
-        raise wd_cli.ConfigError("the API key's variable K is not set")
+        raise ConfigError("the API key's variable K is not set")
 
     wd._follow = broken
     for _ in range(3):
@@ -230,7 +232,7 @@ def test_watchdog_run_watches_the_applied_plan_in_its_own_state_dir(
             1,
         )
     )
-    cfg, actuator, follower = wd_cli.watched_plan(inv, None, None)
+    cfg, actuator, follower = wiring.watched_plan(inv, None, None)
     assert cfg.probe_url.endswith(":8000") and cfg.config_hash == applied.config_hash
     assert cfg.state_dir == str(tmp_path / "wd") and cfg.metrics_port == 9999
     assert actuator.applied_path == str(tmp_path / "state" / "applied" / f"{spec.name}.json")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from servectl.cluster.control import _gpu_problems
+from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.status import (
     NodeStatus,
     ServerStatus,
     Verdict,
     derive_verdict,
-    parse_metrics,
     server_gauges,
 )
 
@@ -75,7 +75,7 @@ def test_metrics_parsing():
         'vllm:num_requests_waiting{model_name="m",engine="0"} 1.0\n'
         'vllm:kv_cache_usage_perc{model_name="m",engine="0"} 0.125\n'
     )
-    g = server_gauges(parse_metrics(text))
+    g = server_gauges(sum_by_sample(text))
     assert g == {"requests_running": 3.0, "requests_waiting": 1.0, "kv_cache_usage_pct": 12.5}
 
 

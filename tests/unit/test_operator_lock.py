@@ -51,7 +51,7 @@ def test_second_action_is_refused_naming_the_holder(tmp_path: Path) -> None:
 
 
 def test_cluster_lock_is_the_watchdog_restart_lock(tmp_path: Path) -> None:
-    from servectl.cluster.cli.watchdog import build_config
+    from servectl.watchdog.wiring import build_config
 
     spec = load_inventory(ROOT / "inventory.example.yml")
     cfg = build_config(spec, str(tmp_path / "wd"), environ={"SERVECTL_API_KEY": "k"})

@@ -16,10 +16,10 @@ from servectl.cluster.bench_parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.status import parse_metrics as status_metrics
+from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.status import server_gauges
 from servectl.watchdog.policy import progress_signal
-from servectl.watchdog.probe import parse_metrics
+from servectl.watchdog.probe import metrics_snapshot
 from servectl.watchdog.thermal.alerts import AlertPolicy
 from servectl.watchdog.thermal.remote import live_row
 from servectl.watchdog.thermal.zones import SysfsZoneReader, zone_to_record
@@ -87,10 +87,10 @@ def test_a_missing_spec_counter_is_absent_never_zero():
 # -- /metrics ----------------------------------------------------------------------------------
 def test_pre_010_kv_gauge_is_read_under_the_current_name():
     page = _text("metrics", "v0.2-era_aioprometheus_gpu-cache-usage.prom.txt")
-    snap = parse_metrics(page, 0.0)
+    snap = metrics_snapshot(page, 0.0)
     assert snap.error is None
     assert snap.get("vllm:kv_cache_usage_perc") == pytest.approx(0.38849487785658)
-    assert server_gauges(status_metrics(page))["kv_cache_usage_pct"] == pytest.approx(38.85)
+    assert server_gauges(sum_by_sample(page))["kv_cache_usage_pct"] == pytest.approx(38.85)
 
 
 def test_kv_growth_is_a_busy_signal_on_old_servers():
@@ -101,15 +101,17 @@ def test_kv_growth_is_a_busy_signal_on_old_servers():
             f'vllm:generation_tokens_total{{model_name="m"}} 5.0\n'
         )
 
-    assert progress_signal(parse_metrics(page(0.1), 0.0), parse_metrics(page(0.4), 10.0))
+    assert progress_signal(metrics_snapshot(page(0.1), 0.0), metrics_snapshot(page(0.4), 10.0))
 
 
 def test_the_no_vllm_metrics_message_only_on_pages_without_them():
-    snap = parse_metrics('vllm:cache_config_info{block_size="16"} 1.0\n', 0.0)
+    snap = metrics_snapshot('vllm:cache_config_info{block_size="16"} 1.0\n', 0.0)
     assert snap.error and "none of the watched" in snap.error and "cache_config_info" in snap.error
-    snap = parse_metrics("python_info 1.0\n", 0.0)
+    snap = metrics_snapshot("python_info 1.0\n", 0.0)
     assert snap.error == "no vllm: metrics in /metrics"
-    snap = parse_metrics(_text("metrics", "v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt"), 0)
+    snap = metrics_snapshot(
+        _text("metrics", "v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt"), 0
+    )
     assert snap.error is None and snap.get("vllm:kv_cache_usage_perc") == 0.0
 
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from servectl.cluster.cli.watchdog import _raise_unless_applied, _result_doc
 from servectl.cluster.errors import ServectlError
+from servectl.watchdog.actuator import raise_unless_applied, result_doc
 
 from tests.unit.test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
 
@@ -26,28 +26,28 @@ def _result(ok: bool, *outcomes: tuple[str, bool]) -> Any:
 
 
 def test_all_nodes_started_is_applied() -> None:
-    doc = _result_doc(_result(True, ("n1", True), ("n2", True)), _spec("n1", "n2"))
+    doc = result_doc(_result(True, ("n1", True), ("n2", True)), _spec("n1", "n2"))
     assert doc["ok"]
-    _raise_unless_applied(doc)
+    raise_unless_applied(doc)
 
 
 def test_a_node_without_an_outcome_is_a_failure() -> None:
     # apply() stops after a failed wave: the later waves' nodes have no outcome at all
-    doc = _result_doc(_result(True, ("n1", True)), _spec("n1", "n2"))
+    doc = result_doc(_result(True, ("n1", True)), _spec("n1", "n2"))
     assert not doc["ok"] and doc["missing"] == ["n2"]
     with pytest.raises(ServectlError, match="n2: not started"):
-        _raise_unless_applied(doc)
+        raise_unless_applied(doc)
 
 
 def test_a_failed_node_is_named() -> None:
-    doc = _result_doc(_result(False, ("n1", False), ("n2", True)), _spec("n1", "n2"))
+    doc = result_doc(_result(False, ("n1", False), ("n2", True)), _spec("n1", "n2"))
     with pytest.raises(ServectlError, match="n1: m"):
-        _raise_unless_applied(doc)
+        raise_unless_applied(doc)
 
 
 def test_a_job_error_is_a_failure() -> None:
     with pytest.raises(ServectlError, match="Drift"):
-        _raise_unless_applied({"ok": False, "error": "Drift: x"})
+        raise_unless_applied({"ok": False, "error": "Drift: x"})
 
 
 class StartedActuator(FakeActuator):
@@ -99,7 +99,7 @@ def test_an_old_server_is_restarted(tmp_path: Path) -> None:
 
 
 def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
-    from servectl.cluster.cli.watchdog import watchdog_line
+    from servectl.cluster.cli.watchdog_view import watchdog_line
     from servectl.watchdog.policy import Phase, PolicyState
     from servectl.watchdog.state import StateStore
 

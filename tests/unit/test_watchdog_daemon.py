@@ -15,7 +15,7 @@ from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.policy import BootProgress, Phase, PolicyState
+from servectl.watchdog.policy import BootReading, Phase, PolicyState
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
 
@@ -51,7 +51,7 @@ class FakeActuator:
         self.restarts: list[tuple[str, dict]] = []
         self.state_during_restart: dict | None = None
         self.fail = False
-        self.progress: BootProgress | None = None
+        self.progress: BootReading | None = None
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         self.state_during_restart = json.loads(Path(self.state_path).read_text())
@@ -59,7 +59,7 @@ class FakeActuator:
         if self.fail:
             raise RuntimeError("docker said no")
 
-    def boot_progress(self) -> BootProgress | None:
+    def boot_progress(self) -> BootReading | None:
         return self.progress
 
     def collect_evidence(self) -> dict[str, Any]:
@@ -242,7 +242,7 @@ def test_boot_progress_is_read_during_boot(tmp_path: Path) -> None:
     wd, prober, act = make(tmp_path)
     prober.next = REFUSED
     for shard in range(1, 20):
-        act.progress = BootProgress("loading_weights", shard)
+        act.progress = BootReading("loading_weights", shard)
         wd.tick()
     assert act.restarts == []  # 19 x 150 s > 1800 s deadline, but progress extended it
     wd.close()

@@ -13,7 +13,7 @@ from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.policy import BootProgress, Phase
+from servectl.watchdog.policy import BootReading, Phase
 from servectl.watchdog.runtime import Cadence, SteadyClock
 from servectl.watchdog.state import StateStore
 
@@ -116,7 +116,7 @@ def test_ntp_step_during_boot_daemon_level(tmp_path: Path) -> None:
     assert wd.state is not None and wd.state.phase is Phase.BOOTING
     wall[0] += 3 * 3600
     mono[0] += 60
-    act.progress = BootProgress("loading_weights", 1)
+    act.progress = BootReading("loading_weights", 1)
     wd.tick()
     assert act.restarts == [] and wd.state.phase is Phase.BOOTING
     wd.close()
@@ -144,9 +144,9 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
     wd.cluster_call_timeout_s = 0.2
     prober.next = REFUSED
 
-    def frozen() -> BootProgress:
+    def frozen() -> BootReading:
         time.sleep(5)
-        return BootProgress("loading_weights", 1)
+        return BootReading("loading_weights", 1)
 
     act.boot_progress = frozen  # type: ignore[method-assign]
     t0 = time.monotonic()
@@ -160,10 +160,10 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
     from servectl.cluster.boot import BootProgress as ClusterBoot
     from servectl.cluster.boot import Phase as BootPhase
-    from servectl.watchdog.daemon import as_boot_progress
+    from servectl.watchdog.actuator import boot_reading
 
-    got = as_boot_progress(ClusterBoot(phase=BootPhase.FAILED, shards_loaded=3))
-    assert got is not None and got.failed and got.progress == 3
+    got = boot_reading(ClusterBoot(phase=BootPhase.FAILED, shards_loaded=3))
+    assert got.failed and got.progress == 3
 
 
 def _restart_with_slow_evidence(tmp_path: Path, evidence_s: float, bound_s: float):

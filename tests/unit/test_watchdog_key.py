@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli.watchdog import build_config, resolve_api_key
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.spec import SecretRef
+from servectl.watchdog.wiring import build_config, resolve_api_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from servectl.watchdog.policy import (
     Alert,
-    BootProgress,
+    BootReading,
     CountFailure,
     GiveUp,
     Hold,
@@ -16,9 +16,9 @@ from servectl.watchdog.policy import (
     Policy,
     PolicyConfig,
     PolicyState,
+    ProbeVerdict,
     ResetFailures,
     Restart,
-    Verdict,
 )
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
@@ -124,7 +124,7 @@ def test_busy_under_long_prefills_is_never_counted() -> None:
     for _ in range(50):  # each window finishes at least one 128k prefill: prompt tokens advance
         prompt += 131072
         d = sim.step(TIMEOUT, snap(sim.now + 150, prompt=prompt, running=1, waiting=5))
-        assert sim.state.last_verdict == Verdict.BUSY.value, d
+        assert sim.state.last_verdict == ProbeVerdict.BUSY.value, d
     assert not sim.of(CountFailure) and not sim.of(Restart)
 
 
@@ -199,13 +199,13 @@ def test_boot_grace_extends_with_progress_and_ends_at_deadline() -> None:
     assert sim.state.phase is Phase.BOOTING and sim.state.boot_deadline_at == start + 1800
     # 30 minutes of refused probes but shards keep loading: deadline moves forward, no restart
     for shard in range(1, 13):
-        sim.step(REFUSED, dt=150, boot_progress=BootProgress("loading_weights", shard))
+        sim.step(REFUSED, dt=150, boot_progress=BootReading("loading_weights", shard))
     assert sim.now == start + 1800 and not sim.of(Restart) and not sim.of(CountFailure)
     assert sim.state.boot_deadline_at == sim.now + 300
     # progress stops: the extended deadline passes -> one restart
-    sim.step(REFUSED, dt=200, boot_progress=BootProgress("loading_weights", 12))
+    sim.step(REFUSED, dt=200, boot_progress=BootReading("loading_weights", 12))
     assert not sim.of(Restart)
-    sim.step(REFUSED, dt=101, boot_progress=BootProgress("loading_weights", 12))
+    sim.step(REFUSED, dt=101, boot_progress=BootReading("loading_weights", 12))
     assert len(sim.of(Restart)) == 1 and sim.of(Restart)[0].cause == "boot_deadline"
 
 
@@ -214,7 +214,7 @@ def test_boot_extension_is_capped() -> None:
     sim.state, _ = sim.policy.on_startup(None, sim.now)
     start = sim.now
     for shard in range(1, 100):
-        sim.step(REFUSED, dt=60, boot_progress=BootProgress("loading_weights", shard))
+        sim.step(REFUSED, dt=60, boot_progress=BootReading("loading_weights", shard))
         if sim.of(Restart):
             break
     assert sim.now - start == 3600  # boot_cap_s: progress cannot keep a boot alive forever

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from servectl.watchdog.policy import (
     Alert,
-    BootProgress,
+    BootReading,
     CountFailure,
     GiveUp,
     Observation,
@@ -73,7 +73,7 @@ def test_container_exited_during_boot_is_a_failed_boot_at_once_with_backoff() ->
     # Reproduction (6): a boot that crashed at 60 s was retried only at the boot deadline.
     sim = Sim()
     sim.state, _ = sim.policy.on_startup(None, sim.now)
-    crashed = BootProgress("loading_weights", 3, failed=True)
+    crashed = BootReading("loading_weights", 3, failed=True)
     sim.step(REFUSED, dt=60, boot_progress=crashed)
     restarts = sim.of(Restart)
     assert len(restarts) == 1 and restarts[0].cause == "boot_failed"
@@ -86,7 +86,7 @@ def test_container_exited_during_boot_is_a_failed_boot_at_once_with_backoff() ->
 def test_crash_retries_back_off_when_more_boots_are_allowed() -> None:
     sim = Sim(replace(CFG, max_boot_failures=4, max_restarts=10))
     sim.state, _ = sim.policy.on_startup(None, sim.now)
-    crashed = BootProgress("engine_init", 0, failed=True)
+    crashed = BootReading("engine_init", 0, failed=True)
     times = []
     for _ in range(40):
         n = len(sim.of(Restart))

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.policy import progress_signal
-from servectl.watchdog.probe import Outcome, Prober, parse_metrics
+from servectl.watchdog.probe import Outcome, Prober, metrics_snapshot
 
 SAMPLE = Path("/work/shared/reference/samples/v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt")
 
@@ -196,7 +196,7 @@ def test_metrics_advancing_vs_flat(server: FakeVllm, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not SAMPLE.exists(), reason="shared reference sample not present")
 def test_parse_real_metrics_dump() -> None:
-    snap = parse_metrics(SAMPLE.read_text(), 1.0)
+    snap = metrics_snapshot(SAMPLE.read_text(), 1.0)
     assert snap.error is None
     assert snap.get("vllm:generation_tokens_total") == 0.0  # the `_created` twin is not summed
     assert snap.get("vllm:num_requests_running") == 0.0
@@ -204,4 +204,4 @@ def test_parse_real_metrics_dump() -> None:
 
 
 def test_parse_garbage_is_an_error_not_zero() -> None:
-    assert parse_metrics("<html>oops</html>", 1.0).error
+    assert metrics_snapshot("<html>oops</html>", 1.0).error

@@ -5,16 +5,19 @@ restart records) does not change with it."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster import control as control_mod
 from servectl.cluster.applied import AppliedPlan, plan_for, write_local
 from servectl.cluster.cli import watchdog as wd_cli
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect
 from servectl.cluster.ssh_identity import SshIdentity, with_ssh_identity
+from servectl.watchdog import actuator as actuator_mod
+from servectl.watchdog import restart_job as restart_job_mod
+from servectl.watchdog import wiring
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "/etc/servectl/watchdog/id_ed25519"
@@ -136,7 +139,7 @@ def test_watched_plan_gives_the_identity_to_the_actuator_and_to_every_new_plan(
     monkeypatch.setenv("SERVECTL_API_KEY", "k")
     plan, path = _applied(tmp_path)
     identity = SshIdentity(KEY, KNOWN)
-    cfg, actuator, follower = wd_cli.watched_plan(
+    cfg, actuator, follower = wiring.watched_plan(
         tmp_path / "absent.yml", str(path), str(tmp_path / "wd"), identity
     )
     try:
@@ -197,8 +200,8 @@ def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch)
         def communicate(self, timeout: float) -> tuple[str, str]:
             return json.dumps({"ok": True}) + "\n", ""
 
-    monkeypatch.setattr(wd_cli.subprocess, "Popen", Proc)
-    actuator = wd_cli.build_actuator(
+    monkeypatch.setattr(actuator_mod.subprocess, "Popen", Proc)
+    actuator = actuator_mod.build_actuator(
         load_inventory(_inventory(tmp_path)), None, str(path), SshIdentity(KEY, KNOWN)
     )
     try:
@@ -206,7 +209,8 @@ def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch)
     finally:
         actuator.close()
     (argv,) = spawned
-    assert argv[argv.index("restart-job") + 1 :] == [
+    assert argv[:3] == [sys.executable, "-m", "servectl.watchdog.restart_job"]
+    assert argv[3:] == [
         str(path), "watchdog: hang", "--ssh-key", KEY, "--known-hosts", KNOWN,
     ]  # fmt: skip
 
@@ -231,9 +235,9 @@ def test_restart_job_replays_the_plan_with_the_identity_and_records_the_plan_as_
         def restart(self, **kw: Any) -> Any:
             raise RuntimeError("stop here")
 
-    monkeypatch.setattr(control_mod, "Controller", FakeController)
+    monkeypatch.setattr(restart_job_mod, "Controller", FakeController)
     argv = [str(path), "watchdog: hang"] + (["/state"] if with_state_dir else [])
-    assert wd_cli._restart_job_main([*argv, "--ssh-key", KEY, "--known-hosts", KNOWN]) == 2
+    assert restart_job_mod.main([*argv, "--ssh-key", KEY, "--known-hosts", KNOWN]) == 2
     spec = seen["spec"]
     assert {n.ssh_key_file for n in spec.nodes} == {KEY} and spec.ssh.known_hosts == KNOWN
     assert spec.config_hash() == plan.config_hash

@@ -175,7 +175,9 @@ def plan_stop(node: Any, units: dict[str, UnitFacts]) -> NodePlan:
 
 # -- fan-out --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Outcome:
+class NodeCall:
+    """One node's answer to a fan-out call: its value, or why there is none."""
+
     node: str
     ok: bool
     value: Any = None
@@ -183,20 +185,22 @@ class Outcome:
     unreachable: bool = False
 
 
-def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[Outcome]:
+def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[NodeCall]:
     """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
 
-    def one(node: Any) -> Outcome:
+    def one(node: Any) -> NodeCall:
         from servectl.cluster.errors import NodeUnreachable
 
         try:
-            return Outcome(node.name, True, fn(node))
+            return NodeCall(node.name, True, fn(node))
         except NodeUnreachable as exc:
-            return Outcome(node.name, False, error=exc.reason, unreachable=True)
+            return NodeCall(node.name, False, error=exc.reason, unreachable=True)
         except (ServectlError, OSError) as exc:
-            return Outcome(node.name, False, error=str(exc))
+            return NodeCall(node.name, False, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. a transport dying mid-SFTP: one node's row
-            return Outcome(node.name, False, error=f"{type(exc).__name__}: {exc}", unreachable=True)
+            return NodeCall(
+                node.name, False, error=f"{type(exc).__name__}: {exc}", unreachable=True
+            )
 
     if not nodes:
         return []

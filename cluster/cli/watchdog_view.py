@@ -1,0 +1,47 @@
+"""Rendering of the watchdog's state document (`servectl.watchdog.state_doc`) for the CLI.
+
+Shared by `servectl watchdog status` and the watchdog line of `servectl status`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from servectl.cluster.errors import ServectlError
+from servectl.watchdog.state_doc import state_document
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
+    """For `servectl status`: the watchdog's state from `state_dir` on this machine (file reads
+    only, never blocks) as (JSON doc or None, one line of text)."""
+    try:
+        doc = state_document(state_dir, time.time())
+    except (OSError, ValueError, ServectlError) as exc:
+        return None, f"watchdog: state unreadable in {state_dir} ({exc})"
+    st = doc["state"]
+    if st is None:
+        return None, f"watchdog: no state in {state_dir}"
+    lp = st["last_probe"] or {}
+    running = "running" if doc["daemon"] else "[yellow]not running[/]"
+    text = (
+        f"watchdog: [bold]{st['phase']}[/] ({running}), {st['consecutive_failures']} failure(s), "
+        f"last probe {lp.get('outcome', '-')}/{st['last_verdict'] or '-'} at {iso(lp.get('at'))}, "
+        f"{len(st['restart_times'])} restart(s) in window"
+    )
+    if doc["hold"] and doc["hold"]["kind"] == "down":
+        text += f", [bold]intentional stop[/] ({doc['hold']['reason']}): no restart until `up`"
+    elif doc["hold"]:
+        text += f", held until {iso(doc['hold']['until'])}: {doc['hold']['reason']}"
+    if st["phase"] == "blind":
+        text += f", [red]blind[/] since {iso(st['blind_since'])} (probe rejected: key/model)"
+    if doc["undelivered_alerts"]:
+        text += f", [red]{len(doc['undelivered_alerts'])} alert(s) undelivered[/]"
+    return doc, text

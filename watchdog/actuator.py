@@ -1,0 +1,187 @@
+"""The watchdog's real actuator: cluster control (`servectl.cluster.control.Controller`).
+
+`ControllerActuator` is the `servectl.watchdog.daemon.Actuator` the daemon is given by
+injection (`build_actuator` is the one place that binds the watchdog to cluster control). A
+restart is run as a detached child process, the restart job (`servectl.watchdog.restart_job`),
+that reports one JSON line; `result_doc` and `raise_unless_applied` are the two ends of that
+contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from servectl.cluster.boot import BootProgress
+from servectl.cluster.control import Controller
+from servectl.cluster.errors import ProbeError, ServectlError
+from servectl.cluster.ssh_identity import SshIdentity
+from servectl.watchdog.policy import BootReading
+
+RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
+EVIDENCE_LOG_LINES = 50
+EVIDENCE_MAX_CHARS = 8000  # per node, and for the /metrics snapshot
+WATCHDOG_WHO = "servectl-watchdog"  # `who` of the watchdog's restarts in events.jsonl
+RESTART_JOB_MODULE = "servectl.watchdog.restart_job"  # run as `python -m RESTART_JOB_MODULE`
+
+
+class ControllerActuator:
+    """`servectl.watchdog.daemon.Actuator` over `servectl.cluster.control.Controller`.
+
+    * `restart()` is exactly an operator's `servectl restart --no-wait`: `Controller.restart()`
+      (same plan, same `events.jsonl` record, who=servectl-watchdog), run in a detached child
+      process (its own session) that this one waits for. A daemon killed with -9 mid-restart
+      therefore never leaves a half-applied plan: the job finishes the restart, and the next
+      daemon finds `restart_in_progress` and only verifies it in boot grace.
+    * `boot_progress()` reads the head's container log (`Controller.boot_progress()`) and gives
+      the policy a `BootReading` (`boot_reading`).
+    * `collect_evidence()`: last log lines of every node and a `/metrics` snapshot.
+    * `server_started_at()`: when the head's container started (fencing: a restart made by
+      someone else since the failures began is not repeated).
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        control_state_dir: str | None = None,
+        applied_path: str | None = None,
+        identity: SshIdentity = SshIdentity(),
+        *,
+        controller: Controller | None = None,
+        spawn: Callable[..., Any] | None = None,
+    ) -> None:
+        self.spec = identity.apply(spec)
+        self.control_state_dir = control_state_dir
+        self.applied_path = applied_path  # the plan a restart replays (not the inventory)
+        self.identity = identity  # this host's SSH key and known_hosts, for the restart job too
+        self.controller = controller or Controller(
+            self.spec, state_dir=control_state_dir, node_timeout_s=10.0
+        )
+        self._spawn = spawn  # None: subprocess.Popen (looked up when used); tests inject
+
+    def restart_job_argv(self, why: str) -> list[str] | None:
+        """The restart job's command line; None when there is no file to hand it (a spec built
+        in memory), and the restart runs in this process instead."""
+        source = getattr(self.spec, "source_file", None)
+        if self.applied_path and os.path.isfile(self.applied_path):
+            source = self.applied_path
+        if not source or not os.path.isfile(source):
+            return None
+        argv = [sys.executable, "-m", RESTART_JOB_MODULE, source, why]
+        if self.control_state_dir:
+            argv.append(str(self.control_state_dir))
+        return argv + self.identity.argv()  # the plan is the control machine's; the key is ours
+
+    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+        why = f"watchdog: {reason}"
+        argv = self.restart_job_argv(why)
+        if argv is None:
+            result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
+            raise_unless_applied(result_doc(result, self.spec))
+            return
+        proc = (self._spawn or subprocess.Popen)(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # survives a kill -9 of this daemon (and its signals)
+            text=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=RESTART_JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ServectlError(
+                f"restart job (pid {proc.pid}) still running after {RESTART_JOB_TIMEOUT_S:g}s"
+            ) from None
+        try:
+            doc = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise ServectlError(
+                f"restart job exited {proc.returncode} without a result: {err.strip()[-500:]}"
+            ) from None
+        raise_unless_applied(doc)
+
+    def boot_progress(self) -> BootReading | None:
+        """The head's boot progress; failed as soon as any rank's container exited (a worker
+        that died leaves the head waiting at the rendezvous until the boot deadline)."""
+        progress = self.controller.boot_progress()
+        if progress is not None and progress.failed:
+            return boot_reading(progress)
+        dead = self.controller.dead_containers()
+        if dead and any("exited" in d for d in dead):
+            return BootReading("exited: " + "; ".join(dead)[:200], 0.0, failed=True)
+        return None if progress is None else boot_reading(progress)
+
+    def server_started_at(self) -> float | None:
+        c = self.controller.head_container()
+        return c.started_at.timestamp() if c is not None and c.started_at else None
+
+    def collect_evidence(self) -> dict[str, Any]:
+        lines = self.controller.last_log_lines(tail=EVIDENCE_LOG_LINES)
+        doc: dict[str, Any] = {
+            "last_log_lines": {k: v[-EVIDENCE_MAX_CHARS:] for k, v in lines.items()}
+        }
+        try:
+            status_code, page = self.controller.metrics_page(timeout_s=5.0)
+        except ProbeError as exc:
+            doc["metrics"] = {"error": str(exc)}
+            return doc
+        # The engine's own series only, without histogram buckets: the evidence stays readable.
+        text = "\n".join(
+            ln for ln in page.splitlines() if ln.startswith("vllm:") and "_bucket{" not in ln
+        )
+        doc["metrics"] = {"status_code": status_code, "text": text[:EVIDENCE_MAX_CHARS]}
+        return doc
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+def boot_reading(progress: BootProgress) -> BootReading:
+    """What the policy needs of a boot: its phase and a counter that only grows, built from
+    concrete evidence only (shards and drafter shards loaded, CUDA-graph percent), never from
+    the time-based `fraction` or ETA, which grow while a boot is stuck."""
+    counter = progress.shards_loaded + progress.drafter_shards_loaded
+    counter += progress.cuda_graphs_pct or 0
+    return BootReading(progress.phase.value, float(counter), progress.failed)
+
+
+def result_doc(result: Any, spec: Any) -> dict[str, Any]:
+    """ApplyResult -> JSON. `apply()` stops at the first failed wave, so nodes of later waves
+    have no outcome at all: a node without an outcome is a failure too, not a silent pass."""
+    outcomes = {o.node: {"ok": o.ok, "message": o.message} for o in result.outcomes}
+    missing = [n.name for n in spec.nodes if n.name not in outcomes]
+    return {
+        "ok": bool(result.ok) and not missing,
+        "config_hash": result.plan.config_hash,
+        "outcomes": outcomes,
+        "missing": missing,
+    }
+
+
+def raise_unless_applied(doc: dict[str, Any]) -> None:
+    """ServectlError naming every node that failed, unless the restart job's `doc` says ok."""
+    if doc.get("ok"):
+        return
+    if doc.get("error"):
+        raise ServectlError(f"restart failed: {doc['error']}")
+    bad = [f"{n}: {o['message']}" for n, o in doc.get("outcomes", {}).items() if not o["ok"]]
+    bad += [f"{n}: not started (an earlier wave failed)" for n in doc.get("missing", [])]
+    raise ServectlError("restart failed on " + "; ".join(bad))
+
+
+def build_actuator(
+    spec: Any,
+    control_state_dir: str | None = None,
+    applied_path: str | None = None,
+    identity: SshIdentity = SshIdentity(),
+) -> ControllerActuator:
+    """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
+    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator);
+    `applied_path`: the applied plan a restart replays; `identity`: the SSH key and known_hosts
+    of the host the watchdog runs on, in place of the plan's (which are the control machine's)."""
+    return ControllerActuator(spec, control_state_dir, applied_path, identity)

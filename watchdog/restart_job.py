@@ -1,0 +1,75 @@
+"""The restart job: the watchdog's restart, run as a detached child process.
+
+    python -m servectl.watchdog.restart_job INVENTORY WHY [CONTROL_STATE_DIR]
+        [--ssh-key PATH] [--known-hosts PATH]
+
+`ControllerActuator.restart()` starts it in its own session and waits for it, so a daemon
+killed mid-restart never leaves a half-applied plan. It runs `Controller.restart(wait_ready=
+False)` and prints ONE JSON line, the result (`servectl.watchdog.actuator.result_doc`, or
+`{"ok": false, "error": ...}`); the exit status is 0 applied, 1 failed, 2 error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from servectl.cluster.applied import read_applied
+from servectl.cluster.control import Controller
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.ssh_identity import SshIdentity
+from servectl.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
+
+
+def restart_job(
+    inventory: str,
+    why: str,
+    control_state_dir: str | None = None,
+    identity: SshIdentity = SshIdentity(),
+    *,
+    out: TextIO | None = None,
+    controller: Callable[..., Any] | None = None,
+) -> int:
+    """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
+    one JSON line (the result) to `out` (stdout) and returns the exit status (0 applied,
+    1 failed, 2 error). `inventory`: an applied-plan record (`*.json`, replayed as recorded,
+    whatever the inventory file says now) or an inventory file. `identity`: the watchdog's own
+    SSH key and known_hosts (the record keeps the plan's). `controller`: a Controller factory
+    (tests inject a fake)."""
+    out = sys.stdout if out is None else out
+    try:
+        plan = read_applied(inventory) if inventory.endswith(".json") else None
+        spec = identity.apply(plan.spec() if plan is not None else load_inventory(Path(inventory)))
+        source = (plan.inventory_text, plan.inventory_path) if plan is not None else None
+        with (controller or Controller)(
+            spec, state_dir=control_state_dir, applied_source=source
+        ) as ctl:
+            doc = result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
+        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), file=out)
+        out.flush()
+        return 2
+    print(json.dumps(doc), file=out)
+    out.flush()
+    return 0 if doc["ok"] else 1
+
+
+def main(argv: list[str]) -> int:
+    """`INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]` -> exit status."""
+    parser = argparse.ArgumentParser(prog=f"python -m {RESTART_JOB_MODULE}")
+    parser.add_argument("inventory")
+    parser.add_argument("why")
+    parser.add_argument("control_state_dir", nargs="?")
+    parser.add_argument("--ssh-key")
+    parser.add_argument("--known-hosts")
+    args = parser.parse_args(argv)
+    identity = SshIdentity(args.ssh_key, args.known_hosts)
+    return restart_job(args.inventory, args.why, args.control_state_dir, identity)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""What a watchdog watches: its settings, prober and actuator, built from a cluster plan.
+
+`build_config` resolves the probe's target, model, API key and the cluster restart lock from a
+`ClusterSpec`; `watched_plan` picks the plan `servectl watchdog run` starts on (the applied
+plan, else the inventory) and the `PlanFollower` that rebuilds all three when it changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from servectl.cluster.applied import local_paths, read_applied
+from servectl.cluster.errors import ConfigError
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.operator_lock import cluster_lock_path
+from servectl.cluster.secrets import resolve_secret
+from servectl.cluster.spec import SecretRef
+from servectl.cluster.ssh_identity import SshIdentity
+from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
+from servectl.watchdog.actuator import ControllerActuator, build_actuator
+from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.probe import Prober
+
+
+def _read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
+def resolve_api_key(ref: SecretRef | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The probe's API key from its reference, or ConfigError when it cannot be resolved here.
+
+    A watchdog that probes without the configured key gets 401 on every probe: it cannot see a
+    hang any more (issue 15: 12 h of a hung engine, 0 restarts). So it refuses to start instead,
+    also for an empty key. `file:` is read where the watchdog runs (the provisioned one runs on
+    the head node, where the root-only key file lives).
+    """
+    if ref is None:
+        return None
+    field = "secrets.api_key.env" if ref.env else "secrets.api_key.file"
+    value = resolve_secret(
+        ref,
+        read_file=_read_text,
+        environ=os.environ if environ is None else environ,
+        what="the API key",
+        where="where the watchdog runs",
+        key=field,
+        hint=(
+            f"export {ref.env} for the watchdog (systemd: EnvironmentFile=), or the probe gets "
+            "401 and the watchdog is blind"
+            if ref.env
+            else "run the watchdog where the key file is (the head node, as provisioned) "
+            "with permission to read it"
+        ),
+    )
+    if not value:
+        raise ConfigError(f"the API key ({ref.env or ref.file}) is empty", key=field)
+    return value
+
+
+def build_config(
+    spec: Any, state_dir: str | None = None, environ: Mapping[str, str] | None = None
+) -> WatchdogConfig:
+    """Resolve probe target, model, API key and the cluster restart lock from the ClusterSpec."""
+    api_key = resolve_api_key(getattr(spec.secrets, "api_key", None), environ)
+    sd = state_dir or spec.watchdog.state_dir
+    lock = cluster_lock_path(spec, sd)
+    return WatchdogConfig.from_spec(
+        spec.watchdog,
+        probe_url=spec.api_base,
+        model=spec.serving.model.served_name,
+        api_key=api_key,
+        restart_lock_path=lock,
+        state_dir=sd,
+        config_hash=spec.config_hash(),
+    )
+
+
+def watched_plan(
+    inventory: Path,
+    applied: str | None,
+    state_dir: str | None,
+    identity: SshIdentity = SshIdentity(),
+) -> tuple[WatchdogConfig, ControllerActuator, PlanFollower]:
+    """What `watchdog run` watches: (settings, actuator, plan follower).
+
+    Probe target, key and policy come from the applied plan (`--applied`, or the control
+    machine's record for the inventory's cluster; the inventory itself only when nothing was
+    applied yet). Where this daemon keeps its state and serves /metrics, and the SSH key and
+    known_hosts it reaches the nodes with (`identity`), are its own deployment: its unit
+    (`--state-dir`, `--ssh-key`, `--known-hosts`) or the inventory it was started on.
+    """
+    if applied is not None:
+        path = applied
+        plan = wait_for_applied(path)
+        spec = own = plan.spec()
+    else:
+        spec = own = load_inventory(inventory)
+        path = local_paths(spec)[0]
+        plan = read_applied(path)
+        if plan is not None and plan.cluster == spec.name:
+            spec = plan.spec()  # what runs, not what the inventory wants next
+        else:
+            plan = None
+    here = {"metrics_host": own.watchdog.metrics_host, "metrics_port": own.watchdog.metrics_port}
+    cfg = dataclasses.replace(build_config(spec, state_dir or own.watchdog.state_dir), **here)
+
+    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
+        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
+        return new_cfg, Prober(new_cfg), build_actuator(new_spec, None, path, identity)
+
+    follower = PlanFollower(path, plan, build, spec.name)
+    return cfg, build_actuator(spec, None, path, identity), follower
