@@ -73,7 +73,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
+from servectl.watchdog.observation import BootProgress as BootProgress  # re-exported
+from servectl.watchdog.observation import Observation as Observation  # re-exported
+from servectl.watchdog.observation import OperatorHold as OperatorHold  # re-exported
+from servectl.watchdog.probe import MetricsSnapshot
 from servectl.watchdog.verdict import COUNTED, Verdict, classify
 from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
@@ -86,32 +89,6 @@ class Phase(enum.StrEnum):
     HELD = "held"
     GIVEN_UP = "given_up"
     BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
-
-
-@dataclass(frozen=True)
-class BootProgress:
-    """What the actuator sees of a boot: a phase name and a counter that only grows."""
-
-    phase: str
-    progress: float = 0.0
-    failed: bool = False  # the boot is over without success (e.g. the head container exited)
-
-
-@dataclass(frozen=True)
-class OperatorHold:
-    until: float
-    reason: str
-    by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `servectl down`)
-
-
-@dataclass(frozen=True)
-class Observation:
-    probe: ProbeResult
-    metrics: MetricsSnapshot | None = None
-    boot_progress: BootProgress | None = None
-    hold: OperatorHold | None = None
-    released_at: float | None = None  # last operator `release` (ends HELD / GIVEN_UP)
 
 
 # ---- decisions ------------------------------------------------------------------------------

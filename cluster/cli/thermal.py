@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from servectl.cluster.cli.common import emit_json
+from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 
-app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 log = logging.getLogger("servectl.thermal")
 
 DEFAULT_DIR = "/var/log/servectl/thermal"
@@ -93,29 +93,8 @@ def agent(
     )  # fmt: skip
 
 
-def _fmt(v: float | None, unit: str = " C") -> str:
-    return "-" if v is None else f"{v:.1f}{unit}"
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
-    for node, reason in sorted(unreachable.items()):
-        console.print(f"[red]{node}: not read ({reason}); its samples are missing here[/]")
-
-
-def _load_or_exit(inventory: Path, load: Any) -> Any:
-    from servectl.cluster.errors import ConfigError
-
-    try:
-        return load(inventory)
-    except ConfigError as exc:
-        from servectl.cluster.cli.common import error_line
-
-        Console(stderr=True).print(error_line(exc.render()), highlight=False)
-        raise typer.Exit(2) from None
 
 
 # -- all nodes: start, stop, status, watch (watchdog.thermal.remote does the work) ----------------

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from servectl.cluster.cli.common import SCHEMA_VERSION
-from servectl.cluster.cli.thermal import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from servectl.watchdog.thermal.localtime import local_iso
 
 

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from servectl.cluster.cli.common import emit_json, handle_errors, load
-from servectl.cluster.cli.thermal import app
+from servectl.cluster.cli.thermal_common import app
 from servectl.cluster.errors import ConfigError
 
 
