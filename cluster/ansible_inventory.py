@@ -200,7 +200,9 @@ class _Engine:
             resolved.locs = {**resolved.locs, **locs_before}
             resolved.settings_by_host[name] = value
 
-    def _template(self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any):
+    def _template(
+        self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any
+    ) -> Any:
         from ansible.template import Templar
 
         templar = Templar(loader=loader, variables=variables)

@@ -37,7 +37,9 @@ def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, 
     """The node's memory as JSON; an unreadable one is ``{"error": ...}``, never a failure."""
     try:
         if read_memory is None:
-            from servectl.cluster.memory import read_node_memory as read_memory
+            from servectl.cluster.memory import read_node_memory
+
+            read_memory = read_node_memory
         return read_memory().to_json()
     except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
         return {"error": f"{type(e).__name__}: {e}"}

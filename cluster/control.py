@@ -480,7 +480,7 @@ class Controller:
         """Record the plan just applied where every actor reads it (this machine, head node)."""
         if self.applied_source is not None:
             text, path = self.applied_source
-            plan = AppliedPlan(
+            plan: AppliedPlan | None = AppliedPlan(
                 self.spec.name,
                 self.spec.config_hash(),
                 applied_revision(text),

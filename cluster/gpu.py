@@ -354,7 +354,7 @@ class Nvml:
             pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT,
         )
         reference = default.value if default.ok else sm_max.value
-        if reference is not None and target.value < reference:
+        if reference is not None and target.value is not None and target.value < reference:
             return target
         return Reading(
             None,

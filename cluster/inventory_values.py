@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -170,6 +171,7 @@ def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> Confi
     loc = _real_path(raw, loc)
     path = ("servectl", *loc)
     kind = err["type"]
+    hint: str | None
     if kind == "extra_forbidden":
         fields = _fields_at(ServectlSettings, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
@@ -234,7 +236,7 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def _hint_for(err: dict[str, Any]) -> str | None:
+def _hint_for(err: Mapping[str, Any]) -> str | None:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return f"expected {ctx['expected']}"

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
@@ -79,7 +80,7 @@ def thermal_collector(sysfs_dir: Path) -> Collector:
     """A ThermalCollector after one real tick that exercises every family the agent exports."""
 
     class _Writer:
-        def write(self, record: dict) -> bool:
+        def write(self, record: dict[str, Any]) -> bool:
             return True
 
     discrete = dataclasses.replace(

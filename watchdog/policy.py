@@ -349,19 +349,20 @@ class Policy:
         if verdict is Verdict.BUSY:
             if s.consecutive_failures:
                 d.append(ResetFailures(s.consecutive_failures, why))
+            busy_since = s.busy_since if s.busy_since is not None else now
             s = replace(
                 s,
                 phase=Phase.READY,
                 consecutive_failures=0,
                 failure_log=(),
-                busy_since=s.busy_since if s.busy_since is not None else now,
+                busy_since=busy_since,
             )
-            if now - s.busy_since >= self.cfg.busy_alert_s:
+            if now - busy_since >= self.cfg.busy_alert_s:
                 s = self._alert(
                     s,
                     now,
                     "busy_ceiling",
-                    f"probe has timed out on a busy server for {now - s.busy_since:.0f}s",
+                    f"probe has timed out on a busy server for {now - busy_since:.0f}s",
                     d,
                 )
             d.append(Wait(why))
@@ -418,7 +419,7 @@ class Policy:
             s = replace(s, boot_progress=bp)
         s = replace(s, boot_started_at=start, boot_deadline_at=deadline)
         crashed = bp is not None and bp.failed
-        if crashed and hold is None:
+        if bp is not None and bp.failed and hold is None:  # `crashed`, spelt out for mypy
             # A boot that is over (container exited) will not become healthy by waiting for the
             # deadline: a failed boot now, retried after a backoff that doubles per failure.
             seen = s.crash_seen_at if s.crash_seen_at is not None else now

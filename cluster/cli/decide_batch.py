@@ -218,6 +218,7 @@ def register(app: typer.Typer) -> None:
         if data is not None:
             run_dir, docs, _ = _batch(ctx, data, 1, concurrency, False, runs_dir)
         else:
+            assert from_run is not None  # exactly one of --data and --from-run (checked above)
             run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
         if not any(d.get("verdict") in ("answer", "hold") for d in docs):
             err_console.print(f"[bold red]error:[/] no item got a decision (see {run_dir})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
@@ -34,7 +34,7 @@ class _Progress:
     """Per-host counters and the task each host is on, redrawn as events arrive."""
 
     def __init__(self, hosts: list[str]) -> None:
-        self.rows = {
+        self.rows: dict[str, dict[str, Any]] = {
             h: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""} for h in hosts
         }
 

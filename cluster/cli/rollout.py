@@ -173,8 +173,9 @@ def rollout(
         ports = (
             _ports(inventory, bench, via, as_json)
             if not dry_run
-            else RolloutPorts(None, None, None, via=via)
-        )  # type: ignore[arg-type]
+            # A dry run only prepares the record: prepare() reads the clock and `via`, nothing else.
+            else RolloutPorts(None, None, None, via=via)  # type: ignore[arg-type]
+        )
         ro = Rollout(store, ports)
         record = ro.prepare(str(inventory), changes, guards)
         old_text = store.revision_text(record.old_revision)

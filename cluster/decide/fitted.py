@@ -66,7 +66,7 @@ def load(path: Path) -> Fitted | None:
 
 def examples_from_docs(docs: Iterable[Mapping[str, Any]]) -> list[Example]:
     """(label logprobs, answer) of every decided, graded item in items.jsonl-shaped docs."""
-    out = []
+    out: list[Example] = []
     for d in docs:
         lps, ans = d.get("label_logprobs"), d.get("answer")
         if lps and ans is not None and ans in lps:

@@ -147,11 +147,8 @@ def summarize(result: BatchResult) -> dict[str, Any]:
     right = sum(bool(d.correct) for d in graded_answered)
     right_all = sum(bool(d.correct) for d in graded_all)
     latencies = [
-        o.latency_ms
-        for run in result.runs
-        for o in run.values()
-        if isinstance(o, Decision) or o.latency_ms is not None
-    ]
+        o.latency_ms for run in result.runs for o in run.values() if o.latency_ms is not None
+    ]  # a Decision always has one; a failure, when the server answered
     runs_margins = [
         {i: (o.decision, o.margin) for i, o in run.items() if isinstance(o, Decision)}
         for run in result.runs

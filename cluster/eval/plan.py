@@ -80,7 +80,9 @@ class TaskPlan:
         }
 
 
-def model_args(preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions) -> dict:
+def model_args(
+    preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions
+) -> dict[str, Any]:
     chat = preset.path is ApiPath.CHAT
     args: dict[str, Any] = {
         "model": srv.model,

@@ -4,7 +4,7 @@ compare runs whose server defaults (thinking on/off) or task paths differ."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +86,7 @@ def task_paths(manifest: Mapping[str, Any]) -> dict[str, str]:
 def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Difference]:
     """`bench compare`'s manifest diff plus what only an eval run records."""
     out = list(bm.manifest_diff(a, b))
-    extra = {
+    extra: dict[str, Callable[[Mapping[str, Any]], Any]] = {
         "lm-eval version": lambda m: m.get("lm_eval_version"),
         "option limit": lambda m: (m.get("options") or {}).get("limit"),
         "option num_concurrent": lambda m: (m.get("options") or {}).get("num_concurrent"),

@@ -243,6 +243,7 @@ def status_row(
 ) -> StatusRow:
     """Pure: unit facts + the node-side status JSON -> one row."""
     perm, trans = units.get(PERMANENT_UNIT, UnitFacts()), units.get(TRANSIENT_UNIT, UnitFacts())
+    unit: str | None
     unit, facts = (
         (PERMANENT_UNIT, perm) if perm.active or not trans.loaded else (TRANSIENT_UNIT, trans)
     )
@@ -281,7 +282,8 @@ def node_status_doc(session: Any, spec: Any, node: Any, zipapp: Callable[[], Pat
     else:
         res = session.run_script(str(zipapp()), args, interpreter=["python3"],
                                  timeout=timeout_s, check=True)  # fmt: skip
-    return json.loads(res.stdout)
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
 
 
 # -- latest sample, for watch ---------------------------------------------------------------------

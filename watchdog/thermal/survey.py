@@ -56,7 +56,8 @@ def survey(
         rs = by_node[node]
         names = sorted({z["name"] for r in rs for z in r.get("zones") or []}, key=_natural_key)
         for name in names:
-            temps, pairs, ztype, trips, current = [], [], None, {}, None
+            trips: dict[str, Any] = {}
+            temps, pairs, ztype, current = [], [], None, None
             for r in rs:
                 gpu = max(
                     (g["temp_c"] for g in r.get("gpus") or [] if g.get("temp_c") is not None),

@@ -6,6 +6,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -476,7 +477,7 @@ class Api:
             self.engine.abort(r)
             raise
         lp = {"content": _chat_lp(r.output, n_top or 0)} if want_lp else None
-        msg = {
+        msg: dict[str, Any] = {
             "role": "assistant",
             "content": r.text,
             "refusal": None,
@@ -624,7 +625,7 @@ def _top_dict(choice: TokenChoice, n: int) -> dict[str, float]:
     return d
 
 
-def _lp_block(tokens: list[TokenChoice | None], n: int, offset: int) -> dict:
+def _lp_block(tokens: Sequence[TokenChoice | None], n: int, offset: int) -> dict:
     out: dict[str, list] = {
         "text_offset": [],
         "token_logprobs": [],

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class Faults:
     slow_steps: float = 1.0
 
 
-def fault_path(model: str, env: dict[str, str] | None = None) -> Path:
+def fault_path(model: str, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("VLLM_SIM_FAULT_FILE"):
         return Path(env["VLLM_SIM_FAULT_FILE"])
