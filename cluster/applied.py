@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.inventory import build_spec
+from servectl.cluster.inventory_plain import export_resolved, resolved_from_text
+from servectl.cluster.jsonl import default_state_dir
 from servectl.watchdog.state import atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
@@ -48,9 +51,6 @@ class AppliedPlan:
     def spec(self) -> Any:  # -> ClusterSpec
         # The text is the inventory as Ansible resolved it (export_resolved): read back without
         # Ansible, so the watchdog on a node (no Ansible there) rebuilds exactly what was applied.
-        from servectl.cluster.inventory import build_spec
-        from servectl.cluster.inventory_plain import resolved_from_text
-
         return build_spec(
             resolved_from_text(self.inventory_text, self.inventory_path), self.inventory_path
         )
@@ -73,8 +73,6 @@ def revision(text: str) -> str:
 def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> AppliedPlan | None:
     """The applied-plan record for `spec`: the inventory as Ansible resolved it (group_vars,
     host_vars, vault and templates applied), one file, so that it means the same everywhere."""
-    from servectl.cluster.inventory_plain import export_resolved
-
     source = getattr(spec, "source_file", None) or "<inventory>"
     text = export_resolved(spec)
     return AppliedPlan(
@@ -91,8 +89,6 @@ def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> Appli
 
 def local_paths(spec: Any, state_dir: str | Path | None = None) -> list[str]:
     """Where this machine keeps the applied plan of `spec`'s cluster."""
-    from servectl.cluster.jsonl import default_state_dir
-
     base = Path(state_dir) if state_dir else default_state_dir()
     paths = [str(base / "applied" / f"{spec.name}.json")]
     wd_dir = spec.watchdog.state_dir

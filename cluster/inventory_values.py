@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from servectl.cluster.ansible_inventory import PathKey, Resolved
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.launch import flag_table
 from servectl.cluster.spec import ServectlSettings, looks_like_secret
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; servectl names containers
@@ -109,8 +110,6 @@ def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
 def check_extra_args(inv: Resolved, settings: ServectlSettings) -> None:
     """Parse extra_args with the flag table of this vLLM version (as `plan` does), refusing
     unknown flags, stray values, flags servectl manages, and secrets on the command line."""
-    from servectl.cluster.launch import flag_table
-
     table = flag_table(settings.vllm_version)
     if table is None:
         return  # `plan` warns that argv is unchecked for an unrecorded version

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from servectl.watchdog.thermal.report import FieldReport, build_report
+from servectl.watchdog.thermal.report import FieldReport, build_report, report_to_json
 
 ANSWERING = ("ok", "busy")  # probe verdicts that mean the server answered or made progress
 PROBE_GAP_FACTOR = 2.5  # probe records further apart than this many median intervals: a gap
@@ -324,8 +324,6 @@ def headline(rep: MorningReport) -> str:
 
 
 def morning_to_json(rep: MorningReport) -> dict[str, Any]:
-    from servectl.watchdog.thermal.report import report_to_json
-
     wd = asdict(rep.watchdog)
     wd["false_restart_candidates"] = rep.watchdog.false_restart_candidates
     return {

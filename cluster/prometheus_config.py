@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import os.path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,8 +220,6 @@ def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Fin
 def build_config(spec: Any, options: PromOptions, rules_exists: Any = None) -> PromConfig:
     """The scrape config for ``spec`` (a ClusterSpec). ``rules_exists(path) -> bool`` decides
     whether the default rules file is named (injected; default: os.path.isfile)."""
-    import os.path
-
     exists = rules_exists or os.path.isfile
     interval = options.scrape_interval_s
     evaluation = options.evaluation_interval_s or interval

@@ -75,6 +75,7 @@ def ask(
 
     Example: servectl decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
     item = Item("ask", question, _choices(choice))
@@ -99,6 +100,7 @@ def yesno(
 
     Example: servectl decide yesno -i inventory.yml "Is the aorta an artery?" --json
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
     ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
@@ -122,6 +124,7 @@ def score(
 
     Example: servectl decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
     if not 0 <= low < high:

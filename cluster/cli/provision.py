@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from servectl.cluster import provision as prov
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -108,8 +109,6 @@ def provision(
         servectl provision -i inventory.yml --tags units
         servectl provision -i inventory.yml --remove
     """
-    from servectl.cluster import provision as prov
-
     spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
     request = prov.ProvisionRequest(
         inventory=inventory,

@@ -6,8 +6,10 @@ sets exit codes; the work lives in ``servectl.watchdog.thermal``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -16,9 +18,26 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
-from servectl.cluster.cli.common import emit_json
+from servectl.cluster.cli.common import emit_json, load
 from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.cluster.ssh import SshPool
+from servectl.watchdog.thermal.bundle import build_zipapp
+from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
+from servectl.watchdog.thermal.remote import (
+    LiveRow,
+    StatusRow,
+    apply_plan,
+    fan_out,
+    live_row,
+    node_status_doc,
+    plan_start,
+    plan_stop,
+    read_latest,
+    read_units,
+    status_row,
+)
 
 log = logging.getLogger("servectl.thermal")
 
@@ -77,8 +96,6 @@ def agent(
     ] = [],  # noqa: B006
 ) -> None:
     """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
-    from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -107,18 +124,11 @@ def _node_timeout(spec: Any) -> float:
 
 
 def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
-    from servectl.watchdog.thermal.remote import fan_out, read_units
-
     t = _node_timeout(spec)
     return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
 
 
 def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
-    import tempfile
-
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.bundle import build_zipapp
-    from servectl.watchdog.thermal.remote import apply_plan, fan_out
 
     console = Console()
     with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
@@ -170,9 +180,6 @@ def start(
 ) -> None:
     """Start the agent on every node: the installed servectl-thermal.service if present, else
     a copied zipapp as the transient unit servectl-thermal-agent (Restart=on-failure)."""
-    from servectl.cluster.cli.common import load
-    from servectl.watchdog.thermal.remote import plan_start
-
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
 
@@ -184,9 +191,6 @@ def stop_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Stop the agent on every node (whichever unit runs it)."""
-    from servectl.cluster.cli.common import load
-    from servectl.watchdog.thermal.remote import plan_stop
-
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_stop(n, u), dry_run, as_json, "stop")
 
@@ -202,19 +206,6 @@ def status(
 ) -> None:
     """Per node: agent running, last sample age, samples today, disk vs budget, dropped records.
     Exit 1 unless every node runs an agent with a fresh sample."""
-    import dataclasses
-    import tempfile
-
-    from servectl.cluster.cli.common import load
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.bundle import build_zipapp
-    from servectl.watchdog.thermal.remote import (
-        StatusRow,
-        fan_out,
-        node_status_doc,
-        read_units,
-        status_row,
-    )
 
     spec = _load_or_exit(inventory, load)
     t = _node_timeout(spec)
@@ -274,11 +265,6 @@ def watch(
     every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
-    from rich.live import Live
-    from servectl.cluster.cli.common import load
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.remote import LiveRow, fan_out, live_row, read_latest
-
     spec = _load_or_exit(inventory, load)
     t = _node_timeout(spec)
     period = max(0.5, every or spec.thermal.interval_s)

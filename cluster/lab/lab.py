@@ -84,6 +84,7 @@ def _check_host() -> None:
 def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
     """Hook: the NVML stand-in (cluster.lab.nvml.build); None if it cannot be built here."""
     try:
+        # deferred: without its builder the lab still comes up, with no NVML stub (warned)
         from servectl.cluster.lab.nvml.build import build_nvml_stub
     except ImportError as exc:
         on_step("nvml", f"WARNING: no NVML stub module ({exc}); nodes get no libnvidia-ml")

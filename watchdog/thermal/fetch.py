@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.errors import NodeUnreachable
+
 REMOTE_DIR = "/var/log/servectl/thermal"
 
 
@@ -77,8 +79,6 @@ def fetch_files(
         except FileNotFoundError:
             return got
         except OSError as exc:
-            from servectl.cluster.errors import NodeUnreachable
-
             raise NodeUnreachable(node.name, f"SFTP list {directory}: {exc}") from None
         for e in sorted(entries, key=lambda e: e.filename):
             if wanted(e.filename, e.st_mtime, node.name, days, since):

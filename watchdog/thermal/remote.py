@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servectl.cluster.errors import ServectlError
+from servectl.cluster.errors import NodeUnreachable, ServectlError
+from servectl.watchdog.thermal.roles import zone_label
 from servectl.watchdog.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
@@ -87,8 +89,6 @@ class Step:
     check: bool = True
 
     def render(self) -> str:
-        import shlex
-
         return f"copy agent zipapp -> {self.put}" if self.put else shlex.join(self.argv)
 
 
@@ -187,8 +187,6 @@ def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[Outcome]:
     """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
 
     def one(node: Any) -> Outcome:
-        from servectl.cluster.errors import NodeUnreachable
-
         try:
             return Outcome(node.name, True, fn(node))
         except NodeUnreachable as exc:
@@ -327,8 +325,6 @@ def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> di
     except FileNotFoundError:
         return None
     except OSError as exc:
-        from servectl.cluster.errors import NodeUnreachable
-
         raise NodeUnreachable(node, f"SFTP read of {directory}: {exc}") from None
 
 
@@ -361,8 +357,6 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
         if best is None or t > best[0]:
             label = z.get("type") or z.get("name") or "?"
             if zone_roles and z.get("name"):
-                from servectl.watchdog.thermal.roles import zone_label
-
                 label = zone_label(z["name"], z.get("type"), zone_roles)
             best = (t, label, margin)
     errs = [e.get("error", "") for e in rec.get("errors") or []]
