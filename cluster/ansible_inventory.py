@@ -48,7 +48,7 @@ HOST_VARS = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Resolved:
     """An inventory as Ansible resolves it, reduced to what servectl reads."""
 
@@ -139,7 +139,9 @@ class _Engine:
             all_group = inventory.groups["all"]
             all_vars = dict(all_group.get_vars())
             all_vars.update(get_vars_from_inventory_sources(loader, [path], [all_group], "task"))
-            resolved = Resolved(path, {}, {}, None, {})
+            resolved = Resolved(
+                source=path, groups={}, host_vars={}, settings=None, settings_by_host={}
+            )
             self._refuse_warnings()
             for group in ("head", "workers"):
                 found = inventory.groups.get(group)

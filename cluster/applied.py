@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 APPLIED_NAME = "applied.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AppliedPlan:
     cluster: str
     config_hash: str

@@ -61,7 +61,7 @@ class BootNote:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BootProgress:
     """Where a boot is. `phase` is the verdict (READY, FAILED or a phase short of them);
     `fraction` is 0..1 over the whole boot; `eta_s` None without history. On failure `error` is

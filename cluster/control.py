@@ -481,14 +481,14 @@ class Controller:
         if self.applied_source is not None:
             text, path = self.applied_source
             plan: AppliedPlan | None = AppliedPlan(
-                self.spec.name,
-                self.spec.config_hash(),
-                applied_revision(text),
-                text,
-                path,
-                action,
-                who or _who(),
-                self._clock(),
+                cluster=self.spec.name,
+                config_hash=self.spec.config_hash(),
+                inventory_revision=applied_revision(text),
+                inventory_text=text,
+                inventory_path=path,
+                action=action,
+                by=who or _who(),
+                applied_at=self._clock(),
             )
         else:
             plan = plan_for(self.spec, action, who or _who(), self._clock())

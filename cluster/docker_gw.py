@@ -47,7 +47,7 @@ LABEL_HASH = "io.servectl.config-hash"
 _BOOTSTRAP_API_VERSION = "1.41"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerInfo:
     """One container as the engine reports it (our own type, no docker-py objects leak)."""
 

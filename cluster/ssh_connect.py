@@ -11,7 +11,7 @@ import base64
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import paramiko
@@ -30,6 +30,7 @@ class SshTarget:
 
     node: str
     host: str
+    _: KW_ONLY  # the rest by name
     port: int = 22
     user: str = "root"
     key_file: str | None = None

@@ -144,7 +144,7 @@ def node_cells(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> di
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusView:
     title: str
     ok: bool

@@ -20,7 +20,7 @@ DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most 
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchdogConfig:
     """Everything the probe, the policy and the daemon need. Times are seconds."""
 

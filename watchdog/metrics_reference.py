@@ -41,7 +41,7 @@ JOB_THERMAL, JOB_WATCHDOG = "servectl-thermal", "servectl-watchdog"
 _SAMPLE_LABELS = frozenset({"le", "quantile"})  # added by the histogram/summary format
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetricDoc:
     job: str
     name: str  # as exposed (counters with _total)
@@ -61,7 +61,15 @@ def _families(
         for s in fam.samples:
             labels.update(k for k in s.labels if k not in _SAMPLE_LABELS)
         name = fam.name + ("_total" if fam.type == "counter" else "")
-        out.append(MetricDoc(job, name, fam.type, tuple(sorted(labels)), fam.documentation))
+        out.append(
+            MetricDoc(
+                job=job,
+                name=name,
+                type=fam.type,
+                labels=tuple(sorted(labels)),
+                help=fam.documentation,
+            )
+        )
     return out
 
 

@@ -154,7 +154,7 @@ def decision_name(d: Decision) -> str:
 
 
 # ---- state ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyState:
     phase: Phase = Phase.BOOTING
     consecutive_failures: int = 0
@@ -209,7 +209,7 @@ class PolicyState:
         return cls(**values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     failures: int = 3
     stall_window_s: float = 120.0

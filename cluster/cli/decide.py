@@ -78,7 +78,7 @@ def ask(
     # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
-    item = Item("ask", question, _choices(choice))
+    item = Item(id="ask", question=question, choices=_choices(choice))
     ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
                    top_logprobs, thinking, timeout)  # fmt: skip
     ask_one(ctx, item, as_json)
@@ -104,7 +104,7 @@ def yesno(
     from servectl.cluster.decide.core import Item
 
     ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
-    ask_one(ctx, Item("yesno", question, kind="yesno"), as_json)
+    ask_one(ctx, Item(id="yesno", question=question, kind="yesno"), as_json)
 
 
 @app.command("score")
@@ -130,7 +130,9 @@ def score(
     if not 0 <= low < high:
         raise typer.BadParameter("need 0 <= --low < --high")
     ctx = setup(inventory, path, 0.0, None, None, True, cue, top_logprobs, False, timeout)
-    ask_one(ctx, Item("score", question, kind="score", score_range=(low, high)), as_json)
+    ask_one(
+        ctx, Item(id="score", question=question, kind="score", score_range=(low, high)), as_json
+    )
 
 
 decide_batch.register(app)

@@ -38,7 +38,7 @@ RunsDirOpt = Annotated[
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Setup:
     spec: Any
     client: Any
@@ -109,7 +109,9 @@ def setup(
     )
     decider = Decider(client, temperature=t, margin_gate=gate, cue=cue)
     used = str(cal_path) if fitted is not None else None
-    return Setup(spec, client, decider, fitted, notes, used)
+    return Setup(
+        spec=spec, client=client, decider=decider, fitted=fitted, notes=notes, calibration_file=used
+    )
 
 
 def render_decision(d, title: str) -> None:

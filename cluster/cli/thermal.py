@@ -224,7 +224,9 @@ def status(
             return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
 
         outs = fan_out(spec.nodes, one)
-    rows = [o.value if o.ok else StatusRow(o.node, False, reason=o.error) for o in outs]
+    rows = [
+        o.value if o.ok else StatusRow(node=o.node, reachable=False, reason=o.error) for o in outs
+    ]
     stale_after = 3 * spec.thermal.interval_s + 2
     healthy = all(
         r.reachable and r.running and r.last_sample_age_s is not None
@@ -282,7 +284,7 @@ def watch(
             r = (
                 live_row(o.node, o.value, now, spec.thermal.zone_roles)
                 if o.ok
-                else LiveRow(o.node, note=o.error)
+                else LiveRow(node=o.node, note=o.error)
             )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",

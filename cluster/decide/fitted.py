@@ -27,7 +27,7 @@ from servectl.cluster.errors import ConfigError
 from servectl.cluster.jsonl import default_state_dir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fitted:
     temperature: float
     margin_gate: float | None  # None: no threshold reached the target accuracy

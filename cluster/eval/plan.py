@@ -24,7 +24,7 @@ from servectl.cluster.eval.presets import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerFacts:
     """What the plan needs from the server (from /version, /v1/models and the inventory)."""
 
@@ -36,7 +36,7 @@ class ServerFacts:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvalOptions:
     tasks: tuple[str, ...]
     limit: int | None = None

@@ -14,7 +14,7 @@ from servectl.cluster import bench_manifest as bm
 _PRIMARY = ("pass@1", "exact_match", "acc", "acc_norm", "f1")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Score:
     task: str
     path: str
@@ -46,7 +46,7 @@ def score_row(task: str, path: str, stops: str, doc: Mapping[str, Any]) -> Score
     n_doc = (doc.get("n-samples") or {}).get(task) or {}
     n = n_doc.get("effective", n_doc.get("original"))
     key, value, err = primary_metric(metrics)
-    return Score(task, path, n, key, value, err, stops)
+    return Score(task=task, path=path, n=n, metric=key, score=value, stderr=err, stops=stops)
 
 
 @dataclass(frozen=True)

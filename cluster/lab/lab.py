@@ -44,7 +44,7 @@ from servectl.cluster.lab.paths import (
 REQUIRED_TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "ssh-keygen", "mount", "docker")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeStatus:
     name: str
     ip: str
@@ -56,7 +56,7 @@ class NodeStatus:
     containers: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabStatus:
     root: str
     nodes: list[NodeStatus]

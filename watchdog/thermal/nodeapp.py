@@ -40,7 +40,7 @@ DEFAULT_BUDGET_MB = 512  # the spec's thermal.disk_budget_mb default
 TAIL_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentOptions:
     node: str
     directory: Path

@@ -219,7 +219,7 @@ def apply_plan(session: Any, plan: NodePlan, zipapp: Path, timeout_s: float) -> 
 
 
 # -- status ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusRow:
     node: str
     reachable: bool
@@ -328,7 +328,7 @@ def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> di
         raise NodeUnreachable(node, f"SFTP read of {directory}: {exc}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LiveRow:
     node: str
     age_s: float | None = None
@@ -344,7 +344,7 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
     """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events.
     With ``zone_roles`` (thermal.zone_roles) the zone is named by its role (roles.py)."""
     if rec is None:
-        return LiveRow(node, note="no samples yet")
+        return LiveRow(node=node, note="no samples yet")
     temps = [g.get("temp_c") for g in rec.get("gpus") or [] if g.get("temp_c") is not None]
     reasons = sorted({r for g in rec.get("gpus") or [] for r in g.get("clock_event_reasons") or []})
     best: tuple[float, str, float | None] | None = None
@@ -361,7 +361,7 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
             best = (t, label, margin)
     errs = [e.get("error", "") for e in rec.get("errors") or []]
     return LiveRow(
-        node,
+        node=node,
         age_s=round(max(0.0, now - float(rec.get("ts", now))), 1),
         gpu_temp_c=max(temps) if temps else None,
         hottest_zone=best[1] if best else None,

@@ -14,7 +14,7 @@ from servectl.watchdog.thermal.roles import zone_role
 from servectl.watchdog.thermal.zones import _natural_key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZoneSurvey:
     node: str
     zone: str
@@ -76,9 +76,9 @@ def survey(
                             pairs.append((current, gpu))
             out.append(
                 ZoneSurvey(
-                    node, name, ztype, zone_role(name, ztype, zone_roles), current,
-                    min(temps) if temps else None, max(temps) if temps else None, trips,
-                    _corr([p[0] for p in pairs], [p[1] for p in pairs]),
+                    node=node, zone=name, type=ztype, role=zone_role(name, ztype, zone_roles), current_c=current,
+                    min_c=min(temps) if temps else None, max_c=max(temps) if temps else None, trips=trips,
+                    gpu_corr=_corr([p[0] for p in pairs], [p[1] for p in pairs]),
                 )
             )  # fmt: skip
     return out

@@ -237,7 +237,15 @@ class Api:
             bool(body.get("ignore_eos")),
             self.oracle,
         )
-        return Request(uuid.uuid4().hex, tokens, max_tokens, gen, n_top, stop, time.monotonic())
+        return Request(
+            rid=uuid.uuid4().hex,
+            prompt_tokens=tokens,
+            max_tokens=max_tokens,
+            gen=gen,
+            n_top=n_top,
+            stop=stop,
+            arrival=time.monotonic(),
+        )
 
     async def _run(self, request: web.Request, reqs: list[Request]) -> None:
         for r in reqs:

@@ -66,7 +66,7 @@ CRASH_TEXT = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimEnv:
     """Simulator knobs (environment variables, see README.md)."""
 

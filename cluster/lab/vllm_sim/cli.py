@@ -169,7 +169,7 @@ def normalize_argv(argv: list[str], spec: dict) -> list[str]:
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServeConfig:
     """The settings the simulator acts on (all others are accepted and ignored)."""
 

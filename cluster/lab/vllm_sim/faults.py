@@ -20,7 +20,7 @@ from pathlib import Path
 POLL_S = 0.2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Faults:
     boot_stuck_at: str | None = None
     boot_crash_at: str | None = None
