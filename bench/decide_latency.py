@@ -68,7 +68,7 @@ def measure(decider: Decider, samples: int, tag: str) -> list[float]:
         item = Item(
             f"{tag}{i}",
             f"Question {tag}-{i}: which organ pumps blood?",
-            {"A": "Liver", "B": "Heart", "C": "Lung", "D": "Kidney", "E": "Skin"},
+            choices={"A": "Liver", "B": "Heart", "C": "Lung", "D": "Kidney", "E": "Skin"},
         )
         out.append(decider.decide(item).latency_ms)
     return out

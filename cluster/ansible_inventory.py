@@ -48,7 +48,7 @@ HOST_VARS = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Resolved:
     """An inventory as Ansible resolves it, reduced to what servectl reads."""
 
@@ -104,6 +104,7 @@ class _Engine:
     def quiet(self) -> Iterator[None]:
         """Ansible's Display is a process-wide singleton that prints; shadow its methods on the
         instance for the duration of one load (the library never prints)."""
+        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
         from ansible.utils.display import Display
 
         display = Display()
@@ -117,6 +118,7 @@ class _Engine:
                 display.__dict__.pop(name, None)
 
     def resolve(self) -> Resolved:
+        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
@@ -137,7 +139,9 @@ class _Engine:
             all_group = inventory.groups["all"]
             all_vars = dict(all_group.get_vars())
             all_vars.update(get_vars_from_inventory_sources(loader, [path], [all_group], "task"))
-            resolved = Resolved(path, {}, {}, None, {})
+            resolved = Resolved(
+                source=path, groups={}, host_vars={}, settings=None, settings_by_host={}
+            )
             self._refuse_warnings()
             for group in ("head", "workers"):
                 found = inventory.groups.get(group)
@@ -200,7 +204,10 @@ class _Engine:
             resolved.locs = {**resolved.locs, **locs_before}
             resolved.settings_by_host[name] = value
 
-    def _template(self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any):
+    def _template(
+        self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any
+    ) -> Any:
+        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
         from ansible.template import Templar
 
         templar = Templar(loader=loader, variables=variables)
@@ -235,6 +242,7 @@ class _Engine:
 def _setup_vault(loader: Any) -> None:
     """Vault passwords from the usual Ansible settings (ansible.cfg, ANSIBLE_VAULT_PASSWORD_FILE,
     ANSIBLE_VAULT_IDENTITY_LIST); never prompts."""
+    # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
     from ansible import constants as C
     from ansible.cli import CLI
     from ansible.parsing.vault import VaultSecretsContext
@@ -257,6 +265,7 @@ def _setup_vault(loader: Any) -> None:
 
 
 def _origin(value: Any) -> Loc | None:
+    # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
     from ansible._internal._datatag._tags import Origin
 
     origin = Origin.get_tag(value)

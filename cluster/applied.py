@@ -25,15 +25,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.durable import atomic_write_json, json_bytes, read_json
+from servectl.cluster.durable import atomic_write_json, default_state_dir, json_bytes, read_json
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.inventory import build_spec
+from servectl.cluster.inventory_plain import export_resolved, resolved_from_text
 
 log = logging.getLogger(__name__)
 
 APPLIED_NAME = "applied.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AppliedPlan:
     cluster: str
     config_hash: str
@@ -47,9 +49,6 @@ class AppliedPlan:
     def spec(self) -> Any:  # -> ClusterSpec
         # The text is the inventory as Ansible resolved it (export_resolved): read back without
         # Ansible, so the watchdog on a node (no Ansible there) rebuilds exactly what was applied.
-        from servectl.cluster.inventory import build_spec
-        from servectl.cluster.inventory_plain import resolved_from_text
-
         return build_spec(
             resolved_from_text(self.inventory_text, self.inventory_path), self.inventory_path
         )
@@ -72,8 +71,6 @@ def revision(text: str) -> str:
 def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> AppliedPlan | None:
     """The applied-plan record for `spec`: the inventory as Ansible resolved it (group_vars,
     host_vars, vault and templates applied), one file, so that it means the same everywhere."""
-    from servectl.cluster.inventory_plain import export_resolved
-
     source = getattr(spec, "source_file", None) or "<inventory>"
     text = export_resolved(spec)
     return AppliedPlan(
@@ -90,8 +87,6 @@ def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> Appli
 
 def local_paths(spec: Any, state_dir: str | Path | None = None) -> list[str]:
     """Where this machine keeps the applied plan of `spec`'s cluster."""
-    from servectl.cluster.durable import default_state_dir
-
     base = Path(state_dir) if state_dir else default_state_dir()
     paths = [str(base / "applied" / f"{spec.name}.json")]
     wd_dir = spec.watchdog.state_dir

@@ -43,7 +43,7 @@ from servectl.cluster.bench_parse import (
 from servectl.cluster.control import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.durable import atomic_write_text
-from servectl.cluster.errors import DockerError, ServectlError
+from servectl.cluster.errors import ConfigError, DockerError, ServectlError
 from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 
@@ -108,8 +108,6 @@ def client_node(spec: ClusterSpec, opts: BenchOptions) -> NodeSpec:
         return spec.head
     names = [n.name for n in spec.nodes]
     if opts.client_node not in names:
-        from servectl.cluster.errors import ConfigError
-
         raise ConfigError(
             f"--client-node {opts.client_node!r} is not in the inventory",
             key="--client-node",
@@ -122,14 +120,13 @@ def client_base_url(spec: ClusterSpec, node: NodeSpec | None = None) -> str:
     """From the client's node (host network). On the head: loopback when the API listens on
     all addresses. On another node: the head's cluster address (vllm_host_ip)."""
     host = spec.serving.host
-    on_head = node is None or node.name == spec.head.name
+    client = spec.head if node is None else node
+    on_head = client.name == spec.head.name
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1" if on_head else spec.head.vllm_host_ip
     elif not on_head and host in ("127.0.0.1", "localhost", "::1"):
-        from servectl.cluster.errors import ConfigError
-
         raise ConfigError(
-            f"the API listens on {host} only: a client on {node.name} cannot reach it",
+            f"the API listens on {host} only: a client on {client.name} cannot reach it",
             key="--client-node",
             hint="run the client on the head, or serve on 0.0.0.0",
         )

@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -56,9 +57,9 @@ def _gpu_pids() -> set[int]:
     return pids
 
 
-def _zones() -> list[dict]:
+def _zones() -> list[dict[str, Any]]:
     base = "/sys/class/thermal"
-    zones = []
+    zones: list[dict[str, Any]] = []
     try:
         names = sorted(n for n in os.listdir(base) if n.startswith("thermal_zone"))
     except OSError:
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
     time.sleep(sample_s)
     dt, b = time.monotonic() - t0, _cpu_ticks()
     gpu = _gpu_pids()
-    procs = []
+    procs: list[dict[str, Any]] = []
     for pid, (ticks, comm) in b.items():
         pct = 100.0 * (ticks - a.get(pid, (ticks, comm))[0]) / HZ / dt
         if pct >= min_cpu or pid in gpu:

@@ -82,7 +82,7 @@ def _pct(doc: Mapping[str, Any], metric: str, p: str) -> float | None:
     return _num(doc, f"p{p}_{metric}_ms")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LevelResult:
     """One `vllm bench serve` run, as the field report's table reads it.
 

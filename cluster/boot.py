@@ -61,7 +61,7 @@ class BootNote:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BootProgress:
     """Where a boot is. `phase` is the verdict (READY, FAILED or a phase short of them);
     `fraction` is 0..1 over the whole boot; `eta_s` None without history. On failure `error` is
@@ -275,6 +275,7 @@ class BootTracker:
 
     def _crash_event(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
         d = ev.data
+        tb: _Traceback | None
         if ev.kind == "process_header":
             self._headers.add(ev.who)
         elif ev.kind == "traceback":
@@ -356,7 +357,9 @@ class BootTracker:
             return replace(p, fraction=1.0, eta_s=0.0)
         if p.failed:
             return replace(p, eta_s=None)
-        weights = {ph: self.durations.get(ph, DEFAULT_WEIGHTS_S[ph]) for ph in TIMED_PHASES}
+        weights: dict[Phase, float] = {
+            ph: self.durations.get(ph, DEFAULT_WEIGHTS_S[ph]) for ph in TIMED_PHASES
+        }
         total = sum(weights.values()) or 1.0
         idx = TIMED_PHASES.index(p.phase) if p.phase in TIMED_PHASES else len(TIMED_PHASES)
         within = self._within(p, now, weights.get(p.phase))

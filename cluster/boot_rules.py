@@ -23,7 +23,7 @@ from servectl.cluster.boot_phase import Phase
 from servectl.cluster.vllm_log import LogLine, parse_prefix
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BootEvent:
     kind: str
     phase: Phase | None  # the phase this event implies (None: no phase change)
@@ -207,7 +207,9 @@ def classify(ln: LogLine) -> BootEvent | None:
     def ev(
         kind: str, phase: Phase | None = None, data: Mapping[str, Any] | None = None
     ) -> BootEvent:
-        return BootEvent(kind, phase, data or {}, ln.raw, ln.who, ln.level)
+        return BootEvent(
+            kind=kind, phase=phase, data=data or {}, line=ln.raw, who=ln.who, level=ln.level
+        )
 
     if _TRACEBACK.match(stripped):
         return ev("traceback")

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.memory import read_node_memory
+
 COLLECTOR_VERSION = 1
 
 
@@ -37,7 +39,7 @@ def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, 
     """The node's memory as JSON; an unreadable one is ``{"error": ...}``, never a failure."""
     try:
         if read_memory is None:
-            from servectl.cluster.memory import read_node_memory as read_memory
+            read_memory = read_node_memory
         return read_memory().to_json()
     except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
         return {"error": f"{type(e).__name__}: {e}"}
@@ -154,6 +156,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
                     nvml.lock_clocks(args.mhz)
                 else:
                     nvml.reset_clocks()
+                # deferred: pynvml may be absent on the node (see _gpu_facts)
                 from servectl.cluster import gpu
 
                 doc.update(gpu.collect_json(nvml))

@@ -79,7 +79,7 @@ def rows(model: type[BaseModel] = ServectlSettings, prefix: str = "servectl") ->
         if info.default is PydanticUndefined and info.default_factory is None:
             default = "**required**"
         elif info.default_factory is not None:
-            default = f"`{info.default_factory()!r}`"
+            default = f"`{info.get_default(call_default_factory=True)!r}`"
         else:
             default = (
                 f"`{info.default!r}`" if not isinstance(info.default, BaseModel) else "(section)"

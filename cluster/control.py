@@ -467,15 +467,15 @@ class Controller:
         """Record the plan just applied where every actor reads it (this machine, head node)."""
         if self.applied_source is not None:
             text, path = self.applied_source
-            plan = AppliedPlan(
-                self.spec.name,
-                self.spec.config_hash(),
-                applied_revision(text),
-                text,
-                path,
-                action,
-                who or _who(),
-                self._clock(),
+            plan: AppliedPlan | None = AppliedPlan(
+                cluster=self.spec.name,
+                config_hash=self.spec.config_hash(),
+                inventory_revision=applied_revision(text),
+                inventory_text=text,
+                inventory_path=path,
+                action=action,
+                by=who or _who(),
+                applied_at=self._clock(),
             )
         else:
             plan = plan_for(self.spec, action, who or _who(), self._clock())

@@ -58,7 +58,7 @@ class NodeStep:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ControlPlan:
     """A typed plan: removals first (all nodes, in parallel), then starts in `waves`."""
 
@@ -130,7 +130,7 @@ def plan_up(
         steps = tuple(
             NodeStep(c.node, Action.KEEP, f"running config {want}") for c in cluster_plan.containers
         )
-        return ControlPlan(cluster_plan.cluster, want, steps)
+        return ControlPlan(cluster=cluster_plan.cluster, config_hash=want, steps=steps)
     refused = bool(drift) and not replace
     steps_list = []
     for c in cluster_plan.containers:
@@ -148,12 +148,12 @@ def plan_up(
             reason = f"container {states}"
         steps_list.append(NodeStep(c.node, Action.REPLACE, reason, names, c))
     return ControlPlan(
-        cluster_plan.cluster,
-        want,
-        tuple(steps_list),
-        start_waves(cluster_plan, [s.node for s in steps_list]),
-        drift,
-        refused,
+        cluster=cluster_plan.cluster,
+        config_hash=want,
+        steps=tuple(steps_list),
+        waves=start_waves(cluster_plan, [s.node for s in steps_list]),
+        drift=drift,
+        refused=refused,
     )
 
 
@@ -172,7 +172,7 @@ def plan_down(
             )
         else:
             steps.append(NodeStep(node, Action.KEEP, "no serving container"))
-    return ControlPlan(cluster, config_hash, tuple(steps))
+    return ControlPlan(cluster=cluster, config_hash=config_hash, steps=tuple(steps))
 
 
 def plan_restart(
@@ -186,8 +186,8 @@ def plan_restart(
         action = Action.REPLACE if infos else Action.START
         steps.append(NodeStep(c.node, action, "restart", names, c))
     return ControlPlan(
-        cluster_plan.cluster,
-        cluster_plan.config_hash,
-        tuple(steps),
-        start_waves(cluster_plan, [c.node for c in cluster_plan.containers]),
+        cluster=cluster_plan.cluster,
+        config_hash=cluster_plan.config_hash,
+        steps=tuple(steps),
+        waves=start_waves(cluster_plan, [c.node for c in cluster_plan.containers]),
     )

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import docker
 import docker.errors
@@ -47,7 +47,7 @@ LABEL_HASH = "io.servectl.config-hash"
 _BOOTSTRAP_API_VERSION = "1.41"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerInfo:
     """One container as the engine reports it (our own type, no docker-py objects leak)."""
 
@@ -168,31 +168,37 @@ class _VerifiedSSHAdapter(SSHHTTPAdapter):
         # Each pooled HTTP connection is one SSH session; sshd allows 10 per connection
         # (MaxSessions), shared with the collector and log followers: stay well below.
         super().__init__(
-            f"ssh://{session.target.host}", timeout=timeout, shell_out=False, max_pool_size=4
+            f"ssh://{session.target.host}",
+            # types-docker says int; docker-py hands it to urllib3, which takes seconds as float
+            timeout=timeout,  # type: ignore[arg-type]
+            shell_out=False,
+            max_pool_size=4,
         )
 
     def _create_paramiko_client(self, base_url: str) -> None:  # noqa: ARG002 - docker-py hook
         self.ssh_client = self._session.client()
-        self.ssh_params = {}
+        self.ssh_params: dict[str, Any] = {}
 
     def _connect(self) -> None:
         # called by docker-py when the transport is gone: reconnect (and re-verify) via the
         # gateway instead of its own unverified path
         self.ssh_client = self._session.client()
 
-    def get_connection(self, url: str, proxies: Any = None) -> Any:
+    def get_connection(self, url: str | bytes, proxies: Any = None) -> Any:
         # docker-py keys its SSH pools by the full request URL, so every distinct URL
         # (/containers/X/start, /containers/X/wait, ...) opened a new SSH session that stayed
         # open in its own pool; after ten, sshd (MaxSessions 10) refused new ones. One pool per
         # node keeps the sessions at max_pool_size.
+        # types-docker declares `pools` an int; docker-py keeps urllib3's RecentlyUsedContainer
+        pools: Any = self.pools
         transport = self.ssh_client.get_transport() if self.ssh_client else None
         if transport is None or not transport.is_active():
             # The node was cut off and came back: reconnect (re-verified) and drop the pool
             # that still holds channels of the dead transport.
             self._connect()
-            self.pools.clear()
-        with self.pools.lock:
-            pool = self.pools.get("http+docker://ssh")
+            pools.clear()
+        with pools.lock:
+            pool = pools.get("http+docker://ssh")
             if pool is None:
                 pool = _BoundedSSHPool(
                     ssh_client=self.ssh_client,
@@ -201,7 +207,7 @@ class _VerifiedSSHAdapter(SSHHTTPAdapter):
                     host=self.ssh_host,
                 )
                 pool.open_timeout_s = self._session.options.connect_timeout_s
-                self.pools["http+docker://ssh"] = pool
+                pools["http+docker://ssh"] = pool
         return pool
 
 
@@ -218,14 +224,17 @@ class _BoundedSSHConnection(SSHConnection):
         chan = self.ssh_transport.open_session(timeout=self.open_timeout_s)
         chan.settimeout(self.timeout)
         chan.exec_command("docker system dial-stdio")
-        self.sock = chan
+        # docker-py stores the paramiko channel here too (types-docker says SSHSocket only)
+        self.sock = chan  # type: ignore[assignment]
 
 
 class _BoundedSSHPool(SSHConnectionPool):
     open_timeout_s: float = 10.0
 
-    def _new_conn(self) -> _BoundedSSHConnection:
-        conn = _BoundedSSHConnection(self.ssh_transport, self.timeout, self.ssh_host)
+    # types-docker's SSHConnection does not match urllib3's BaseHTTPConnection protocol (and
+    # types the pool's urllib3 Timeout as int), as docker-py's own _new_conn does: the same call.
+    def _new_conn(self) -> _BoundedSSHConnection:  # type: ignore[override]
+        conn = _BoundedSSHConnection(self.ssh_transport, self.timeout, self.ssh_host)  # type: ignore[arg-type]
         conn.open_timeout_s = self.open_timeout_s
         return conn
 
@@ -277,7 +286,8 @@ class DockerGateway:
             )
             api.mount("http+docker://ssh", adapter)
             api.base_url = "http+docker://ssh"
-            api._version = api.version(api_version=False)["ApiVersion"]  # noqa: SLF001
+            # docker-py has no public way to set the negotiated version (types-docker omits it)
+            api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]  # noqa: SLF001
         return cls(node, api)
 
     @classmethod
@@ -329,7 +339,7 @@ class DockerGateway:
     def image_present(self, image: str) -> bool:
         with _translate(self.node, f"inspect image {image}"):
             try:
-                self.api.inspect_image(image)
+                self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # unannotated in types-docker
                 return True
             except docker.errors.ImageNotFound:
                 return False
@@ -378,12 +388,12 @@ class DockerGateway:
         with _translate(self.node, f"pause {container}"):
             self.api.pause(container)
 
-    def logs(self, container: str, tail: int | str = 100) -> str:
+    def logs(self, container: str, tail: int | Literal["all"] = 100) -> str:
         with _translate(self.node, f"logs {container}"):
             raw = self.api.logs(container, stdout=True, stderr=True, tail=tail)
         return raw.decode("utf-8", "replace")
 
-    def follow_logs(self, container: str, tail: int | str = 100) -> LogStream:
+    def follow_logs(self, container: str, tail: int | Literal["all"] = 100) -> LogStream:
         with _translate(self.node, f"logs {container}"):
             raw = self.api.logs(
                 container, stdout=True, stderr=True, stream=True, follow=True, tail=tail

@@ -93,7 +93,7 @@ class Reading(Generic[T]):
         return self.value is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NvmlStatus:
     """Whether NVML can be used. ``state``: ok, library_not_found, driver_not_loaded or error."""
 
@@ -109,7 +109,7 @@ class NvmlStatus:
         return self.state == "ok"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSample:
     """One GPU at one moment; every measured field is a :class:`Reading`, units in the name."""
 
@@ -162,12 +162,16 @@ def _describe(exc: pynvml.NVMLError, call: str) -> str:
 
 def _status_from(exc: pynvml.NVMLError) -> NvmlStatus:
     if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
-        return NvmlStatus("library_not_found", "libnvidia-ml.so.1 not found: no NVIDIA driver")
+        return NvmlStatus(
+            state="library_not_found", reason="libnvidia-ml.so.1 not found: no NVIDIA driver"
+        )
     if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
-        return NvmlStatus("driver_not_loaded", "NVML: NVIDIA driver not loaded")
+        return NvmlStatus(state="driver_not_loaded", reason="NVML: NVIDIA driver not loaded")
     if isinstance(exc, pynvml.NVMLError_LibRmVersionMismatch):
-        return NvmlStatus("error", "NVML: driver/library version mismatch (reboot or reload)")
-    return NvmlStatus("error", f"NVML init failed: error {exc.value} ({exc})")
+        return NvmlStatus(
+            state="error", reason="NVML: driver/library version mismatch (reboot or reload)"
+        )
+    return NvmlStatus(state="error", reason=f"NVML init failed: error {exc.value} ({exc})")
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Reading[Any]:
@@ -237,12 +241,16 @@ class Nvml:
         try:
             lib = loader()
         except OSError as exc:
-            return NvmlStatus("library_not_found", f"cannot load the NVML library: {exc}")
+            return NvmlStatus(
+                state="library_not_found", reason=f"cannot load the NVML library: {exc}"
+            )
         with pynvml.libLoadLock:
             if pynvml.nvmlLib is lib:
                 return None
             if pynvml.nvmlLib is not None and pynvml._nvmlLib_refcount > 0:
-                return NvmlStatus("error", "another NVML library is in use in this process")
+                return NvmlStatus(
+                    state="error", reason="another NVML library is in use in this process"
+                )
             pynvml.nvmlLib = lib
             pynvml._nvmlGetFunctionPointer_cache.clear()
             self._installed = True
@@ -287,7 +295,7 @@ class Nvml:
         if not handle.ok:
             gone: Reading[Any] = Reading(None, handle.reason)
             names = [f.name for f in fields(GpuSample) if f.name != "index"]
-            return GpuSample(index, **{name: gone for name in names})
+            return GpuSample(index=index, **{name: gone for name in names})
         h = handle.value
         sm_max = _call(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM)
         memory = _call(pynvml.nvmlDeviceGetMemoryInfo, h)
@@ -354,7 +362,7 @@ class Nvml:
             pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT,
         )
         reference = default.value if default.ok else sm_max.value
-        if reference is not None and target.value < reference:
+        if reference is not None and target.value is not None and target.value < reference:
             return target
         return Reading(
             None,

@@ -10,6 +10,7 @@ from, the key and a fix, and is raised before anything touches a node.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 from servectl.cluster.ansible_inventory import Resolved, resolve
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.inventory_plain import read_resolved
 from servectl.cluster.inventory_values import (
     check_extra_args,
     check_host_name,
@@ -51,15 +53,11 @@ def load_inventory(path: str | Path) -> ClusterSpec:
     check_files(source)
     if not _have_ansible():
         # a node (the watchdog host) reads the resolved copy provisioning wrote for it
-        from servectl.cluster.inventory_plain import read_resolved
-
         return build_spec(read_resolved(source), str(path))
     return build_spec(resolve(source), str(path))
 
 
 def _have_ansible() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("ansible") is not None
 
 

@@ -82,7 +82,13 @@ def resolved_from_text(text: str, source: str) -> Resolved:
         )
     all_vars = root.get("vars") or {}
     children = root.get("children") or {}
-    resolved = Resolved(source, {}, {}, all_vars.get("servectl"), {})
+    resolved = Resolved(
+        source=source,
+        groups={},
+        host_vars={},
+        settings=all_vars.get("servectl"),
+        settings_by_host={},
+    )
     for group in ("head", "workers"):
         node = children.get(group) or {}
         group_vars = node.get("vars") or {}

@@ -10,11 +10,13 @@ from __future__ import annotations
 import difflib
 import re
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from servectl.cluster.ansible_inventory import PathKey, Resolved
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.launch import flag_table
 from servectl.cluster.spec import ServectlSettings, looks_like_secret
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; servectl names containers
@@ -108,8 +110,6 @@ def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
 def check_extra_args(inv: Resolved, settings: ServectlSettings) -> None:
     """Parse extra_args with the flag table of this vLLM version (as `plan` does), refusing
     unknown flags, stray values, flags servectl manages, and secrets on the command line."""
-    from servectl.cluster.launch import flag_table
-
     table = flag_table(settings.vllm_version)
     if table is None:
         return  # `plan` warns that argv is unchecked for an unrecorded version
@@ -170,6 +170,7 @@ def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> Confi
     loc = _real_path(raw, loc)
     path = ("servectl", *loc)
     kind = err["type"]
+    hint: str | None
     if kind == "extra_forbidden":
         fields = _fields_at(ServectlSettings, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
@@ -234,7 +235,7 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def _hint_for(err: dict[str, Any]) -> str | None:
+def _hint_for(err: Mapping[str, Any]) -> str | None:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return f"expected {ctx['expected']}"

@@ -35,7 +35,7 @@ class Mount:
     read_only: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerPlan:
     node: str
     role: str

@@ -53,6 +53,7 @@ def parse_meminfo(text: str) -> NodeMemory:
 
 def _psutil_virtual_memory() -> Callable[[], Any] | None:
     try:
+        # deferred: the nodes' zipapps run on python3 without psutil (/proc/meminfo then)
         import psutil
     except ImportError:
         return None

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from servectl.watchdog.thermal.report import FieldReport, build_report
+from servectl.watchdog.thermal.report import FieldReport, build_report, report_to_json
 
 ANSWERING = ("ok", "busy")  # probe verdicts that mean the server answered or made progress
 PROBE_GAP_FACTOR = 2.5  # probe records further apart than this many median intervals: a gap
@@ -26,7 +26,7 @@ BENCH_FIELDS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RestartRow:
     ts: float
     by: str  # "watchdog" or who restarted it by hand
@@ -40,7 +40,7 @@ class RestartRow:
     restart_id: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchdogSummary:
     probes: int
     verdicts: dict[str, int]  # ok / busy / stalled / hard_fail / misconfig / unknown
@@ -57,7 +57,7 @@ class WatchdogSummary:
         return sum(1 for r in self.restarts if r.false_candidate)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchSummary:
     run_id: str
     kind: str
@@ -70,7 +70,7 @@ class BenchSummary:
 EVAL_FIELDS = ("task", "path", "n", "metric", "score", "stderr")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvalSummary:
     run_id: str
     started_at: float
@@ -80,7 +80,7 @@ class EvalSummary:
     rows: tuple[dict[str, Any], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MorningReport:
     since: float
     until: float
@@ -298,7 +298,7 @@ def build_morning(
         notes.append("no thermal samples in the window (were the agents running?)")
     runs = list(bench_runs)
     return MorningReport(
-        lo, hi, wd, thermal, summarize_bench(runs, lo, hi), tuple(notes),
+        since=lo, until=hi, watchdog=wd, thermal=thermal, bench=summarize_bench(runs, lo, hi), notes=tuple(notes),
         evals=summarize_evals(runs, lo, hi),
     )  # fmt: skip
 
@@ -324,8 +324,6 @@ def headline(rep: MorningReport) -> str:
 
 
 def morning_to_json(rep: MorningReport) -> dict[str, Any]:
-    from servectl.watchdog.thermal.report import report_to_json
-
     wd = asdict(rep.watchdog)
     wd["false_restart_candidates"] = rep.watchdog.false_restart_candidates
     return {

@@ -232,18 +232,18 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
             out.append(f"  {n.node} zones: {roles}")
     out += [f"gap {g}" for g in gap_lines(rep, tz)]
     for b in rep.bench:
-        for r in b.rows:
+        for row in b.rows:
             out.append(
                 f"bench {local(b.started_at, tz, '%H:%M')} {b.run_id} k={_n(b.drafter_k, '{}')} "
-                f"c={_n(r.get('level'), '{}')}: {_n(r.get('aggregate_tok_s'))} tok/s aggregate, "
-                f"{_n(r.get('per_stream_tok_s'))} per stream, TTFT p50 "
-                f"{_n(r.get('ttft_p50_ms'), '{:,.0f}')} ms, ITL p50 {_n(r.get('itl_p50_ms'), '{:,.0f}')} ms, "
-                f"acceptance {_n(r.get('acceptance_pct'), '{:.0f}%')}, "
-                f"{_n(r.get('tokens_per_step'), '{:.2f}')} tokens/step"
+                f"c={_n(row.get('level'), '{}')}: {_n(row.get('aggregate_tok_s'))} tok/s aggregate, "
+                f"{_n(row.get('per_stream_tok_s'))} per stream, TTFT p50 "
+                f"{_n(row.get('ttft_p50_ms'), '{:,.0f}')} ms, ITL p50 {_n(row.get('itl_p50_ms'), '{:,.0f}')} ms, "
+                f"acceptance {_n(row.get('acceptance_pct'), '{:.0f}%')}, "
+                f"{_n(row.get('tokens_per_step'), '{:.2f}')} tokens/step"
             )
-    for at, run, thinking, restarts, task, path, n, score, err in eval_rows(rep, tz):
+    for at, run, thinking, restarts, task, path, items, score, err in eval_rows(rep, tz):
         out.append(
-            f"eval {at} {run}: {task} ({path}) n={n} score {score} +/- {err}; thinking "
+            f"eval {at} {run}: {task} ({path}) n={items} score {score} +/- {err}; thinking "
             f"{thinking}, {restarts} server restart(s) resumed"
         )
     return out

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.morning import MorningReport, build_morning
+from servectl.cluster.durable import read_jsonl
+from servectl.cluster.morning import MorningReport, build_morning, iso_ts
 from servectl.watchdog.events import read_events
 from servectl.watchdog.thermal.export import files_in
 from servectl.watchdog.thermal.writer import read_records
@@ -59,9 +60,6 @@ def operator_restarts(path: Path | None) -> list[dict[str, Any]]:
     its event log already (with their cause), so they are left out here."""
     if path is None or not path.is_file():
         return []
-    from servectl.cluster.durable import read_jsonl
-    from servectl.cluster.morning import iso_ts
-
     out = []
     for r in read_jsonl(path):
         if r.get("event") != "restart" or "watchdog" in str(r.get("who") or ""):

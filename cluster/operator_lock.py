@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -102,8 +103,6 @@ class LeasedHolder:
     def __init__(
         self, inner: Holder, lease_s: float = 600.0, clock: Callable[[], float] = time.time
     ) -> None:
-        import threading
-
         self._inner = inner
         self._lease_s = lease_s
         self._clock = clock
@@ -111,8 +110,6 @@ class LeasedHolder:
         self._thread: threading.Thread | None = None
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
-        import threading
-
         self._stop_renewing()
         self._stop = threading.Event()
         self._renew(reason, until, kind)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import os.path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class PromOptions:
     api_key_file: str | None = None  # where Prometheus reads the API key (overrides the inventory)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     level: str  # "error": the target cannot work as configured; "warning": it may not
     job: str
@@ -107,12 +108,12 @@ def _dial(
         if reach is None:
             return _hostport(who, port), [
                 Finding(
-                    "warning",
-                    job,
-                    who,
-                    f"listens on every address ({listen or '*'}) of "
+                    level="warning",
+                    job=job,
+                    target=who,
+                    message=f"listens on every address ({listen or '*'}) of "
                     f"{who}, which has no address in the inventory; dialling {who!r}",
-                    f"set {setting} to the address Prometheus can reach",
+                    fix=f"set {setting} to the address Prometheus can reach",
                 )  # fmt: skip
             ]
         return _hostport(reach, port), []
@@ -121,22 +122,22 @@ def _dial(
         if reach is None:
             return addr, [
                 Finding(
-                    "warning",
-                    job,
-                    addr,
-                    f"{who} listens on loopback only: only a "
+                    level="warning",
+                    job=job,
+                    target=addr,
+                    message=f"{who} listens on loopback only: only a "
                     f"Prometheus on {who} itself can scrape it",
-                    f"run Prometheus on {who}, or set {setting} to an address it can reach",
+                    fix=f"run Prometheus on {who}, or set {setting} to an address it can reach",
                 )  # fmt: skip
             ]
         return addr, [
             Finding(
-                "error",
-                job,
-                addr,
-                f"{who} listens on loopback only, so a Prometheus on "
+                level="error",
+                job=job,
+                target=addr,
+                message=f"{who} listens on loopback only, so a Prometheus on "
                 f"another machine cannot scrape it (it would dial its own {listen})",
-                f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a firewall",
+                fix=f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a firewall",
             )  # fmt: skip
         ]
     return _hostport(listen, port), []
@@ -191,25 +192,25 @@ def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Fin
         if key is not None and key.file and not options.api_key_file:
             findings.append(
                 Finding(
-                    "warning",
-                    JOB_VLLM,
-                    addr,
-                    f"the bearer token is read from {key_file} "
+                    level="warning",
+                    job=JOB_VLLM,
+                    target=addr,
+                    message=f"the bearer token is read from {key_file} "
                     "on the Prometheus machine (the inventory's secrets.api_key.file is a "
                     "node path)",
-                    "copy the key file there readable by prometheus, or pass --api-key-file PATH",
+                    fix="copy the key file there readable by prometheus, or pass --api-key-file PATH",
                 )  # fmt: skip
             )
     elif key is not None and key.env:
         findings.append(
             Finding(
-                "warning",
-                JOB_VLLM,
-                addr,
-                f"the API key is only in the environment "
+                level="warning",
+                job=JOB_VLLM,
+                target=addr,
+                message=f"the API key is only in the environment "
                 f"variable {key.env}; Prometheus reads bearer tokens from files, so this "
                 "job is configured without one (if vLLM protects /metrics, it gets 401)",
-                "write the key to a file readable by prometheus and pass --api-key-file PATH",
+                fix="write the key to a file readable by prometheus and pass --api-key-file PATH",
             )  # fmt: skip
         )
     labels = {"node": head.name, "cluster": spec.name}
@@ -219,8 +220,6 @@ def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Fin
 def build_config(spec: Any, options: PromOptions, rules_exists: Any = None) -> PromConfig:
     """The scrape config for ``spec`` (a ClusterSpec). ``rules_exists(path) -> bool`` decides
     whether the default rules file is named (injected; default: os.path.isfile)."""
-    import os.path
-
     exists = rules_exists or os.path.isfile
     interval = options.scrape_interval_s
     evaluation = options.evaluation_interval_s or interval
@@ -240,12 +239,12 @@ def build_config(spec: Any, options: PromOptions, rules_exists: Any = None) -> P
         else:
             findings.append(
                 Finding(
-                    "warning",
-                    "rule_files",
-                    default,
-                    "servectl's alert rules are not "
+                    level="warning",
+                    job="rule_files",
+                    target=default,
+                    message="servectl's alert rules are not "
                     "installed with this servectl, so no rule_files are named",
-                    "pass --rules PATH",
+                    fix="pass --rules PATH",
                 )  # fmt: skip
             )
     if rules:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -228,8 +229,6 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
 
 
 def _shell_quote(arg: str) -> str:
-    import shlex
-
     return shlex.quote(arg)
 
 
@@ -280,7 +279,7 @@ def run(
 ) -> ProvisionResult:
     """Run the playbook; task failures are in the result (``ok`` false), not raised."""
     try:
-        import ansible_runner
+        import ansible_runner  # deferred: optional (the `control` extra); nodes have no Ansible
     except ImportError:  # only the control machine needs Ansible
         from servectl.cluster.errors import ServectlError
 

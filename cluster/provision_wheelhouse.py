@@ -42,6 +42,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -52,7 +53,14 @@ SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
 # What the wheel is built from (pyproject's package-dir: the playbooks are package data)
 SOURCE_ITEMS = ("pyproject.toml", "README.md", "LICENSE", "cluster", "watchdog", "playbooks")
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
-Runner = Callable[[list[str], dict[str, str] | None], subprocess.CompletedProcess[str]]
+
+
+class Runner(Protocol):
+    """Runs a command (pip) and returns its result; tests inject a fake."""
+
+    def __call__(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class Target:
         return [*tags, f"manylinux2014_{self.machine}", f"linux_{self.machine}"]
 
     def marker_env(self) -> dict[str, str]:
-        env = default_environment()
+        env = {k: str(v) for k, v in default_environment().items()}
         env.update(
             python_version=self.python_version,
             python_full_version=self.python_version + ".0",

@@ -379,7 +379,7 @@ class ServectlSettings(_Model):
 # --- the cluster ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     name: str
     role: Literal["head", "worker"]
@@ -398,7 +398,7 @@ class NodeSpec:
     thermal_metrics_port: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingSpec:
     """The settings that decide what runs in the containers (hashed into config_hash)."""
 
@@ -421,7 +421,7 @@ class ServingSpec:
     extra_args: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     name: str
     nodes: tuple[NodeSpec, ...]

@@ -255,7 +255,7 @@ class NodeSession:
         operation on it waits at most SFTP_TIMEOUT_S (paramiko's defaults: an hour to open,
         then no limit); the session lock is not held while the channel opens."""
         with self._lock:
-            if self._sftp is not None and not self._sftp.get_channel().closed:
+            if self._sftp is not None and _sftp_open(self._sftp):
                 return self._sftp
         transport = self.client().get_transport()
         try:
@@ -268,7 +268,7 @@ class NodeSession:
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise NodeUnreachable(self.node, f"cannot open SFTP: {e}") from None
         with self._lock:
-            if self._sftp is None or self._sftp.get_channel().closed:
+            if self._sftp is None or not _sftp_open(self._sftp):
                 self._sftp = sftp
                 return sftp
             mine, sftp = sftp, self._sftp
@@ -408,3 +408,9 @@ class SshPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sftp_open(sftp: paramiko.SFTPClient) -> bool:
+    """Whether an SFTP client's channel is still open (a client made from a channel has one)."""
+    chan = sftp.get_channel()
+    return chan is not None and not chan.closed

@@ -11,8 +11,8 @@ import base64
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import paramiko
 from servectl.cluster.errors import HostKeyError, NodeUnreachable
@@ -30,6 +30,7 @@ class SshTarget:
 
     node: str
     host: str
+    _: KW_ONLY  # the rest by name
     port: int = 22
     user: str = "root"
     key_file: str | None = None
@@ -87,14 +88,18 @@ class _UnknownHostKey(paramiko.SSHException):
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys, keeping the offered key so the error can show its fingerprint."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> NoReturn:
         raise _UnknownHostKey(key)
 
 
 class _AcceptUnknownInMemory(paramiko.MissingHostKeyPolicy):
     """`allow_unknown_hosts`: accept for this process only; never write the known_hosts file."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         log.warning(
             "accepting unknown host key %s %s (allow_unknown_hosts)", hostname, fingerprint(key)
         )
@@ -227,7 +232,7 @@ def _connect_one(
         ) from None
     except paramiko.ssh_exception.NoValidConnectionsError as e:
         client.close()
-        reason = "; ".join(sorted({str(err.strerror or err) for err in e.errors.values()}))
+        reason = "; ".join(sorted({str(_strerror(err) or err) for err in e.errors.values()}))
         raise NodeUnreachable(t.node, f"{t.host}:{t.port}: {reason}") from None
     except (paramiko.SSHException, OSError, EOFError) as e:
         client.close()
@@ -236,3 +241,8 @@ def _connect_one(
     if transport is not None:
         transport.set_keepalive(15)
     return client
+
+
+def _strerror(err: Exception) -> str | None:
+    """The OS's words for a failed connect (paramiko collects the socket errors per address)."""
+    return err.strerror if isinstance(err, OSError) else None

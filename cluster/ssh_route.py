@@ -113,7 +113,8 @@ def _resolve(hop: Hop, config: paramiko.SSHConfig | None) -> Hop:
     if config is None:
         return hop
     entry = config.lookup(hop.host)
-    keys = entry.get("identityfile") or []
+    found = entry.get("identityfile")  # paramiko collects every IdentityFile line in a list
+    keys = [found] if isinstance(found, str) else found or []
     return Hop(
         host=entry.get("hostname", hop.host),
         port=hop.port if hop.port != 22 else int(entry.get("port", 22)),

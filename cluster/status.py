@@ -145,8 +145,8 @@ def derive_verdict(
         notes.append(f"not running: {', '.join(not_running)}")
     if drift:
         notes.append(f"config drift on {', '.join(drift)}")
-    for n in reachable:
-        notes.extend(gpu_alarms(n))
+    for node_status in reachable:
+        notes.extend(gpu_alarms(node_status))
     if server.probe_error and server.health_status is not None:
         notes.append(f"probe: {server.probe_error}")
     if reachable and len(missing) == len(reachable) and not server.probe_ok:

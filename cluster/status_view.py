@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus
+from servectl.watchdog.thermal.roles import zone_role
 
 DASH = "-"
 HASH_CHARS = 8  # enough to tell two config hashes apart; the full one is in --json
@@ -113,8 +114,6 @@ def memory_cell(n: NodeStatus) -> str:
 def hottest_zone(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> str:
     """ "82 P-cores": the hottest ACPI zone, named by its role (thermal.zone_roles) when mapped,
     else by its zone number (every GB10 zone's type is "acpitz", which says nothing)."""
-    from servectl.watchdog.thermal.roles import zone_role
-
     read = [z for z in n.zones if z.get("temp_c") is not None]
     if not read:
         return DASH
@@ -145,7 +144,7 @@ def node_cells(n: NodeStatus, zone_roles: Mapping[str, str] | None = None) -> di
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusView:
     title: str
     ok: bool

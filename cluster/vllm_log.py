@@ -47,7 +47,7 @@ _VLLM_LEVEL = re.compile(
 _BARE_LEVEL = re.compile(rf"^(?P<level>{_LEVELS}):\s+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LogLine:
     """A log line with its prefixes taken apart; `text` is the message (leading spaces of a
     traceback frame kept). `level` is None for raw stderr (tqdm bars, uncaught tracebacks)."""
@@ -100,4 +100,13 @@ def parse_prefix(line: str) -> LogLine:
         level = "WARNING" if m.group("level") == "WARN" else m.group("level")
         source = m.groupdict().get("source")
         text = text[m.end() :]
-    return LogLine(raw, text, process, pid, ip, level, source, timestamp)
+    return LogLine(
+        raw=raw,
+        text=text,
+        process=process,
+        pid=pid,
+        ip=ip,
+        level=level,
+        source=source,
+        timestamp=timestamp,
+    )

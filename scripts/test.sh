@@ -23,5 +23,9 @@ fi
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "==> mypy (scripts/typecheck.sh; settings in pyproject [tool.mypy])"
+bash scripts/typecheck.sh
+echo "==> import contracts (lint-imports; pyproject [tool.importlinter])"
+.venv/bin/lint-imports
 echo "==> pytest"
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

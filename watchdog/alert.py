@@ -79,8 +79,8 @@ class Alerter:
         if self._webhook:
             body = payload
             if self._webhook_format == "alertmanager":
-                body = json.dumps(alertmanager_payload(incident, self._clock()), default=str)
-                body = body.encode()
+                doc = alertmanager_payload(incident, self._clock())
+                body = json.dumps(doc, default=str).encode()
             try:
                 resp = self._poster(
                     self._webhook,

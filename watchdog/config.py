@@ -27,7 +27,7 @@ def hold_path(state_dir: str) -> str:
     return os.path.join(state_dir, "hold.json")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchdogConfig:
     """Everything the probe, the policy and the daemon need. Times are seconds."""
 

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -40,8 +41,8 @@ from servectl.watchdog.policy import (
     Restart,
     decision_name,
 )
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from servectl.watchdog.runtime import Cadence, CallTimedOut, bounded
+from servectl.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
+from servectl.watchdog.runtime import Cadence, CallTimedOut, SteadyClock, bounded
 from servectl.watchdog.state import (
     FileLock,
     StateStore,
@@ -380,11 +381,6 @@ def build_watchdog(
     follow: Callable[[], PlanChange | None] | None = None,
 ) -> Watchdog:
     """The production wiring: real prober, files under `state_dir`, hooks from the config."""
-    import time
-
-    from servectl.watchdog.probe import Prober
-    from servectl.watchdog.runtime import SteadyClock
-
     clock = clock or SteadyClock(time.time, time.monotonic)
     return Watchdog(
         config=config,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
+from servectl.cluster.errors import ServectlError
 from servectl.watchdog.policy import Phase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
@@ -82,8 +83,6 @@ class WatchdogMetrics:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            from servectl.cluster.errors import ServectlError
-
             raise ServectlError(
                 f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc} "
                 "(another watchdog? set servectl.watchdog.metrics_port)"

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
@@ -40,7 +41,7 @@ JOB_THERMAL, JOB_WATCHDOG = "servectl-thermal", "servectl-watchdog"
 _SAMPLE_LABELS = frozenset({"le", "quantile"})  # added by the histogram/summary format
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetricDoc:
     job: str
     name: str  # as exposed (counters with _total)
@@ -60,7 +61,15 @@ def _families(
         for s in fam.samples:
             labels.update(k for k in s.labels if k not in _SAMPLE_LABELS)
         name = fam.name + ("_total" if fam.type == "counter" else "")
-        out.append(MetricDoc(job, name, fam.type, tuple(sorted(labels)), fam.documentation))
+        out.append(
+            MetricDoc(
+                job=job,
+                name=name,
+                type=fam.type,
+                labels=tuple(sorted(labels)),
+                help=fam.documentation,
+            )
+        )
     return out
 
 
@@ -79,7 +88,7 @@ def thermal_collector(sysfs_dir: Path) -> Collector:
     """A ThermalCollector after one real tick that exercises every family the agent exports."""
 
     class _Writer:
-        def write(self, record: dict) -> bool:
+        def write(self, record: dict[str, Any]) -> bool:
             return True
 
     discrete = dataclasses.replace(

@@ -73,7 +73,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
+from servectl.watchdog.observation import BootReading as BootReading  # re-exported
+from servectl.watchdog.observation import Observation as Observation  # re-exported
+from servectl.watchdog.observation import OperatorHold as OperatorHold  # re-exported
+from servectl.watchdog.probe import MetricsSnapshot
 from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
 from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
@@ -86,32 +89,6 @@ class Phase(enum.StrEnum):
     HELD = "held"
     GIVEN_UP = "given_up"
     BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
-
-
-@dataclass(frozen=True)
-class BootReading:
-    """What the actuator sees of a boot: a phase name and a counter that only grows."""
-
-    phase: str
-    progress: float = 0.0
-    failed: bool = False  # the boot is over without success (e.g. the head container exited)
-
-
-@dataclass(frozen=True)
-class OperatorHold:
-    until: float
-    reason: str
-    by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `servectl down`)
-
-
-@dataclass(frozen=True)
-class Observation:
-    probe: ProbeResult
-    metrics: MetricsSnapshot | None = None
-    boot_progress: BootReading | None = None
-    hold: OperatorHold | None = None
-    released_at: float | None = None  # last operator `release` (ends HELD / GIVEN_UP)
 
 
 # ---- decisions ------------------------------------------------------------------------------
@@ -177,7 +154,7 @@ def decision_name(d: Decision) -> str:
 
 
 # ---- state ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyState:
     phase: Phase = Phase.BOOTING
     consecutive_failures: int = 0
@@ -232,7 +209,7 @@ class PolicyState:
         return cls(**values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     failures: int = 3
     stall_window_s: float = 120.0
@@ -372,19 +349,20 @@ class Policy:
         if verdict is ProbeVerdict.BUSY:
             if s.consecutive_failures:
                 d.append(ResetFailures(s.consecutive_failures, why))
+            busy_since = s.busy_since if s.busy_since is not None else now
             s = replace(
                 s,
                 phase=Phase.READY,
                 consecutive_failures=0,
                 failure_log=(),
-                busy_since=s.busy_since if s.busy_since is not None else now,
+                busy_since=busy_since,
             )
-            if now - s.busy_since >= self.cfg.busy_alert_s:
+            if now - busy_since >= self.cfg.busy_alert_s:
                 s = self._alert(
                     s,
                     now,
                     "busy_ceiling",
-                    f"probe has timed out on a busy server for {now - s.busy_since:.0f}s",
+                    f"probe has timed out on a busy server for {now - busy_since:.0f}s",
                     d,
                 )
             d.append(Wait(why))
@@ -441,7 +419,7 @@ class Policy:
             s = replace(s, boot_progress=bp)
         s = replace(s, boot_started_at=start, boot_deadline_at=deadline)
         crashed = bp is not None and bp.failed
-        if crashed and hold is None:
+        if bp is not None and bp.failed and hold is None:  # `crashed`, spelt out for mypy
             # A boot that is over (container exited) will not become healthy by waiting for the
             # deadline: a failed boot now, retried after a backoff that doubles per failure.
             seen = s.crash_seen_at if s.crash_seen_at is not None else now

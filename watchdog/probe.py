@@ -336,6 +336,7 @@ def _json(resp: httpx.Response) -> Any:
 def _first_model_id(body: Any) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("data"), list):
         for card in body["data"]:
-            if isinstance(card, dict) and isinstance(card.get("id"), str):
-                return card["id"]
+            model_id = card.get("id") if isinstance(card, dict) else None
+            if isinstance(model_id, str):
+                return model_id
     return None

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from servectl.watchdog.observation import Observation
 from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
-
-if TYPE_CHECKING:
-    from servectl.watchdog.policy import Observation
 
 PolicyStateT = TypeVar("PolicyStateT", bound=Any)
 

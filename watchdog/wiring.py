@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.applied import local_paths, read_applied
+from servectl.cluster.applied import AppliedPlan, local_paths, read_applied
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.operator_lock import cluster_lock_path
@@ -93,6 +93,7 @@ def watched_plan(
     known_hosts it reaches the nodes with (`identity`), are its own deployment: its unit
     (`--state-dir`, `--ssh-key`, `--known-hosts`) or the inventory it was started on.
     """
+    plan: AppliedPlan | None
     if applied is not None:
         path = applied
         plan = wait_for_applied(path)

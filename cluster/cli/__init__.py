@@ -7,6 +7,7 @@ Examples:
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated
 
 import typer
@@ -23,6 +24,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.launch import plan_cluster
 
 app = typer.Typer(
     name="servectl",
@@ -86,8 +88,6 @@ def plan(
 
     Example: servectl plan -i inventory.example.yml --json
     """
-    from servectl.cluster.launch import plan_cluster
-
     spec = load(inventory)
     cluster_plan = plan_cluster(spec)
     if as_json:
@@ -121,8 +121,6 @@ def plan(
 
 def _mount_optional() -> None:
     """Sub-command groups live in their own modules."""
-    import importlib
-
     for module, name in (
         ("servectl.cluster.cli.lab", "lab"),
         ("servectl.cluster.cli.watchdog", "watchdog"),
@@ -147,6 +145,7 @@ def _mount_optional() -> None:
     else:
         control.register(app)
     importlib.import_module("servectl.cluster.cli.provision").register(app)
+    # deferred: mounted with the other sub-command groups above, once `app` exists
     from servectl.cluster.cli import rollout
     from servectl.cluster.cli.examples import add_examples
 

@@ -23,6 +23,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.control import Controller
 
 app = typer.Typer(
     help="Benchmark the server from a CPU-only client container; compare runs.",
@@ -70,6 +71,7 @@ def _fmt(fmt: str, v: Any) -> str:
 
 
 def _levels(text: str, option: str) -> tuple[int, ...]:
+    # deferred: CLI start-up; only `servectl bench` loads the bench modules
     from servectl.cluster.bench_parse import parse_size_token
 
     try:
@@ -112,8 +114,8 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
 
 
 def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
+    # deferred: CLI start-up; only `servectl bench` loads the bench modules
     from servectl.cluster.bench import BenchRunner, client_plan
-    from servectl.cluster.control import Controller
 
     spec = load(inventory)
     if dry_run:
@@ -172,6 +174,7 @@ def sweep(
     ] = 256,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
+    # deferred: CLI start-up; only `servectl bench` loads the bench modules
     from servectl.cluster.bench import DEFAULT_PROMPTS, BenchOptions
 
     if dataset not in ("prompts", "random"):
@@ -209,6 +212,7 @@ def prefill(
     client_node: ClientNode = None,
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
+    # deferred: CLI start-up; only `servectl bench` loads the bench modules
     from servectl.cluster.bench import BenchOptions
 
     opts = BenchOptions(
@@ -232,6 +236,7 @@ def compare(
 ) -> None:
     """Two runs side by side with % changes, and the recorded differences that could explain
     them (clock caps, drafter k, KV cache, thinking default, versions, busy processes)."""
+    # deferred: CLI start-up; only `servectl bench` loads the bench modules
     from servectl.cluster.bench import compare_rows, load_run
     from servectl.cluster.bench_manifest import manifest_diff
 

@@ -28,7 +28,7 @@ err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_INVENTORY = os.environ.get("SERVECTL_INVENTORY", "inventory.yml")
+DEFAULT_INVENTORY = Path(os.environ.get("SERVECTL_INVENTORY", "inventory.yml"))
 
 InventoryOption = Annotated[
     Path,

@@ -75,9 +75,10 @@ def ask(
 
     Example: servectl decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
-    item = Item("ask", question, _choices(choice))
+    item = Item(id="ask", question=question, choices=_choices(choice))
     ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
                    top_logprobs, thinking, timeout)  # fmt: skip
     ask_one(ctx, item, as_json)
@@ -99,10 +100,11 @@ def yesno(
 
     Example: servectl decide yesno -i inventory.yml "Is the aorta an artery?" --json
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
     ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
-    ask_one(ctx, Item("yesno", question, kind="yesno"), as_json)
+    ask_one(ctx, Item(id="yesno", question=question, kind="yesno"), as_json)
 
 
 @app.command("score")
@@ -122,12 +124,15 @@ def score(
 
     Example: servectl decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
     """
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide.core import Item
 
     if not 0 <= low < high:
         raise typer.BadParameter("need 0 <= --low < --high")
     ctx = setup(inventory, path, 0.0, None, None, True, cue, top_logprobs, False, timeout)
-    ask_one(ctx, Item("score", question, kind="score", score_range=(low, high)), as_json)
+    ask_one(
+        ctx, Item(id="score", question=question, kind="score", score_range=(low, high)), as_json
+    )
 
 
 decide_batch.register(app)

@@ -44,6 +44,7 @@ def _fmt(v: Any, fmt: str = "{:.3f}") -> str:
 
 def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir: Path | None):
     """Run the items; write the run directory; return (run_dir, docs, summary)."""
+    # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
     from servectl.cluster.bench import default_runs_dir, write_json
     from servectl.cluster.decide import runner
     from servectl.cluster.decide.core import load_items
@@ -204,6 +205,7 @@ def register(app: typer.Typer) -> None:
 
         Example: servectl decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
         """
+        # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
         from servectl.cluster.bench import write_json
         from servectl.cluster.decide import fitted as fm
         from servectl.cluster.decide import plots
@@ -218,6 +220,7 @@ def register(app: typer.Typer) -> None:
         if data is not None:
             run_dir, docs, _ = _batch(ctx, data, 1, concurrency, False, runs_dir)
         else:
+            assert from_run is not None  # exactly one of --data and --from-run (checked above)
             run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
         if not any(d.get("verdict") in ("answer", "hold") for d in docs):
             err_console.print(f"[bold red]error:[/] no item got a decision (see {run_dir})")

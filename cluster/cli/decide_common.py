@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from servectl.cluster.cli.common import console, err_console, load
+from servectl.cluster.control import Controller
 
 PathOpt = Annotated[
     str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")
@@ -37,7 +38,7 @@ RunsDirOpt = Annotated[
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Setup:
     spec: Any
     client: Any
@@ -53,8 +54,6 @@ def _api_key(spec) -> str | None:
         return None
     if ref.env:
         return os.environ.get(ref.env)
-    from servectl.cluster.control import Controller
-
     with Controller(spec) as ctl:  # the key lives in a root-only file on the head
         return ctl._api_key()  # noqa: SLF001 - the same resolution as the probe and bench
 
@@ -71,6 +70,7 @@ def setup(
     thinking: bool,
     timeout: float,
 ) -> Setup:
+    # deferred: CLI start-up; only `servectl decide` loads the decide modules
     from servectl.cluster.decide import fitted as fitted_mod
     from servectl.cluster.decide.client import LogprobClient, max_logprobs_from_args
     from servectl.cluster.decide.core import DEFAULT_MARGIN, Decider
@@ -109,7 +109,9 @@ def setup(
     )
     decider = Decider(client, temperature=t, margin_gate=gate, cue=cue)
     used = str(cal_path) if fitted is not None else None
-    return Setup(spec, client, decider, fitted, notes, used)
+    return Setup(
+        spec=spec, client=client, decider=decider, fitted=fitted, notes=notes, calibration_file=used
+    )
 
 
 def render_decision(d, title: str) -> None:

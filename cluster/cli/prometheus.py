@@ -32,7 +32,7 @@ app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_arg
 @app.command("config")
 @handle_errors
 def config(
-    inventory: InventoryOption = Path(DEFAULT_INVENTORY),
+    inventory: InventoryOption = DEFAULT_INVENTORY,
     out: Annotated[
         str, typer.Option("--out", "-o", help="Write the config here ('-': stdout).")
     ] = "-",

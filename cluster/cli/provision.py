@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
 from rich.table import Table
+from servectl.cluster import provision as prov
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -34,7 +35,7 @@ class _Progress:
     """Per-host counters and the task each host is on, redrawn as events arrive."""
 
     def __init__(self, hosts: list[str]) -> None:
-        self.rows = {
+        self.rows: dict[str, dict[str, Any]] = {
             h: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""} for h in hosts
         }
 
@@ -113,8 +114,6 @@ def provision(
         servectl provision -i inventory.yml --tags units
         servectl provision -i inventory.yml --remove
     """
-    from servectl.cluster import provision as prov
-
     spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
     request = prov.ProvisionRequest(
         inventory=inventory,

@@ -10,7 +10,11 @@ from typing import Annotated
 
 import typer
 from servectl.cluster.cli.common import console, emit_json, err_console, handle_errors, load
+from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
+from servectl.watchdog.thermal import (
+    fetch as thermal_fetch,  # looked up per call: tests substitute it
+)
 
 OptPath = Annotated[Path | None, typer.Option()]
 
@@ -54,6 +58,7 @@ def report(
     """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
     per node and zone role with margin to critical, throttle episodes, gaps, bench and eval runs.
     Exit 1 when a source could not be read (a node's thermal files, the event log)."""
+    # deferred: CLI start-up; only `servectl report` loads the morning report's modules
     from servectl.cluster.morning import headline, morning_to_json
     from servectl.cluster.morning_html import morning_html, text_lines
     from servectl.cluster.morning_io import Sources, morning_from_files
@@ -75,15 +80,13 @@ def report(
             src = Sources.from_dir(from_dir)
             roles = {head: "head"} if head else None  # others: the role their agent recorded
         else:
-            from servectl.cluster.durable import default_state_dir
-            from servectl.watchdog.thermal.fetch import fetch_files
-
             assert inventory is not None
             spec = load(inventory)
-            fetched = fetch_files(spec, t_since, t_until, tmp)
+            fetched = thermal_fetch.fetch_files(spec, t_since, t_until, tmp)
             problems.update(fetched.unreachable)
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
+            # deferred: CLI start-up; only `servectl report` loads the morning report's modules
             from servectl.cluster.bench import default_runs_dir
 
             src = Sources(
@@ -99,6 +102,7 @@ def report(
         )
     png = None
     if html or plot:
+        # deferred: CLI start-up; the plot (and matplotlib, servectl[control]) for --html/--plot only
         from servectl.watchdog.thermal.plot import figure_png, thermal_figure
 
         marks = [(r.ts, "restart") for r in rep.watchdog.restarts]

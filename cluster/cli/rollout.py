@@ -30,8 +30,11 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.control import _who
+from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
-from servectl.cluster.operator_lock import cluster_lock_path, one_actor
+from servectl.cluster.inventory import parse_inventory
+from servectl.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
 from servectl.cluster.rollout import (
     TERMINAL,
     Rollout,
@@ -41,6 +44,7 @@ from servectl.cluster.rollout import (
     rollback_to,
 )
 from servectl.cluster.rollout_edit import argv_diff, parse_guard, parse_set, text_diff
+from servectl.cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
 
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back."
@@ -52,8 +56,6 @@ def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[N
     """One rollout at a time (the rollout lock), and for a direct one also the cluster lock
     (no operator restart or watchdog restart meanwhile). `--via watchdog` leaves the cluster
     lock free: the watchdog's own restart is what that rollout waits for."""
-    from servectl.cluster.control import _who
-
     spec, who = load(inventory), _who()
     rollout_lock = os.path.join(str(_store(inventory).root), "rollout.lock")
     os.makedirs(os.path.dirname(rollout_lock), mode=0o700, exist_ok=True)
@@ -66,14 +68,10 @@ def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[N
 
 
 def _store(inventory: Path) -> RolloutStore:
-    from servectl.cluster.durable import default_state_dir
-
     return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 
 
 def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = False) -> RolloutPorts:
-    from servectl.cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
-
     spec = load(inventory)
 
     def on_event(kind: str, data: dict) -> None:
@@ -86,8 +84,6 @@ def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = Fal
         (err_console if as_json else console).print(
             f"[bold]rollout[/] {kind}{detail}", highlight=False
         )
-
-    from servectl.cluster.operator_lock import LeasedHolder
 
     return RolloutPorts(
         ControllerCluster(),
@@ -173,14 +169,13 @@ def rollout(
         ports = (
             _ports(inventory, bench, via, as_json)
             if not dry_run
-            else RolloutPorts(None, None, None, via=via)
-        )  # type: ignore[arg-type]
+            # A dry run only prepares the record: prepare() reads the clock and `via`, nothing else.
+            else RolloutPorts(None, None, None, via=via)  # type: ignore[arg-type]
+        )
         ro = Rollout(store, ports)
         record = ro.prepare(str(inventory), changes, guards)
         old_text = store.revision_text(record.old_revision)
         new_text = store.revision_text(record.new_revision)
-        from servectl.cluster.inventory import parse_inventory
-
         argv = argv_diff(parse_inventory(old_text), parse_inventory(new_text))
         if as_json and dry_run:
             emit_json(

@@ -6,8 +6,10 @@ sets exit codes; the work lives in ``servectl.watchdog.thermal``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -16,10 +18,27 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
-from servectl.cluster.cli.common import emit_json
+from servectl.cluster.cli.common import emit_json, load
+from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.cluster.ssh import SshPool
+from servectl.watchdog.thermal.bundle import build_zipapp
+from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
+from servectl.watchdog.thermal.remote import (
+    LiveRow,
+    StatusRow,
+    apply_plan,
+    fan_out,
+    live_row,
+    node_status_doc,
+    plan_start,
+    plan_stop,
+    read_latest,
+    read_units,
+    status_row,
+)
 
-app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 log = logging.getLogger("servectl.thermal")
 
 DEFAULT_DIR = "/var/log/servectl/thermal"
@@ -77,8 +96,6 @@ def agent(
     ] = [],  # noqa: B006
 ) -> None:
     """Run the thermal agent on this node until SIGTERM or Ctrl-C (the unit's command)."""
-    from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -93,29 +110,8 @@ def agent(
     )  # fmt: skip
 
 
-def _fmt(v: float | None, unit: str = " C") -> str:
-    return "-" if v is None else f"{v:.1f}{unit}"
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
-    for node, reason in sorted(unreachable.items()):
-        console.print(f"[red]{node}: not read ({reason}); its samples are missing here[/]")
-
-
-def _load_or_exit(inventory: Path, load: Any) -> Any:
-    from servectl.cluster.errors import ConfigError
-
-    try:
-        return load(inventory)
-    except ConfigError as exc:
-        from servectl.cluster.cli.common import error_line
-
-        Console(stderr=True).print(error_line(exc.render()), highlight=False)
-        raise typer.Exit(2) from None
 
 
 # -- all nodes: start, stop, status, watch (watchdog.thermal.remote does the work) ----------------
@@ -128,18 +124,11 @@ def _node_timeout(spec: Any) -> float:
 
 
 def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
-    from servectl.watchdog.thermal.remote import fan_out, read_units
-
     t = _node_timeout(spec)
     return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
 
 
 def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
-    import tempfile
-
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.bundle import build_zipapp
-    from servectl.watchdog.thermal.remote import apply_plan, fan_out
 
     console = Console()
     with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
@@ -191,9 +180,6 @@ def start(
 ) -> None:
     """Start the agent on every node: the installed servectl-thermal.service if present, else
     a copied zipapp as the transient unit servectl-thermal-agent (Restart=on-failure)."""
-    from servectl.cluster.cli.common import load
-    from servectl.watchdog.thermal.remote import plan_start
-
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
 
@@ -205,9 +191,6 @@ def stop_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Stop the agent on every node (whichever unit runs it)."""
-    from servectl.cluster.cli.common import load
-    from servectl.watchdog.thermal.remote import plan_stop
-
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_stop(n, u), dry_run, as_json, "stop")
 
@@ -223,19 +206,6 @@ def status(
 ) -> None:
     """Per node: agent running, last sample age, samples today, disk vs budget, dropped records.
     Exit 1 unless every node runs an agent with a fresh sample."""
-    import dataclasses
-    import tempfile
-
-    from servectl.cluster.cli.common import load
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.bundle import build_zipapp
-    from servectl.watchdog.thermal.remote import (
-        StatusRow,
-        fan_out,
-        node_status_doc,
-        read_units,
-        status_row,
-    )
 
     spec = _load_or_exit(inventory, load)
     t = _node_timeout(spec)
@@ -254,7 +224,9 @@ def status(
             return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
 
         outs = fan_out(spec.nodes, one)
-    rows = [o.value if o.ok else StatusRow(o.node, False, reason=o.error) for o in outs]
+    rows = [
+        o.value if o.ok else StatusRow(node=o.node, reachable=False, reason=o.error) for o in outs
+    ]
     stale_after = 3 * spec.thermal.interval_s + 2
     healthy = all(
         r.reachable and r.running and r.last_sample_age_s is not None
@@ -295,11 +267,6 @@ def watch(
     every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
-    from rich.live import Live
-    from servectl.cluster.cli.common import load
-    from servectl.cluster.ssh import SshPool
-    from servectl.watchdog.thermal.remote import LiveRow, fan_out, live_row, read_latest
-
     spec = _load_or_exit(inventory, load)
     t = _node_timeout(spec)
     period = max(0.5, every or spec.thermal.interval_s)
@@ -317,7 +284,7 @@ def watch(
             r = (
                 live_row(o.node, o.value, now, spec.thermal.zone_roles)
                 if o.ok
-                else LiveRow(o.node, note=o.error)
+                else LiveRow(node=o.node, note=o.error)
             )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",

@@ -5,6 +5,7 @@ thermal agents' files, in the operator's time zone. The facts come from
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from datetime import UTC
 from pathlib import Path
@@ -13,9 +14,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from servectl.cluster.cli.common import SCHEMA_VERSION
-from servectl.cluster.cli.thermal import _fmt, _load_or_exit, _print_unreachable, app
-from servectl.watchdog.thermal.localtime import local_iso
+from servectl.cluster.cli.common import SCHEMA_VERSION, load
+from servectl.cluster.cli.report import _zone_roles
+from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.watchdog.thermal import (
+    fetch as thermal_fetch,  # looked up per call: tests substitute it
+)
+from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
+from servectl.watchdog.thermal.localtime import local, local_iso, parse_tz, parse_window, span_text
+from servectl.watchdog.thermal.report import report_to_json
 
 
 @app.command()
@@ -52,12 +59,6 @@ def report(
 ) -> None:
     """Peaks, margins to critical, throttle episodes and gaps: every node's files (-i) or a
     local directory (--from-dir). Exit 1 when a node could not be read."""
-    import tempfile
-
-    from servectl.cluster.cli.report import _zone_roles
-    from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
-    from servectl.watchdog.thermal.localtime import parse_tz, parse_window
-    from servectl.watchdog.thermal.report import report_to_json
 
     if (inventory is None) == (from_dir is None):
         raise typer.BadParameter("give exactly one of --inventory/-i and --from-dir")
@@ -72,12 +73,9 @@ def report(
     with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
         directory = from_dir
         if inventory is not None:
-            from servectl.cluster.cli.common import load
-            from servectl.watchdog.thermal.fetch import fetch_files
-
             spec = _load_or_exit(inventory, load)
             directory = keep or Path(tmp)
-            fetched = fetch_files(spec, t_since, t_until, directory)
+            fetched = thermal_fetch.fetch_files(spec, t_since, t_until, directory)
             unreachable = fetched.unreachable
             roles = {n.name: n.role for n in spec.nodes}
             zone_roles = {**spec.thermal.zone_roles, **zone_roles}
@@ -132,8 +130,6 @@ def report(
 
 
 def _render(console: Console, rep: Any, zone: Any = UTC) -> None:
-    from servectl.watchdog.thermal.localtime import local, span_text
-
     t = Table(title=f"Thermal {span_text(rep.since, rep.until, zone)}, every {rep.interval_s:g} s")
     for col in (
         "node",

@@ -15,8 +15,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from servectl.cluster.cli.common import emit_json, handle_errors, load
-from servectl.cluster.cli.thermal import app
+from servectl.cluster.cli.thermal_common import app
 from servectl.cluster.errors import ConfigError
+from servectl.watchdog.thermal import (
+    fetch as thermal_fetch,  # looked up per call: tests substitute it
+)
+from servectl.watchdog.thermal.export import files_in
+from servectl.watchdog.thermal.survey import survey
+from servectl.watchdog.thermal.writer import read_records
 
 
 def _c(v: float | None) -> str:
@@ -37,10 +43,6 @@ def zones(
 ) -> None:
     """Per node and zone: type, role (if mapped), current, min/max and rise over the window,
     trip points, and correlation with the GPU temperature (near 1: follows the GPU)."""
-    from servectl.watchdog.thermal.export import files_in
-    from servectl.watchdog.thermal.survey import survey
-    from servectl.watchdog.thermal.writer import read_records
-
     if (inventory is None) == (from_dir is None):
         raise ConfigError("give exactly one of --inventory/-i and --from-dir", key="--from-dir")
     until = time.time()
@@ -50,11 +52,9 @@ def zones(
         directory = from_dir
         unreachable: dict[str, str] = {}
         if inventory is not None:
-            from servectl.watchdog.thermal.fetch import fetch_files
-
             spec = load(inventory)
             roles = dict(spec.thermal.zone_roles)
-            fetch = fetch_files(spec, since, until, tmp)
+            fetch = thermal_fetch.fetch_files(spec, since, until, tmp)
             unreachable = fetch.unreachable
             directory = Path(tmp)
         assert directory is not None

@@ -110,7 +110,7 @@ def brier(examples: Sequence[Example], temperature: float) -> float:
     return total / max(len(examples), 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrationReport:
     temperature: float
     n: int
@@ -152,16 +152,16 @@ def calibrate(examples: Sequence[Example], n_bins: int = 10) -> CalibrationRepor
     before = confidence_bins(*_conf_correct(examples, 1.0), n_bins=n_bins)
     after = confidence_bins(*_conf_correct(examples, t), n_bins=n_bins)
     return CalibrationReport(
-        t,
-        len(examples),
-        ece(before),
-        ece(after),
-        nll(examples, 1.0),
-        nll(examples, t),
-        brier(examples, 1.0),
-        brier(examples, t),
-        before,
-        after,
+        temperature=t,
+        n=len(examples),
+        ece_before=ece(before),
+        ece_after=ece(after),
+        nll_before=nll(examples, 1.0),
+        nll_after=nll(examples, t),
+        brier_before=brier(examples, 1.0),
+        brier_after=brier(examples, t),
+        bins_before=before,
+        bins_after=after,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ DEFAULT_MARGIN = 0.10
 class Item:
     id: str
     question: str
+    _: KW_ONLY  # the rest by name
     choices: dict[str, str] = field(default_factory=dict)  # label -> text (kind "choice")
     answer: str | None = None
     kind: Kind = "choice"
@@ -58,7 +59,9 @@ class Item:
         mapping = {new: old for new, old in zip(keys, order, strict=True)}
         choices = {new: self.choices[old] for new, old in mapping.items()}
         answer = next((n for n, o in mapping.items() if o == self.answer), None)
-        return Item(self.id, self.question, choices, answer, self.kind), mapping
+        return Item(
+            id=self.id, question=self.question, choices=choices, answer=answer, kind=self.kind
+        ), mapping
 
 
 def render_prompt(item: Item, cue: str = DEFAULT_CUE) -> str:
@@ -120,7 +123,7 @@ def load_items(path: Path) -> list[Item]:
     return items
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     id: str
     probs: dict[str, float]  # label -> probability (after temperature), sums to 1
@@ -178,8 +181,8 @@ def decision_from_logprobs(
     decision, margin = top_two(probs)
     verdict: Literal["answer", "hold"] = "hold" if margin < margin_gate else "answer"
     return Decision(
-        item_id, probs, dict(logprobs), decision, margin, verdict, latency_ms, label_mass, k,
-        temperature, answer,
+        id=item_id, probs=probs, label_logprobs=dict(logprobs), decision=decision, margin=margin, verdict=verdict, latency_ms=latency_ms, label_mass=label_mass, k=k,
+        temperature=temperature, answer=answer,
     )  # fmt: skip
 
 

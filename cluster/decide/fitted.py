@@ -27,7 +27,7 @@ from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fitted:
     temperature: float
     margin_gate: float | None  # None: no threshold reached the target accuracy
@@ -66,7 +66,7 @@ def load(path: Path) -> Fitted | None:
 
 def examples_from_docs(docs: Iterable[Mapping[str, Any]]) -> list[Example]:
     """(label logprobs, answer) of every decided, graded item in items.jsonl-shaped docs."""
-    out = []
+    out: list[Example] = []
     for d in docs:
         lps, ans = d.get("label_logprobs"), d.get("answer")
         if lps and ans is not None and ans in lps:

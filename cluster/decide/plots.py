@@ -15,10 +15,12 @@ from servectl.cluster.decide.labels import DecideError
 
 def _plt():
     try:
+        # deferred: matplotlib comes with servectl[control]; the rest of decide works without it
         import matplotlib
     except ModuleNotFoundError:
         raise DecideError("plots need matplotlib: pip install 'servectl[control]'") from None
     matplotlib.use("Agg")
+    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
     import matplotlib.pyplot as plt
 
     return plt

@@ -10,6 +10,7 @@ explained by the same facts.
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -148,11 +149,8 @@ def summarize(result: BatchResult) -> dict[str, Any]:
     right = sum(bool(d.correct) for d in graded_answered)
     right_all = sum(bool(d.correct) for d in graded_all)
     latencies = [
-        o.latency_ms
-        for run in result.runs
-        for o in run.values()
-        if isinstance(o, Decision) or o.latency_ms is not None
-    ]
+        o.latency_ms for run in result.runs for o in run.values() if o.latency_ms is not None
+    ]  # a Decision always has one; a failure, when the server answered
     runs_margins = [
         {i: (o.decision, o.margin) for i, o in run.items() if isinstance(o, Decision)}
         for run in result.runs
@@ -259,6 +257,4 @@ def write_results(run_dir: Path, docs: list[dict[str, Any]], summary: dict[str, 
 
 
 def _jsonl(doc: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n"

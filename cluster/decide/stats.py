@@ -128,7 +128,7 @@ def order_consistency(
     """`original`: id -> chosen label; `permuted`: id -> chosen label with the choices reordered;
     `mappings`: id -> permuted label -> original label. The chosen *text* should not move when
     the order does; how often it moves, and where the permuted picks land, measures position bias."""
-    same, lands = 0, Counter()
+    same, lands = 0, Counter[str]()
     ids = [i for i in original if i in permuted]
     for i in ids:
         back = mappings[i][permuted[i]]

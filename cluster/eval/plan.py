@@ -24,7 +24,7 @@ from servectl.cluster.eval.presets import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerFacts:
     """What the plan needs from the server (from /version, /v1/models and the inventory)."""
 
@@ -36,7 +36,7 @@ class ServerFacts:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvalOptions:
     tasks: tuple[str, ...]
     limit: int | None = None
@@ -80,7 +80,9 @@ class TaskPlan:
         }
 
 
-def model_args(preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions) -> dict:
+def model_args(
+    preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions
+) -> dict[str, Any]:
     chat = preset.path is ApiPath.CHAT
     args: dict[str, Any] = {
         "model": srv.model,

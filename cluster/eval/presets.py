@@ -44,7 +44,7 @@ class ApiPath(StrEnum):
     CHAT = "generate/chat"  # server applies its chat template and default kwargs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskPreset:
     """What servectl knows about a task before asking lm-eval."""
 
@@ -63,20 +63,27 @@ _KORMED_UNTIL = ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
 _GSM8K_UNTIL = ("Question:", "</s>", "<|im_end|>")
 
 PRESETS: dict[str, TaskPreset] = {
-    "mmlu": TaskPreset("mmlu", ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"),
-    "kmmlu": TaskPreset("kmmlu", ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"),
+    "mmlu": TaskPreset(
+        name="mmlu", path=ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"
+    ),
+    "kmmlu": TaskPreset(
+        name="kmmlu", path=ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"
+    ),
     "kormedmcqa": TaskPreset(
-        "kormedmcqa",
-        ApiPath.CHAT,
+        name="kormedmcqa",
+        path=ApiPath.CHAT,
         until=_KORMED_UNTIL,
         note="generate_until with 5 stops; chat with the server's default template kwargs",
     ),
     "gsm8k": TaskPreset(
-        "gsm8k", ApiPath.COMPLETIONS, until=_GSM8K_UNTIL, note="5-shot continuation, regex answer"
+        name="gsm8k",
+        path=ApiPath.COMPLETIONS,
+        until=_GSM8K_UNTIL,
+        note="5-shot continuation, regex answer",
     ),
     "humaneval": TaskPreset(
-        "humaneval",
-        ApiPath.COMPLETIONS,
+        name="humaneval",
+        path=ApiPath.COMPLETIONS,
         until=_HUMANEVAL_UNTIL,
         keep=("\nclass", "\ndef", "\nif", "\nprint"),
         unsafe_code=True,
@@ -210,14 +217,14 @@ def preset_for(task: str, local: Mapping[str, Any] | None, chat: bool = False) -
         )
     otype = local.get("output_type")
     if otype in ("multiple_choice", "loglikelihood", "loglikelihood_rolling"):
-        return TaskPreset(task, ApiPath.LOGLIKELIHOOD, note=f"local {otype}")
+        return TaskPreset(name=task, path=ApiPath.LOGLIKELIHOOD, note=f"local {otype}")
     if otype == "generate_until":
         unsafe = bool(local.get("unsafe_code"))
         until = local.get("until")
         humaneval = PRESETS["humaneval"]
         return TaskPreset(
-            task,
-            ApiPath.CHAT if chat and not unsafe else ApiPath.COMPLETIONS,
+            name=task,
+            path=ApiPath.CHAT if chat and not unsafe else ApiPath.COMPLETIONS,
             until=until,
             # a HumanEval copy gets HumanEval's choice of four (drop "\n#", keep "\nprint")
             keep=humaneval.keep if until == humaneval.until else None,

@@ -4,7 +4,7 @@ compare runs whose server defaults (thinking on/off) or task paths differ."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from servectl.cluster import bench_manifest as bm
 _PRIMARY = ("pass@1", "exact_match", "acc", "acc_norm", "f1")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Score:
     task: str
     path: str
@@ -46,7 +46,7 @@ def score_row(task: str, path: str, stops: str, doc: Mapping[str, Any]) -> Score
     n_doc = (doc.get("n-samples") or {}).get(task) or {}
     n = n_doc.get("effective", n_doc.get("original"))
     key, value, err = primary_metric(metrics)
-    return Score(task, path, n, key, value, err, stops)
+    return Score(task=task, path=path, n=n, metric=key, score=value, stderr=err, stops=stops)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def task_paths(manifest: Mapping[str, Any]) -> dict[str, str]:
 def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Difference]:
     """`bench compare`'s manifest diff plus what only an eval run records."""
     out = list(bm.manifest_diff(a, b))
-    extra = {
+    extra: dict[str, Callable[[Mapping[str, Any]], Any]] = {
         "lm-eval version": lambda m: m.get("lm_eval_version"),
         "option limit": lambda m: (m.get("options") or {}).get("limit"),
         "option num_concurrent": lambda m: (m.get("options") or {}).get("num_concurrent"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import tarfile
 import time
@@ -28,6 +29,7 @@ import requests
 from servectl.cluster import __version__
 from servectl.cluster import bench_manifest as bm
 from servectl.cluster.bench import BenchRunner, _untar, client_base_url, container_facts, write_json
+from servectl.cluster.bench import client_image as bench_image
 from servectl.cluster.control import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.durable import atomic_write_bytes
@@ -138,8 +140,6 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
 
 
 def client_image(spec: ClusterSpec, override: str | None) -> str:
-    from servectl.cluster.bench import client_image as bench_image
-
     return override or eval_settings(spec).get("client_image") or bench_image(spec)
 
 
@@ -364,8 +364,6 @@ class EvalRunner:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    import json
-
     return json.loads(path.read_text(encoding="utf-8"))
 
 

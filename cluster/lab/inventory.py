@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from ruamel.yaml import YAML
 from servectl.cluster.errors import LabError
@@ -88,7 +89,7 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
         }
 
     ssh_args = f"-o UserKnownHostsFile={paths.known_hosts} -o StrictHostKeyChecking=yes"
-    servectl = {
+    servectl: dict[str, Any] = {
         "cluster_name": CLUSTER_NAME,
         "image": SIM_LATEST,
         "vllm_version": "0.33.0",

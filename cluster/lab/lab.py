@@ -44,7 +44,7 @@ from servectl.cluster.lab.paths import (
 REQUIRED_TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "ssh-keygen", "mount", "docker")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeStatus:
     name: str
     ip: str
@@ -56,7 +56,7 @@ class NodeStatus:
     containers: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabStatus:
     root: str
     nodes: list[NodeStatus]
@@ -84,6 +84,7 @@ def _check_host() -> None:
 def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
     """Hook: the NVML stand-in (cluster.lab.nvml.build); None if it cannot be built here."""
     try:
+        # deferred: without its builder the lab still comes up, with no NVML stub (warned)
         from servectl.cluster.lab.nvml.build import build_nvml_stub
     except ImportError as exc:
         on_step("nvml", f"WARNING: no NVML stub module ({exc}); nodes get no libnvidia-ml")

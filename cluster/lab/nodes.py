@@ -127,8 +127,8 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
     )
     _write(root / "root/.ssh/authorized_keys", assets.client_pubkey, 0o600)
     (root / "root/.ssh").chmod(0o700)
-    for d in ("etc/servectl", "var/lib/servectl", "var/log/servectl"):
-        (root / d).mkdir(parents=True, exist_ok=True)
+    for sub in ("etc/servectl", "var/lib/servectl", "var/log/servectl"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
     _copy(assets.pynvml, root / PYNVML_TARGET)
     if assets.nvml_lib is not None:
         _copy(assets.nvml_lib, root / NVML_TARGET)

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servectl.cluster.errors import LabError
+from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import host
 from servectl.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
 
 BINARY = "/usr/bin/prometheus"
 LISTEN_DEFAULT = "127.0.0.1:9090"
@@ -61,9 +63,6 @@ def base_url(paths: LabPaths) -> str:
 
 def render_config(paths: LabPaths) -> tuple[str, list[str]]:
     """The lab inventory's scrape config at the lab's interval, and its warnings."""
-    from servectl.cluster.inventory import load_inventory
-    from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
-
     spec = load_inventory(paths.inventory)
     cfg = build_config(spec, PromOptions(INTERVAL_S, INTERVAL_S))
     if cfg.errors:

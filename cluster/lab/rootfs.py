@@ -22,7 +22,7 @@ APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 _BUILD_TIMEOUT_S = 1800
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RootfsSpec:
     """What to bootstrap. ``fmt`` is "dir" (a directory) or "tar" (a tarball)."""
 

@@ -37,7 +37,7 @@ REASON_SW_THERMAL_SLOWDOWN = 0x20
 REASON_HW_THERMAL_SLOWDOWN = 0x40
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZoneSpec:
     """One ACPI thermal zone: what it is and where it sits idle and under full load."""
 
@@ -54,17 +54,17 @@ class ZoneSpec:
 
 
 GB10_ZONES: tuple[ZoneSpec, ...] = (
-    ZoneSpec("soc", "acpitz", 38.0, 58.0, 6.0),
-    ZoneSpec("cpu_pcore_0", "acpitz", 42.0, 72.0, 10.0),
-    ZoneSpec("cpu_pcore_1", "acpitz", 41.0, 70.0, 10.0),
-    ZoneSpec("cpu_ecore_0", "acpitz", 40.0, 62.0, 8.0),
-    ZoneSpec("cpu_ecore_1", "acpitz", 40.0, 60.0, 8.0),
-    ZoneSpec("gpu", "acpitz", 42.0, 68.0, 0.0),
-    ZoneSpec("board", "acpitz", 36.0, 50.0, 2.0),
+    ZoneSpec(role="soc", type="acpitz", idle_c=38.0, load_c=58.0, head_extra_c=6.0),
+    ZoneSpec(role="cpu_pcore_0", type="acpitz", idle_c=42.0, load_c=72.0, head_extra_c=10.0),
+    ZoneSpec(role="cpu_pcore_1", type="acpitz", idle_c=41.0, load_c=70.0, head_extra_c=10.0),
+    ZoneSpec(role="cpu_ecore_0", type="acpitz", idle_c=40.0, load_c=62.0, head_extra_c=8.0),
+    ZoneSpec(role="cpu_ecore_1", type="acpitz", idle_c=40.0, load_c=60.0, head_extra_c=8.0),
+    ZoneSpec(role="gpu", type="acpitz", idle_c=42.0, load_c=68.0, head_extra_c=0.0),
+    ZoneSpec(role="board", type="acpitz", idle_c=36.0, load_c=50.0, head_extra_c=2.0),
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec:
     """GB10 GPU figures used by the model (lab values; thresholds unverified on hardware)."""
 
@@ -92,7 +92,7 @@ class HeatOverride:
     remaining_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeThermal:
     """One node's simulated sensors."""
 

@@ -27,10 +27,10 @@ from typer.testing import CliRunner
 pytestmark = pytest.mark.engine
 
 ITEM = Item(
-    "organ",
-    "Which organ pumps blood through the body?",
-    {"A": "Liver", "B": "Heart", "C": "Lung", "D": "Kidney"},
-    "B",
+    id="organ",
+    question="Which organ pumps blood through the body?",
+    choices={"A": "Liver", "B": "Heart", "C": "Lung", "D": "Kidney"},
+    answer="B",
 )
 
 

@@ -58,7 +58,9 @@ def _wait(cond, timeout=20.0):
 @pytest.fixture
 def gateway(sshd):
     with SshPool(SshOptions(known_hosts=sshd.known_hosts)) as pool:
-        session = pool.session(SshTarget("node1", sshd.host, sshd.port, sshd.user, sshd.client_key))
+        session = pool.session(
+            SshTarget("node1", sshd.host, port=sshd.port, user=sshd.user, key_file=sshd.client_key)
+        )
         gw = DockerGateway.over_ssh(session, timeout=30)
         yield gw
         gw.close()
@@ -68,7 +70,9 @@ def test_docker_over_ssh_refuses_unknown_host_key(sshd, tmp_path):
     kh = tmp_path / "kh"
     kh.write_text("")
     with SshPool(SshOptions(known_hosts=str(kh))) as pool:
-        s = pool.session(SshTarget("node1", sshd.host, sshd.port, sshd.user, sshd.client_key))
+        s = pool.session(
+            SshTarget("node1", sshd.host, port=sshd.port, user=sshd.user, key_file=sshd.client_key)
+        )
         with pytest.raises(HostKeyError):
             DockerGateway.over_ssh(s)
 

@@ -13,7 +13,7 @@ from servectl.cluster.ssh import CommandTimeout, SshOptions, SshPool, SshTarget
 
 
 def _target(sshd, node: str = "node1") -> SshTarget:
-    return SshTarget(node, sshd.host, sshd.port, sshd.user, sshd.client_key)
+    return SshTarget(node, sshd.host, port=sshd.port, user=sshd.user, key_file=sshd.client_key)
 
 
 def test_known_host_key_verifies_and_runs(sshd):
@@ -152,9 +152,9 @@ def test_unreachable_port_is_node_unreachable_fast(sshd):
     with SshPool(SshOptions(known_hosts=sshd.known_hosts, connect_timeout_s=2)) as pool:
         t0 = time.monotonic()
         with pytest.raises(NodeUnreachable) as ei:
-            pool.session(SshTarget("node4", "127.0.0.1", port, "root", sshd.client_key)).run(
-                ["true"]
-            )
+            pool.session(
+                SshTarget("node4", "127.0.0.1", port=port, user="root", key_file=sshd.client_key)
+            ).run(["true"])
     assert time.monotonic() - t0 < 2.5
     assert ei.value.node == "node4" and not isinstance(ei.value, HostKeyError)
 
@@ -168,7 +168,9 @@ def test_silent_port_times_out_within_connect_timeout(sshd):
         with SshPool(SshOptions(known_hosts=sshd.known_hosts, connect_timeout_s=1)) as pool:
             t0 = time.monotonic()
             with pytest.raises(NodeUnreachable):
-                pool.session(SshTarget("node4", "127.0.0.1", port, "root", sshd.client_key)).run(
-                    ["true"]
-                )
+                pool.session(
+                    SshTarget(
+                        "node4", "127.0.0.1", port=port, user="root", key_file=sshd.client_key
+                    )
+                ).run(["true"])
         assert time.monotonic() - t0 < 3

@@ -60,7 +60,12 @@ def decider(c: SimCluster, path: str = "completions", k: int = 20, gate: float =
 
 def mc(i: int, n: int = 4, answer: str | None = None) -> Item:
     labels = "ABCDE"[:n]
-    return Item(f"q{i}", f"Question q{i}: pick one.", {x: f"text {x}{i}" for x in labels}, answer)
+    return Item(
+        id=f"q{i}",
+        question=f"Question q{i}: pick one.",
+        choices={x: f"text {x}{i}" for x in labels},
+        answer=answer,
+    )
 
 
 @pytest.mark.parametrize("path", ["completions", "chat"])
@@ -117,7 +122,9 @@ def test_missing_label_is_a_clear_error(sim):
 def test_top_logprobs_above_server_max_is_lowered_from_the_400(sim):
     c, oracle = sim
     oracle.write({"rules": []})  # the simulator's own letter distribution
-    d = decider(c, k=50).decide(Item("x", "Which?", {"A": "a", "B": "b", "C": "c"}))
+    d = decider(c, k=50).decide(
+        Item(id="x", question="Which?", choices={"A": "a", "B": "b", "C": "c"})
+    )
     assert d.k == 20 and sum(d.probs.values()) == pytest.approx(1.0)
 
 
@@ -150,8 +157,8 @@ def test_swapping_choice_order_shows_position_bias_only_when_present(sim, bias):
         right = rng.randrange(4)
         probs = {t: math.log(0.7 if j == right else 0.1) for j, t in enumerate(texts)}
         rules.append({"match": f"q{i}:", "by_text": probs})
-        items.append(Item(f"q{i}", f"Question q{i}: pick.", dict(zip("ABCD", texts, strict=True)),
-                          "ABCD"[right]))  # fmt: skip
+        items.append(Item(id=f"q{i}", question=f"Question q{i}: pick.", choices=dict(zip("ABCD", texts, strict=True)),
+                          answer="ABCD"[right]))  # fmt: skip
     doc = {"rules": rules}
     if bias:
         doc["position_bias"] = bias

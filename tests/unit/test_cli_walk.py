@@ -88,8 +88,8 @@ def test_bad_input_exits_2(args):
 def _plan(refused=False, changes=True) -> ControlPlan:
     action = Action.START if changes else Action.KEEP
     steps = tuple(NodeStep(f"node{i}", action, "not running") for i in range(1, 5))
-    return ControlPlan("glm", "1f2661cca5ba", steps, (("node1",), ("node2", "node3", "node4")),
-                       {"node2": "0000"} if refused else {}, refused)  # fmt: skip
+    return ControlPlan(cluster="glm", config_hash="1f2661cca5ba", steps=steps, waves=(("node1",), ("node2", "node3", "node4")),
+                       drift={"node2": "0000"} if refused else {}, refused=refused)  # fmt: skip
 
 
 class FakeController:

@@ -29,7 +29,12 @@ def _cplan(nodes=("node1", "node2", "node3", "node4"), h="h1", backend="native")
 
 def _info(node, h="h1", state="running", name=None) -> ContainerInfo:
     return ContainerInfo(
-        node, f"id-{node}", name or f"c-vllm-{node}", "img", state, {"io.servectl.config-hash": h}
+        node=node,
+        id=f"id-{node}",
+        name=name or f"c-vllm-{node}",
+        image="img",
+        state=state,
+        labels={"io.servectl.config-hash": h},
     )
 
 

@@ -254,9 +254,11 @@ def test_client_lowers_k_on_400_and_remembers():
 
     http = httpx.Client(transport=httpx.MockTransport(handler))
     client = LogprobClient("http://x", "m", k=20, http=http)
-    d = Decider(client, margin_gate=0.1).decide(Item("1", "Q?", {"A": "a", "B": "b"}))
+    d = Decider(client, margin_gate=0.1).decide(
+        Item(id="1", question="Q?", choices={"A": "a", "B": "b"})
+    )
     assert d.k == 5 and d.decision == "A" and seen == [20, 5]
-    Decider(client).decide(Item("2", "Q?", {"A": "a", "B": "b"}))
+    Decider(client).decide(Item(id="2", question="Q?", choices={"A": "a", "B": "b"}))
     assert seen == [20, 5, 5]
 
 
@@ -298,6 +300,6 @@ def test_injected_clock_gives_latency():
     http = httpx.Client(transport=httpx.MockTransport(
         lambda r: httpx.Response(200, json=_completion({" A": -0.1, " B": -2.0}))))  # fmt: skip
     d = Decider(LogprobClient("http://x", "m", http=http), clock=lambda: next(ticks)).decide(
-        Item("1", "Q?", {"A": "a", "B": "b"})
+        Item(id="1", question="Q?", choices={"A": "a", "B": "b"})
     )
     assert d.latency_ms == pytest.approx(250.0)

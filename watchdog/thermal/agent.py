@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _EPS = 1e-5
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AgentStats:
     samples: int = 0
     late_ticks: int = 0  # ticks later than late_threshold_s after their slot

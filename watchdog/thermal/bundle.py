@@ -14,6 +14,8 @@ import io
 import zipfile
 from pathlib import Path
 
+import prometheus_client
+
 _STAMP = (2020, 1, 1, 0, 0, 0)
 _MAIN = "import sys\nfrom servectl.watchdog.thermal.nodeapp import main\nsys.exit(main())\n"
 _STUBS = {
@@ -26,8 +28,6 @@ _SKIP_PROM = {"twisted", "django", "aiohttp"}
 
 
 def _sources() -> dict[str, bytes]:
-    import prometheus_client
-
     root = Path(__file__).resolve().parents[2]
     files: dict[str, bytes] = {"__main__.py": _MAIN.encode()}
     files.update({k: v.encode() for k, v in _STUBS.items()})

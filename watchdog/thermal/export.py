@@ -95,6 +95,7 @@ def write_plot(
     zone_roles: Mapping[str, str] | None = None,
 ) -> Path:
     """PNG: one panel per node (GPU and zones in °C, critical trip, throttle episodes)."""
+    # deferred: plot loads matplotlib (the `control` extra, ~0.6 s); only PNG exports need it
     from servectl.watchdog.thermal.plot import figure_png, thermal_figure
 
     data = figure_png(thermal_figure(rep, records, tz, zone_roles))

@@ -113,7 +113,7 @@ def gb10_sample(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FakeGpuSample:
     index: int
     name: str

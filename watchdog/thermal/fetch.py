@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from servectl.cluster.errors import NodeUnreachable
+
 REMOTE_DIR = "/var/log/servectl/thermal"
 
 
@@ -58,7 +60,8 @@ def fetch_files(
     from servectl.cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
     from servectl.watchdog.thermal.remote import fan_out
 
-    remote_dir = remote_dir or getattr(getattr(spec, "thermal", None), "dir", REMOTE_DIR)
+    thermal = getattr(spec, "thermal", None)
+    directory: str = remote_dir if remote_dir else getattr(thermal, "dir", REMOTE_DIR)
     days = _days(since, until)
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
@@ -67,20 +70,20 @@ def fetch_files(
     def one(node: Any) -> list[Path]:
         sess = pool.session(node)
         sftp = sess.sftp()
-        sftp.get_channel().settimeout(timeout)
+        chan = sftp.get_channel()
+        if chan is not None:  # always, for a client made from a channel (Session.sftp)
+            chan.settimeout(timeout)
         got: list[Path] = []
         try:
-            entries = sftp.listdir_attr(remote_dir)
+            entries = sftp.listdir_attr(directory)
         except FileNotFoundError:
             return got
         except OSError as exc:
-            from servectl.cluster.errors import NodeUnreachable
-
-            raise NodeUnreachable(node.name, f"SFTP list {remote_dir}: {exc}") from None
+            raise NodeUnreachable(node.name, f"SFTP list {directory}: {exc}") from None
         for e in sorted(entries, key=lambda e: e.filename):
             if wanted(e.filename, e.st_mtime, node.name, days, since):
                 local = dest / e.filename
-                sess.get(posixpath.join(remote_dir, e.filename), str(local))
+                sess.get(posixpath.join(directory, e.filename), str(local))
                 got.append(local)
         return got
 

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from servectl.cluster.errors import ServectlError
 from servectl.watchdog.thermal.agent import ThermalAgent
 from servectl.watchdog.thermal.metrics_gpu import gpu_metrics
 from servectl.watchdog.thermal.roles import zone_role
@@ -164,8 +165,6 @@ class MetricsServer:
         try:
             server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
         except OSError as exc:
-            from servectl.cluster.errors import ServectlError
-
             raise ServectlError(
                 f"cannot serve /metrics on {self.host}:{self.port}: {exc.strerror or exc}"
             ) from None

@@ -25,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.errors import ServectlError
+from servectl.cluster.memory import memory_reader
+from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.watchdog.thermal.alerts import AlertPolicy
+from servectl.watchdog.thermal.writer import DurableWriter
+from servectl.watchdog.thermal.zones import SysfsZoneReader
 
 log = logging.getLogger("servectl.thermal")
 
@@ -35,7 +40,7 @@ DEFAULT_BUDGET_MB = 512  # the spec's thermal.disk_budget_mb default
 TAIL_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentOptions:
     node: str
     directory: Path
@@ -62,6 +67,7 @@ class NoGpu:
 
 def gpu_sampler() -> Any:
     try:
+        # deferred: an optional dependency (see below)
         from servectl.cluster.gpu import Nvml
     except ImportError as exc:  # pynvml missing: no GPU is a normal state for this agent
         log.warning("NVML unavailable, logging thermal zones only: %s", exc)
@@ -75,12 +81,6 @@ def gpu_sampler() -> Any:
 
 def run_agent(opts: AgentOptions) -> Any:
     """Wire sampler, writer, agent and /metrics; run until SIGTERM/SIGINT. Returns AgentStats."""
-    from servectl.cluster.memory import memory_reader
-    from servectl.watchdog.thermal.agent import ThermalAgent
-    from servectl.watchdog.thermal.alerts import AlertPolicy
-    from servectl.watchdog.thermal.writer import DurableWriter
-    from servectl.watchdog.thermal.zones import SysfsZoneReader
-
     stop = threading.Event()
     writer = DurableWriter(
         opts.directory,
@@ -105,6 +105,7 @@ def run_agent(opts: AgentOptions) -> Any:
     server = None
     if opts.metrics_port >= 0:
         try:
+            # deferred: prometheus_client may be absent on the node; /metrics is optional
             from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
 
             server = MetricsServer(
@@ -155,8 +156,6 @@ def _last_record(path: Path) -> dict[str, Any] | None:
 
 def node_status(node: str, directory: Path, now: float) -> dict[str, Any]:
     """Files, bytes used, today's sample count, dropped records, the latest record."""
-    from servectl.watchdog.thermal.writer import DurableWriter
-
     files = DurableWriter(directory, node).files()
     today = time.strftime("%Y%m%d", time.gmtime(now))
     doc: dict[str, Any] = {

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from servectl.cluster.errors import ServectlError
 from servectl.watchdog.thermal.localtime import span_text, tz_name
 from servectl.watchdog.thermal.report import GAP_FACTOR, FieldReport, NodeReport
 from servectl.watchdog.thermal.roles import zone_role
@@ -22,12 +23,12 @@ OTHER = "other zones (max)"  # zones the role map does not name, as one line
 
 def _pyplot() -> Any:
     try:
+        # deferred: an optional dependency (see below)
         import matplotlib
     except ImportError:  # nodes install servectl without the control machine's extras
-        from servectl.cluster.errors import ServectlError
-
         raise ServectlError("the plot needs matplotlib: pip install 'servectl[control]'") from None
     matplotlib.use("Agg")
+    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
     import matplotlib.pyplot as plt
 
     return plt
@@ -101,6 +102,7 @@ def thermal_figure(
     """The matplotlib Figure (caller closes it). ``marks``: (time, label) drawn on every panel,
     e.g. the watchdog's restarts."""
     plt = _pyplot()
+    # deferred: matplotlib after choosing the Agg backend
     import matplotlib.dates as mdates
 
     by_node: dict[str, list[Mapping[str, Any]]] = {n.node: [] for n in rep.nodes}

@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servectl.cluster.errors import ServectlError
+from servectl.cluster.errors import NodeUnreachable, ServectlError
+from servectl.watchdog.thermal.roles import zone_label
 from servectl.watchdog.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
@@ -87,8 +89,6 @@ class Step:
     check: bool = True
 
     def render(self) -> str:
-        import shlex
-
         return f"copy agent zipapp -> {self.put}" if self.put else shlex.join(self.argv)
 
 
@@ -189,8 +189,6 @@ def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[NodeCall]:
     """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
 
     def one(node: Any) -> NodeCall:
-        from servectl.cluster.errors import NodeUnreachable
-
         try:
             return NodeCall(node.name, True, fn(node))
         except NodeUnreachable as exc:
@@ -225,7 +223,7 @@ def apply_plan(session: Any, plan: NodePlan, zipapp: Path, timeout_s: float) -> 
 
 
 # -- status ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusRow:
     node: str
     reachable: bool
@@ -247,6 +245,7 @@ def status_row(
 ) -> StatusRow:
     """Pure: unit facts + the node-side status JSON -> one row."""
     perm, trans = units.get(PERMANENT_UNIT, UnitFacts()), units.get(TRANSIENT_UNIT, UnitFacts())
+    unit: str | None
     unit, facts = (
         (PERMANENT_UNIT, perm) if perm.active or not trans.loaded else (TRANSIENT_UNIT, trans)
     )
@@ -285,7 +284,8 @@ def node_status_doc(session: Any, spec: Any, node: Any, zipapp: Callable[[], Pat
     else:
         res = session.run_script(str(zipapp()), args, interpreter=["python3"],
                                  timeout=timeout_s, check=True)  # fmt: skip
-    return json.loads(res.stdout)
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
 
 
 # -- latest sample, for watch ---------------------------------------------------------------------
@@ -329,12 +329,10 @@ def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> di
     except FileNotFoundError:
         return None
     except OSError as exc:
-        from servectl.cluster.errors import NodeUnreachable
-
         raise NodeUnreachable(node, f"SFTP read of {directory}: {exc}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LiveRow:
     node: str
     age_s: float | None = None
@@ -350,7 +348,7 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
     """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events.
     With ``zone_roles`` (thermal.zone_roles) the zone is named by its role (roles.py)."""
     if rec is None:
-        return LiveRow(node, note="no samples yet")
+        return LiveRow(node=node, note="no samples yet")
     temps = [g.get("temp_c") for g in rec.get("gpus") or [] if g.get("temp_c") is not None]
     reasons = sorted({r for g in rec.get("gpus") or [] for r in g.get("clock_event_reasons") or []})
     best: tuple[float, str, float | None] | None = None
@@ -363,13 +361,11 @@ def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any 
         if best is None or t > best[0]:
             label = z.get("type") or z.get("name") or "?"
             if zone_roles and z.get("name"):
-                from servectl.watchdog.thermal.roles import zone_label
-
                 label = zone_label(z["name"], z.get("type"), zone_roles)
             best = (t, label, margin)
     errs = [e.get("error", "") for e in rec.get("errors") or []]
     return LiveRow(
-        node,
+        node=node,
         age_s=round(max(0.0, now - float(rec.get("ts", now))), 1),
         gpu_temp_c=max(temps) if temps else None,
         hottest_zone=best[1] if best else None,

@@ -36,7 +36,7 @@ class Gap:
         return self.end - self.start
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZonePeak:
     zone: str
     type: str | None
@@ -54,7 +54,7 @@ class Episodes:
     duration_s: float = 0.0  # sampled estimate: each active sample stands for one interval
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeReport:
     node: str
     role: str
@@ -288,7 +288,18 @@ def _zone_peaks(
             else (a["reasons"].most_common(1)[0][0] if a["reasons"] else "no readings")
         )
         role = zone_role(name, a["type"], zone_roles)
-        out.append(ZonePeak(name, a["type"], a["peak"], a["ts"], a["crit"], margin, reason, role))
+        out.append(
+            ZonePeak(
+                zone=name,
+                type=a["type"],
+                peak_c=a["peak"],
+                peak_ts=a["ts"],
+                critical_c=a["crit"],
+                margin_c=margin,
+                null_reason=reason,
+                role=role,
+            )
+        )
     return out
 
 

@@ -14,7 +14,7 @@ from servectl.watchdog.thermal.roles import zone_role
 from servectl.watchdog.thermal.zones import _natural_key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZoneSurvey:
     node: str
     zone: str
@@ -56,7 +56,8 @@ def survey(
         rs = by_node[node]
         names = sorted({z["name"] for r in rs for z in r.get("zones") or []}, key=_natural_key)
         for name in names:
-            temps, pairs, ztype, trips, current = [], [], None, {}, None
+            trips: dict[str, Any] = {}
+            temps, pairs, ztype, current = [], [], None, None
             for r in rs:
                 gpu = max(
                     (g["temp_c"] for g in r.get("gpus") or [] if g.get("temp_c") is not None),
@@ -75,9 +76,9 @@ def survey(
                             pairs.append((current, gpu))
             out.append(
                 ZoneSurvey(
-                    node, name, ztype, zone_role(name, ztype, zone_roles), current,
-                    min(temps) if temps else None, max(temps) if temps else None, trips,
-                    _corr([p[0] for p in pairs], [p[1] for p in pairs]),
+                    node=node, zone=name, type=ztype, role=zone_role(name, ztype, zone_roles), current_c=current,
+                    min_c=min(temps) if temps else None, max_c=max(temps) if temps else None, trips=trips,
+                    gpu_corr=_corr([p[0] for p in pairs], [p[1] for p in pairs]),
                 )
             )  # fmt: skip
     return out

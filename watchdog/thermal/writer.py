@@ -218,7 +218,7 @@ class DurableWriter:
 
 
 # -- reader ---------------------------------------------------------------------------------------
-@dataclass
+@dataclass(kw_only=True)
 class ReadStats:
     lines: int = 0
     records: int = 0

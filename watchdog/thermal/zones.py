@@ -41,7 +41,7 @@ class ZoneReading:
         return critical_trip_c({"type": t.type, "temp_c": t.temp_c} for t in self.trips)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HwmonReading:
     chip: str  # "hwmon0" (the number is unstable across boots; chip_name is not)
     chip_name: str | None  # content of `name`, e.g. "acpitz", "nvme"
@@ -158,7 +158,17 @@ class SysfsZoneReader:
                 crit_c = None
                 if (cpath / f"{sensor}_crit").exists():
                     crit_c, _ = self._millideg(cpath / f"{sensor}_crit")
-                out.append(HwmonReading(chip, chip_name, sensor, label, temp_c, reason, crit_c))
+                out.append(
+                    HwmonReading(
+                        chip=chip,
+                        chip_name=chip_name,
+                        sensor=sensor,
+                        label=label,
+                        temp_c=temp_c,
+                        reason=reason,
+                        crit_c=crit_c,
+                    )
+                )
         return tuple(out)
 
     def read(self) -> SysfsSnapshot:

@@ -6,6 +6,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -236,7 +237,15 @@ class Api:
             bool(body.get("ignore_eos")),
             self.oracle,
         )
-        return Request(uuid.uuid4().hex, tokens, max_tokens, gen, n_top, stop, time.monotonic())
+        return Request(
+            rid=uuid.uuid4().hex,
+            prompt_tokens=tokens,
+            max_tokens=max_tokens,
+            gen=gen,
+            n_top=n_top,
+            stop=stop,
+            arrival=time.monotonic(),
+        )
 
     async def _run(self, request: web.Request, reqs: list[Request]) -> None:
         for r in reqs:
@@ -476,7 +485,7 @@ class Api:
             self.engine.abort(r)
             raise
         lp = {"content": _chat_lp(r.output, n_top or 0)} if want_lp else None
-        msg = {
+        msg: dict[str, Any] = {
             "role": "assistant",
             "content": r.text,
             "refusal": None,
@@ -624,7 +633,7 @@ def _top_dict(choice: TokenChoice, n: int) -> dict[str, float]:
     return d
 
 
-def _lp_block(tokens: list[TokenChoice | None], n: int, offset: int) -> dict:
+def _lp_block(tokens: Sequence[TokenChoice | None], n: int, offset: int) -> dict:
     out: dict[str, list] = {
         "text_offset": [],
         "token_logprobs": [],

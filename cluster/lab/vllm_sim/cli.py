@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 VLLM_VERSION = "0.33.0"
 FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.json")
@@ -90,7 +90,7 @@ _JSON_DESTS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # same shape as argparse / vLLM
+    def error(self, message: str) -> NoReturn:  # same shape as argparse / vLLM
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -169,7 +169,7 @@ def normalize_argv(argv: list[str], spec: dict) -> list[str]:
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServeConfig:
     """The settings the simulator acts on (all others are accepted and ignored)."""
 

@@ -36,7 +36,7 @@ class Delta:
     error: str | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Request:
     rid: str
     prompt_tokens: list[str]

@@ -13,13 +13,14 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 POLL_S = 0.2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Faults:
     boot_stuck_at: str | None = None
     boot_crash_at: str | None = None
@@ -29,7 +30,7 @@ class Faults:
     slow_steps: float = 1.0
 
 
-def fault_path(model: str, env: dict[str, str] | None = None) -> Path:
+def fault_path(model: str, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("VLLM_SIM_FAULT_FILE"):
         return Path(env["VLLM_SIM_FAULT_FILE"])

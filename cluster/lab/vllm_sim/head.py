@@ -8,13 +8,13 @@ import os
 from aiohttp import web
 
 from .api import ROUTES, Api, make_access_logger
+from .boot import DUR, Boot, SimEnv, banner, bind_http, engine_config_line, kv_plan, model_facts
 from .cli import ServeConfig
 from .engine import Engine
 from .faults import FaultWatcher, fault_path
 from .logfmt import VllmLog
 from .metrics import Metrics
 from .rendezvous import RendezvousServer
-from .server import DUR, Boot, SimEnv, banner, bind_http, engine_config_line, kv_plan, model_facts
 
 
 async def run_head(cfg: ServeConfig, sim: SimEnv, log: VllmLog) -> int:

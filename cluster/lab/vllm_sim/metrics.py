@@ -28,7 +28,7 @@ SPEC_COUNTERS = {
     "spec_decode_num_accepted_tokens": "Number of accepted tokens.",
     "spec_decode_num_accepted_tokens_per_pos": "Accepted tokens per draft position.",
 }
-HISTOGRAMS = {
+HISTOGRAMS: dict[str, tuple[str, list[float]]] = {
     # real vLLM V1 observes it once per engine step (prefill + decode tokens scheduled); the
     # watchdog reads its _count as a progress counter
     "iteration_tokens_total": (

@@ -13,10 +13,10 @@ import sys
 import time
 
 from . import rendezvous
+from .boot import DUR, Boot, SimEnv, banner, kv_plan, model_facts
 from .cli import VLLM_VERSION, ServeConfig
 from .faults import FaultWatcher, fault_path
 from .logfmt import VllmLog
-from .server import DUR, Boot, SimEnv, banner, kv_plan, model_facts
 
 
 def _torch_warning(rank: int, where: str, msg: str) -> str:

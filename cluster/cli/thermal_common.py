@@ -1,0 +1,34 @@
+"""What `servectl thermal`'s command modules share: the Typer group and small renderers.
+
+Its own module so that ``thermal_report`` and ``thermal_zones`` need not import ``thermal``,
+which imports them to register their commands (no import cycle).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from servectl.cluster.cli.common import error_line
+from servectl.cluster.errors import ConfigError
+
+app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
+
+
+def _fmt(v: float | None, unit: str = " C") -> str:
+    return "-" if v is None else f"{v:.1f}{unit}"
+
+
+def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
+    for node, reason in sorted(unreachable.items()):
+        console.print(f"[red]{node}: not read ({reason}); its samples are missing here[/]")
+
+
+def _load_or_exit(inventory: Path, load: Any) -> Any:
+    try:
+        return load(inventory)
+    except ConfigError as exc:
+        Console(stderr=True).print(error_line(exc.render()), highlight=False)
+        raise typer.Exit(2) from None

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# mypy over the installed package, `servectl.cluster` and `servectl.watchdog`.
+# The editable install maps those names to cluster/ and watchdog/ with an import hook that mypy
+# cannot follow (it reads files, it imports nothing), so mypy reads them through a link tree,
+# build/typecheck/servectl/{cluster,watchdog} -> the repository's folders: the same module names
+# the code imports, the settings in pyproject's [tool.mypy]. Extra arguments go to mypy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tree=build/typecheck/servectl
+mkdir -p "$tree"
+ln -sfn ../../../cluster "$tree/cluster"
+ln -sfn ../../../watchdog "$tree/watchdog"
+exec env MYPYPATH=build/typecheck .venv/bin/mypy -p servectl.cluster -p servectl.watchdog "$@"
