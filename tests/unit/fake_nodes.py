@@ -91,6 +91,7 @@ class FakeDocker:
         self.images: set[str] = set()
         self.log_lines: dict[str, list[str]] = {}  # container name -> its log
         self.secrets_seen: dict[str, Mapping[str, str]] = {}
+        self.streams: list[FakeLogStream] = []  # every log stream handed out
 
     def add(self, plan: ContainerPlan, state: str = "running", exit_code: int | None = None):
         info = ContainerInfo(
@@ -141,7 +142,10 @@ class FakeDocker:
 
     def follow_logs(self, container: str, tail: int | str = 100) -> FakeLogStream:
         self.owner.gate(self.node)
-        return FakeLogStream(self.log_lines.get(container, []), hold_open=True)
+        lines = self.log_lines.get(self._name(container) or container, [])
+        stream = FakeLogStream(lines, hold_open=True)
+        self.streams.append(stream)
+        return stream
 
 
 def default_collector(node: NodeSpec, args: Sequence[str], sudo: bool) -> dict[str, Any]:
@@ -188,6 +192,9 @@ class FakeNodes:
             raise NodeUnreachable(node, "connection refused")
         if node in self.frozen:
             self._thawed.wait(30)
+
+    def streams_closed(self) -> list[bool]:
+        return [st.closed.is_set() for gw in self.engines.values() for st in gw.streams]
 
     def thaw(self) -> None:
         self._thawed.set()
