@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -399,6 +399,14 @@ class DockerGateway:
                 container, stdout=True, stderr=True, stream=True, follow=True, tail=tail
             )
         return LogStream(self.node, raw)
+
+    def exec_detached(
+        self, container: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> None:
+        """Start `argv` inside a running container and return without waiting for it."""
+        with _translate(self.node, f"exec in {container}"):
+            ex = self.api.exec_create(container, list(argv), environment=dict(env or {}))
+            self.api.exec_start(ex["Id"], detach=True)
 
 
 @contextlib.contextmanager

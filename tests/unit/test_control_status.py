@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control import _gpu_problems
+from servectl.cluster.control_clocks import gpu_problems
 from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.status import (
     NodeStatus,
@@ -86,10 +86,10 @@ def test_gpu_problems_from_collector_json():
         "nvml": {"available": True},
         "gpus": [{"index": 0, "locked_clock_max_mhz": 2000}],
     }
-    assert _gpu_problems("n", doc, 2000) == []
+    assert gpu_problems("n", doc, 2000) == []
     doc["gpus"][0]["locked_clock_max_mhz"] = None
-    assert "reads None, want 2000" in _gpu_problems("n", doc, 2000)[0]
+    assert "reads None, want 2000" in gpu_problems("n", doc, 2000)[0]
     assert (
         "no GPU visible"
-        in _gpu_problems("n", {"ok": True, "nvml": {"available": False, "reason": "x"}}, None)[0]
+        in gpu_problems("n", {"ok": True, "nvml": {"available": False, "reason": "x"}}, None)[0]
     )

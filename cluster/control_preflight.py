@@ -1,0 +1,65 @@
+"""Pre-flight: before starting containers, check what their start would trip over on each
+node (the image, the model and drafter paths, the head's ports, the GPUs and the clock cap)."""
+
+from __future__ import annotations
+
+from servectl.cluster.control_clocks import gpu_problems
+from servectl.cluster.control_plan import ControlPlan
+from servectl.cluster.control_types import Emit, PreflightReport
+from servectl.cluster.errors import ServectlError
+from servectl.cluster.nodes import Nodes
+from servectl.cluster.spec import ClusterSpec, NodeSpec
+
+PREFLIGHT_TIMEOUT_S = 120.0
+
+
+def preflight(
+    spec: ClusterSpec,
+    nodes: Nodes,
+    plan: ControlPlan,
+    emit: Emit,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+) -> PreflightReport:
+    """Image on every node, model/drafter paths, GPU visible + clock cap, head ports free.
+    Only the nodes the plan starts a container on are checked; a node that does not answer
+    within `timeout_s` is a problem, not a hang."""
+    s = spec.serving
+    starting = {st.node for st in plan.steps if st.container is not None}
+    checked = [n for n in spec.nodes if n.name in starting]
+    head_removed = any(st.node == spec.head.name and st.remove for st in plan.steps)
+    paths = [s.model.path] + ([s.drafter.path] if s.drafter and s.drafter.path else [])
+
+    def check(node: NodeSpec) -> list[str]:
+        problems = []
+        if not nodes.docker(node).image_present(s.image):
+            problems.append(
+                f"{node.name}: image {s.image} is not present (docker pull/load "
+                f"it on the node first)"
+            )
+        found = nodes.collector(node, ["paths", *paths]).get("paths", {})
+        for p in paths:
+            if not found.get(p, {}).get("exists"):
+                problems.append(f"{node.name}: {p} does not exist")
+        if node.role == "head" and not head_removed:
+            # Each port where it will be bound: the API on servectl.host, the rendezvous on
+            # the head's vllm_host_ip.
+            for host, port in ((s.host, s.port), (node.vllm_host_ip, s.parallel.master_port)):
+                busy = nodes.collector(node, ["ports", "--host", host, str(port)]).get("ports", {})
+                info = busy.get(str(port), {})
+                if not info.get("free", False):
+                    problems.append(f"{node.name}: port {host}:{port} is {info.get('reason')}")
+        if s.gpus == "all" or s.gpu_clock_cap_mhz:
+            args = ["cap", str(s.gpu_clock_cap_mhz)] if s.gpu_clock_cap_mhz else ["show"]
+            doc = nodes.collector(node, args, sudo=bool(s.gpu_clock_cap_mhz))
+            problems.extend(gpu_problems(node.name, doc, s.gpu_clock_cap_mhz))
+        return problems
+
+    emit("preflight", None, f"checking {len(checked)} node(s)")
+    results = nodes.fan_out(checked, check, timeout=timeout_s)
+    problems: list[str] = []
+    for name, r in results.items():
+        if isinstance(r, ServectlError):
+            problems.append(f"{name}: {r}")
+        else:
+            problems.extend(r)
+    return PreflightReport(not problems, tuple(sorted(problems)))

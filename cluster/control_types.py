@@ -1,0 +1,95 @@
+"""What cluster control reports: progress events and the typed results of its actions.
+
+Shared by `servectl.cluster.control` and its parts (preflight, apply, boot, clocks), so that
+none of them imports the facade.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from servectl.cluster.boot import BootProgress
+from servectl.cluster.control_plan import ControlPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    """Progress report for the CLI: `kind` in preflight/remove/start/boot/ready/failed/info."""
+
+    kind: str
+    node: str | None
+    message: str
+    progress: BootProgress | None = None
+
+
+EventCallback = Callable[[ControlEvent], None]
+
+
+class Emit(Protocol):
+    """How the parts report progress: `emit(kind, node, message, progress)`."""
+
+    def __call__(
+        self, kind: str, node: str | None, message: str, progress: BootProgress | None = None
+    ) -> None: ...
+
+
+def emitter(on_event: EventCallback | None) -> Emit:
+    """An `Emit` over the CLI's callback; a callback that raises is logged, never propagated."""
+    callback = on_event or (lambda e: None)
+
+    def emit(
+        kind: str, node: str | None, message: str, progress: BootProgress | None = None
+    ) -> None:
+        try:
+            callback(ControlEvent(kind, node, message, progress))
+        except Exception:  # noqa: BLE001 - a broken renderer must not break an apply
+            log.exception("event callback failed")
+
+    return emit
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    node: str
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    ok: bool
+    problems: tuple[str, ...]
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BootResult:
+    ready: bool
+    progress: BootProgress
+    elapsed_s: float
+    reason: str | None = None
+    last_lines: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    plan: ControlPlan
+    outcomes: tuple[NodeOutcome, ...]
+    boot: BootResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes) and (self.boot is None or self.boot.ready)
+
+
+@dataclass(frozen=True)
+class ClockResult:
+    node: str
+    ok: bool
+    message: str
+    gpus: tuple[Mapping[str, Any], ...] = ()

@@ -1,0 +1,229 @@
+"""A fake `servectl.cluster.nodes.Nodes`: containers in dicts, scripted collector answers.
+
+Cluster control's parts take a `Nodes`; these tests hand them `FakeNodes` instead of SSH and
+Docker (as pyinfra tests its operations on a fake host). Fan-out is the real one, so deadlines
+and errors-as-values behave as they do against real nodes. Every action lands in `actions`,
+in the order it happened.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from servectl.cluster.docker_gw import ContainerInfo
+from servectl.cluster.errors import NodeUnreachable, ServectlError
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.launch import ContainerPlan, plan_cluster
+from servectl.cluster.nodes import fan_out
+from servectl.cluster.spec import ClusterSpec, NodeSpec
+
+T = TypeVar("T")
+GOOD = Path(__file__).parent / "inventories" / "good.yml"
+EPOCH = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def good_spec() -> ClusterSpec:
+    """Four nodes, native TP, a drafter, a clock cap of 2000 MHz, the API key from the env."""
+    return load_inventory(GOOD)
+
+
+class FixedClock:
+    """Wall-clock seconds that move only when a test says so."""
+
+    def __init__(self, start: datetime = EPOCH) -> None:
+        self.t = start.timestamp()
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, s: float) -> None:
+        self.t += s
+
+
+class FakeLogStream:
+    def __init__(self, lines: Sequence[str], hold_open: bool = False) -> None:
+        self.lines = list(lines)
+        self.closed = threading.Event()
+        self.hold_open = hold_open  # a live container: the stream ends only when closed
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.lines
+        if self.hold_open:
+            self.closed.wait(30)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+@dataclass
+class FakeSession:
+    node: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    dirs: set[str] = field(default_factory=set)
+
+    def read_bytes(self, path: str) -> bytes:
+        if path not in self.files:
+            raise ServectlError(f"{self.node}: {path}: no such file")
+        return self.files[path]
+
+    def run(self, argv: list[str], **_: Any) -> Any:
+        """Only `test -d DIR` is asked of a session here (the applied-plan copy)."""
+        rc = 0 if argv[:2] == ["test", "-d"] and argv[2] in self.dirs else 1
+        return type("Result", (), {"rc": rc, "stdout": "", "stderr": ""})()
+
+    def put_atomic(self, data: bytes, remote: str, mode: int = 0o600, **_: Any) -> None:
+        self.files[remote] = data
+
+
+class FakeDocker:
+    """One node's engine: containers by name, images present, each container's log."""
+
+    def __init__(self, node: str, owner: FakeNodes) -> None:
+        self.node = node
+        self.owner = owner
+        self.containers: dict[str, ContainerInfo] = {}
+        self.images: set[str] = set()
+        self.log_lines: dict[str, list[str]] = {}  # container name -> its log
+        self.secrets_seen: dict[str, Mapping[str, str]] = {}
+        self.streams: list[FakeLogStream] = []  # every log stream handed out
+
+    def add(self, plan: ContainerPlan, state: str = "running", exit_code: int | None = None):
+        info = ContainerInfo(
+            node=self.node,
+            id=f"{plan.name}-id-0123456789",
+            name=plan.name,
+            image=plan.image,
+            state=state,
+            labels=dict(plan.labels),
+            started_at=EPOCH,
+            exit_code=exit_code,
+        )
+        self.containers[plan.name] = info
+        return info
+
+    def list_servectl(self, cluster: str | None = None) -> list[ContainerInfo]:
+        self.owner.gate(self.node)
+        return list(self.containers.values())
+
+    def image_present(self, image: str) -> bool:
+        self.owner.gate(self.node)
+        return image in self.images
+
+    def run(self, plan: ContainerPlan, secret_values: Mapping[str, str] | None = None):
+        self.owner.gate(self.node)
+        self.owner.record("start", self.node, plan.name)
+        self.secrets_seen[plan.name] = dict(secret_values or {})
+        return self.add(plan)
+
+    def remove(self, container: str, stop_timeout: int = 10) -> bool:
+        self.owner.gate(self.node)
+        self.owner.record("remove", self.node, container)
+        return self.containers.pop(container, None) is not None
+
+    def exec_detached(
+        self, container: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> None:
+        self.owner.gate(self.node)
+        self.owner.record("exec", self.node, container)
+
+    def _name(self, container: str) -> str:
+        return next((c.name for c in self.containers.values() if container in (c.id, c.name)), "")
+
+    def logs(self, container: str, tail: int | str = 100) -> str:
+        self.owner.gate(self.node)
+        lines = self.log_lines.get(self._name(container), [])
+        return "\n".join(lines if tail == "all" else lines[-int(tail) :])
+
+    def follow_logs(self, container: str, tail: int | str = 100) -> FakeLogStream:
+        self.owner.gate(self.node)
+        lines = self.log_lines.get(self._name(container) or container, [])
+        stream = FakeLogStream(lines, hold_open=True)
+        self.streams.append(stream)
+        return stream
+
+
+def default_collector(node: NodeSpec, args: Sequence[str], sudo: bool) -> dict[str, Any]:
+    """A healthy node: every path exists, every port is free, one GPU, capped as asked."""
+    what = args[0]
+    gpu = {"index": 0, "name": "GB10", "locked_clock_max_mhz": None}
+    if what == "paths":
+        return {"ok": True, "paths": {p: {"exists": True} for p in args[1:]}}
+    if what == "ports":
+        return {"ok": True, "ports": {args[-1]: {"free": True}}}
+    if what == "cap":
+        gpu["locked_clock_max_mhz"] = int(args[1])
+    return {"ok": True, "action": what, "nvml": {"available": True}, "gpus": [gpu]}
+
+
+class FakeNodes:
+    """`Nodes` over fakes. `down` nodes raise NodeUnreachable; `frozen` nodes never answer
+    (until `thaw()`); `collect(node, args, sudo)` scripts the collector's JSON."""
+
+    def __init__(self, spec: ClusterSpec, image_everywhere: bool = True) -> None:
+        self.spec = spec
+        self.engines = {n.name: FakeDocker(n.name, self) for n in spec.nodes}
+        self.sessions = {n.name: FakeSession(n.name) for n in spec.nodes}
+        if image_everywhere:
+            for gw in self.engines.values():
+                gw.images.add(spec.serving.image)
+        self.down: set[str] = set()
+        self.frozen: set[str] = set()
+        self._thawed = threading.Event()
+        self.collect: Callable[[NodeSpec, Sequence[str], bool], dict[str, Any]] = default_collector
+        self.collector_calls: list[tuple[str, tuple[str, ...], bool]] = []
+        self.actions: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    # -- scripting ---------------------------------------------------------------------------
+    def run_all(self, state: str = "running") -> None:
+        """Every node runs this spec's container (as after a successful `up`)."""
+        for c in plan_cluster(self.spec).containers:
+            self.engines[c.node].add(c, state)
+
+    def gate(self, node: str) -> None:
+        if node in self.down:
+            raise NodeUnreachable(node, "connection refused")
+        if node in self.frozen:
+            self._thawed.wait(30)
+
+    def streams_closed(self) -> list[bool]:
+        return [st.closed.is_set() for gw in self.engines.values() for st in gw.streams]
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    def record(self, what: str, node: str, container: str) -> None:
+        with self._lock:
+            self.actions.append((what, node, container))
+
+    # -- the Nodes protocol ------------------------------------------------------------------
+    def session(self, node: NodeSpec) -> FakeSession:
+        self.gate(node.name)
+        return self.sessions[node.name]
+
+    def docker(self, node: NodeSpec) -> FakeDocker:
+        return self.engines[node.name]
+
+    def collector(
+        self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        self.gate(node.name)
+        with self._lock:
+            self.collector_calls.append((node.name, tuple(args), sudo))
+        return self.collect(node, args, sudo)
+
+    def fan_out(
+        self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
+    ) -> dict[str, T | ServectlError]:
+        return fan_out(nodes, fn, timeout)
+
+    def close(self) -> None:
+        self.closed = True
+        self.thaw()
