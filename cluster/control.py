@@ -134,7 +134,9 @@ class Controller:
     @property
     def pool(self) -> SshPool:
         """The real connector's SSH pool (tests of the SSH route read its sessions)."""
-        return self.nodes.pool  # type: ignore[attr-defined,no-any-return]
+        if not isinstance(self.nodes, NodeConnector):
+            raise AttributeError("pool: only the real NodeConnector has an SSH pool")
+        return self.nodes.pool
 
     @property
     def nvml_lib(self) -> str | None:

@@ -104,11 +104,14 @@ class NodeConnector:
             timeout=timeout,
         )
         try:
-            return json.loads(result.stdout)
+            doc = json.loads(result.stdout)
         except json.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):  # not the collector's JSON object: say what it printed
             raise CommandFailed(
                 node.name, ["collector", *args], result.rc, result.stderr or result.stdout
-            ) from None
+            )
+        return doc
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None

@@ -21,14 +21,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"cluster": "servectl.cluster", "watchdog": "servectl.watchdog"}
 
-# issue 18: pending merge. These files are being rewritten on other branches (the watchdog's
-# actuator and restart job, one JSON-lines writer, one atomic writer, the controller split, the
-# provisioning wheelhouse...); their function-level imports are listed in the issue. The lead
-# removes each entry once its successor is merged and commented.
-PENDING_MERGE = {
-    "cluster/control.py",
-}
-
 
 def _sources() -> Iterator[tuple[str, str]]:
     """(path relative to the repository, module name) of every module of the package."""
@@ -95,8 +87,6 @@ def test_the_check_sees_a_bare_function_level_import() -> None:
 def test_function_level_imports_say_why_they_are_deferred() -> None:
     found = {}
     for rel, _module in _sources():
-        if rel in PENDING_MERGE:
-            continue
         bad = uncommented_function_imports((ROOT / rel).read_text(encoding="utf-8"))
         if bad:
             found[rel] = bad
@@ -104,11 +94,6 @@ def test_function_level_imports_say_why_they_are_deferred() -> None:
         "function-level imports without a comment saying why they are deferred "
         f"(move them to the module's top, or say why not): {found}"
     )
-
-
-def test_pending_merge_entries_still_exist() -> None:
-    """A stale allow-list entry would hide nothing but mislead: keep it true."""
-    assert [p for p in sorted(PENDING_MERGE) if not (ROOT / p).exists()] == []
 
 
 def _is_type_checking(test: ast.expr) -> bool:
