@@ -119,6 +119,25 @@ def plan(
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
 
 
+def _mount_lab_not_installed() -> None:
+    """`servectl lab ...` where the lab is absent: it is a development tool, in the source tree
+    (`cluster/lab/`, an editable install sees it) and not in the wheel the nodes and operators get."""
+
+    @app.command(
+        "lab",
+        help="The 4-node lab (not installed: it ships with a source checkout).",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    def _lab(ctx: typer.Context) -> None:
+        typer.echo(
+            "error: the lab is not installed: it is a development tool in servectl's source tree "
+            "(cluster/lab/), not in the wheel; clone the repository and run scripts/setup.sh, or "
+            "`pip install -e .` from a checkout",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 def _mount_optional() -> None:
     """Sub-command groups live in their own modules."""
     for module, name in (
@@ -133,6 +152,9 @@ def _mount_optional() -> None:
         try:
             sub = importlib.import_module(module)
         except ModuleNotFoundError as exc:
+            if name == "lab" and exc.name == "servectl.cluster.lab":
+                _mount_lab_not_installed()
+                continue
             if exc.name != module:
                 raise
             continue

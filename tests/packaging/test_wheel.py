@@ -36,8 +36,18 @@ def _run(argv: list[str], cwd: Path | None = None, timeout: float = 600) -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built from a copy of the files git knows (tracked, or new and not ignored): pip builds in
+    # the tree, and setuptools packs whatever an earlier build left in build/lib (a package since
+    # removed from the wheel would still ship from a developer's checkout)
+    src = tmp_path_factory.mktemp("src")
+    listed = _run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                   "--exclude-standard"])  # fmt: skip
+    for rel in filter(None, listed.split("\0")):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
     out = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)])
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)])
     (found,) = out.glob("servectl-*.whl")
     return found
 
@@ -51,6 +61,9 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert "servectl/cluster/data/vllm_serve_flags_0.33.0.json" in names
     assert "servectl/watchdog/monitoring/servectl-rules.yml" in names  # monitoring_files
     assert "servectl/watchdog/monitoring/grafana-night.json" in names
+    # the lab is a development tool (a source checkout's editable install sees cluster/lab/):
+    # neither the operators' nor the nodes' wheel carries it, nor its C stand-in and Dockerfiles
+    assert not [n for n in names if n.startswith("servectl/cluster/lab/")]
 
 
 def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
@@ -169,6 +182,23 @@ def test_installed_servectl_finds_its_playbooks_without_a_checkout(
     env_cfg = f"ANSIBLE_CONFIG={playbooks / 'ansible.cfg'}"
     _run(["env", env_cfg, f"HOME={tmp_path}", py, "-m", "ansible.cli.playbook", "--syntax-check",
           "-i", str(inventory), str(playbooks / "site.yml")], cwd=tmp_path)  # fmt: skip
+
+
+def test_installed_servectl_says_the_lab_is_a_checkout_tool(
+    installed: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        # `status`, read-only: were the lab installed after all, this must not touch a real one
+        [str(installed / "bin" / "servectl"), "lab", "status"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the lab is not installed" in done.stderr and "Traceback" not in done.stderr
+    top = _run([str(installed / "bin" / "servectl"), "--help"], cwd=tmp_path)
+    assert "lab" in top and "provision" in top  # every other command is there
 
 
 def test_nodes_wheel_is_repacked_from_the_installation(
