@@ -22,8 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from servectl.cluster.cli.common import emit_json, load
 from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from servectl.cluster.ssh import SshPool
-from servectl.watchdog.thermal.bundle import build_zipapp
 from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
 from servectl.watchdog.thermal.remote import (
     LiveRow,
@@ -147,7 +147,7 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
                         console.print(f"  {line}", highlight=False, markup=False)
                 _print_unreachable(console, failed)
             raise typer.Exit(1 if failed else 0)
-        zipapp, _sha = build_zipapp(Path(tmp) / "thermal-agent.pyz")
+        zipapp = build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path
         by_name = {n.name: n for n in spec.nodes}
         t = _node_timeout(spec)
         applied = fan_out(
@@ -215,7 +215,7 @@ def status(
 
         def zipapp() -> Path:  # only when a node has no installed agent
             if not built:
-                built.append(build_zipapp(Path(tmp) / "thermal-agent.pyz")[0])
+                built.append(build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path)
             return built[0]
 
         def one(n: Any) -> StatusRow:
