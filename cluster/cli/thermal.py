@@ -29,7 +29,7 @@ from servectl.watchdog.thermal.remote import (
     LiveRow,
     StatusRow,
     apply_plan,
-    fan_out,
+    call_each_node,
     live_row,
     node_status_doc,
     plan_start,
@@ -125,7 +125,7 @@ def _node_timeout(spec: Any) -> float:
 
 def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
     t = _node_timeout(spec)
-    return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
+    return call_each_node(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
 
 
 def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
@@ -150,7 +150,7 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
         zipapp = build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path
         by_name = {n.name: n for n in spec.nodes}
         t = _node_timeout(spec)
-        applied = fan_out(
+        applied = call_each_node(
             [by_name[n] for n in plans],
             lambda n: apply_plan(pool.session(n), plans[n.name], zipapp, t),
         )
@@ -223,7 +223,7 @@ def status(
             units = read_units(sess, t)
             return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
 
-        outs = fan_out(spec.nodes, one)
+        outs = call_each_node(spec.nodes, one)
     rows = [
         o.value if o.ok else StatusRow(node=o.node, reachable=False, reason=o.error) for o in outs
     ]
@@ -272,7 +272,7 @@ def watch(
     period = max(0.5, every or spec.thermal.interval_s)
 
     def table() -> Table:
-        outs = fan_out(
+        outs = call_each_node(
             spec.nodes, lambda n: read_latest(pool.session(n), spec.thermal.dir, n.name, t)
         )
         now = time.time()

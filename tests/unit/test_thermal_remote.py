@@ -258,3 +258,26 @@ def test_agent_listens_where_the_inventory_says() -> None:
             pass
     finally:
         server.stop()
+
+
+def test_call_each_node_keeps_node_order_and_sorts_failures() -> None:
+    from servectl.cluster.errors import NodeUnreachable, ServectlError
+    from servectl.watchdog.thermal.remote import NodeCall, call_each_node
+
+    def call(node: SimpleNamespace) -> int:
+        if node.name == "dead":
+            raise NodeUnreachable("dead", "no route to host")
+        if node.name == "bad":
+            raise ServectlError("bad: permission denied")
+        if node.name == "torn":
+            raise EOFError("transport closed")
+        return len(node.name)
+
+    nodes = [SimpleNamespace(name=n) for n in ("n1", "dead", "bad", "torn")]
+    assert call_each_node(nodes, call) == [  # type: ignore[arg-type]
+        NodeCall("n1", True, 2),
+        NodeCall("dead", False, error="no route to host", unreachable=True),
+        NodeCall("bad", False, error="bad: permission denied"),
+        NodeCall("torn", False, error="EOFError: transport closed", unreachable=True),
+    ]
+    assert call_each_node([], call) == []
