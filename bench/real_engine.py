@@ -36,7 +36,7 @@ from servectl.cluster.lab.paths import LabPaths
 from servectl.watchdog.actuator import build_actuator
 from servectl.watchdog.daemon import build_watchdog
 from servectl.watchdog.events import read_events
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 from servectl.watchdog.wiring import build_config
 
 RANK = re.compile(r"vllm serve|VLLM::")
@@ -98,7 +98,7 @@ def main() -> int:
     )
     wd = build_watchdog(cfg, build_actuator(spec, str(state / "control")))
     try:
-        while wd.state is None or wd.state.phase is not Phase.READY:
+        while wd.state is None or wd.state.phase is not WatchdogPhase.READY:
             wd.tick()
             time.sleep(cfg.interval_s)
         t_fault = time.time()
@@ -113,7 +113,7 @@ def main() -> int:
         window = opts.failures * (opts.interval + opts.timeout)
         print(f"watchdog_detection_s: {begin['ts'] - t_fault:.1f}")
         print(f"watchdog_policy_window_s: {window:.1f}  (failures x (interval + timeout))")
-        while wd.state.phase is not Phase.READY:
+        while wd.state.phase is not WatchdogPhase.READY:
             wd.tick()
             time.sleep(cfg.interval_s)
         print("watchdog_restart: healthy again")

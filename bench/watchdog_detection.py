@@ -32,11 +32,11 @@ import httpx
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.policy import (
     Observation,
-    Phase,
     Policy,
     PolicyConfig,
     PolicyState,
     Restart,
+    WatchdogPhase,
     detection_window_s,
 )
 from servectl.watchdog.probe import Outcome, Prober
@@ -68,7 +68,7 @@ def watch(
     """Probe for `seconds`; returns (restart decisions, time of the first one)."""
     prober, policy = Prober(cfg), Policy(PolicyConfig.from_config(cfg))
     verdicts = {} if verdicts is None else verdicts
-    state, restarts, first = PolicyState(phase=Phase.READY), 0, None
+    state, restarts, first = PolicyState(phase=WatchdogPhase.READY), 0, None
     end = time.time() + seconds
     while time.time() < end:
         t0 = time.monotonic()
@@ -85,7 +85,7 @@ def watch(
                 restarts += 1
                 first = first or time.time()
                 print(f"  RESTART decided: {d.reason}")
-                state = PolicyState(phase=Phase.READY)  # nothing restarted: keep judging
+                state = PolicyState(phase=WatchdogPhase.READY)  # nothing restarted: keep judging
                 if stop_on_restart:
                     return restarts, first
         time.sleep(max(0.0, cfg.interval_s - (time.monotonic() - t0)))
@@ -165,7 +165,7 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
         model="m",
         metrics_port=0,
     )
-    StateStore(cfg.state_path).save(PolicyState(phase=Phase.READY))  # a server that was up
+    StateStore(cfg.state_path).save(PolicyState(phase=WatchdogPhase.READY))  # a server that was up
     decided = threading.Event()
     marks: dict[str, float] = {}
 

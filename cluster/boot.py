@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servectl.cluster.boot_history import BootHistory, estimate_eta, phase_durations
-from servectl.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, Phase
+from servectl.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
 from servectl.cluster.boot_rules import BootEvent, Cause, parse_line, root_cause
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
     "BootNote",
     "BootProgress",
     "BootTracker",
-    "Phase",
+    "BootPhase",
     "estimate_eta",
     "parse_line",
     "phase_durations",
@@ -68,7 +68,7 @@ class BootProgress:
     the root cause (named when known: "out of memory: ...") and `error_context` the wrapper
     that reported it ("RuntimeError: Engine core initialization failed...")."""
 
-    phase: Phase = Phase.STARTING
+    phase: BootPhase = BootPhase.STARTING
     fraction: float = 0.0
     shards_loaded: int = 0
     shards_total: int | None = None
@@ -93,11 +93,11 @@ class BootProgress:
 
     @property
     def ready(self) -> bool:
-        return self.phase is Phase.READY
+        return self.phase is BootPhase.READY
 
     @property
     def failed(self) -> bool:
-        return self.phase is Phase.FAILED
+        return self.phase is BootPhase.FAILED
 
     @property
     def verdict(self) -> str:
@@ -118,11 +118,11 @@ class BootProgress:
     def describe(self) -> str:
         """Short human text, e.g. `loading_weights 23/49`."""
         text = self.phase.value
-        if self.phase is Phase.LOADING_WEIGHTS and self.shards_total:
+        if self.phase is BootPhase.LOADING_WEIGHTS and self.shards_total:
             text += f" {self.shards_loaded}/{self.shards_total}"
-        elif self.phase is Phase.WARMUP and self.cuda_graphs_pct is not None:
+        elif self.phase is BootPhase.WARMUP and self.cuda_graphs_pct is not None:
             text += f" cuda graphs {self.cuda_graphs_label} {self.cuda_graphs_pct}%"
-        elif self.phase is Phase.FAILED and self.error:
+        elif self.phase is BootPhase.FAILED and self.error:
             text += f": {self.error}"
         return text
 
@@ -167,13 +167,13 @@ class BootTracker:
     """
 
     def __init__(
-        self, durations: Mapping[Phase, float] | None = None, started_at: float | None = None
+        self, durations: Mapping[BootPhase, float] | None = None, started_at: float | None = None
     ) -> None:
         self.durations = dict(durations or {})
         self.progress = BootProgress(started_at=started_at, phase_started_at=started_at)
-        self.phase_times: dict[Phase, float] = {}  # phase -> when entered
+        self.phase_times: dict[BootPhase, float] = {}  # phase -> when entered
         if started_at is not None:
-            self.phase_times[Phase.STARTING] = started_at
+            self.phase_times[BootPhase.STARTING] = started_at
         self._tracebacks: dict[str, _Traceback] = {}
         self._headers: set[str] = set()
         self._exceptions: list[str] = []  # exception lines before ready, in log order
@@ -188,7 +188,7 @@ class BootTracker:
         p = self.progress
         if p.started_at is None:
             p = replace(p, started_at=now, phase_started_at=now)
-            self.phase_times.setdefault(Phase.STARTING, now)
+            self.phase_times.setdefault(BootPhase.STARTING, now)
         for ev in parse_line(line):
             p = self._apply(p, ev, now)
         if line.strip():
@@ -205,7 +205,7 @@ class BootTracker:
         """The server answered a real request: ready, whatever the log said so far."""
         p = self.progress
         if not p.failed:
-            p = self._enter(p, Phase.READY, now)
+            p = self._enter(p, BootPhase.READY, now)
         self.progress = self._with_estimates(p, now)
         return self.progress
 
@@ -213,8 +213,8 @@ class BootTracker:
         """Mark failed from outside the log (container exited, deadline passed)."""
         p = self.progress
         if not p.failed:
-            self.phase_times.setdefault(Phase.FAILED, now)
-            p = replace(p, phase=Phase.FAILED, phase_started_at=now)
+            self.phase_times.setdefault(BootPhase.FAILED, now)
+            p = replace(p, phase=BootPhase.FAILED, phase_started_at=now)
         cause = self._cause()
         errors = [n for n in p.notes if n.level in ("ERROR", "CRITICAL") and not n.after_ready]
         if cause is None and errors and not p.error:
@@ -231,10 +231,10 @@ class BootTracker:
         return self.progress
 
     # -- folding -----------------------------------------------------------------------------
-    def _enter(self, p: BootProgress, phase: Phase, now: float) -> BootProgress:
+    def _enter(self, p: BootProgress, phase: BootPhase, now: float) -> BootProgress:
         if p.failed or p.ready or phase is p.phase:
             return p
-        if phase is not Phase.FAILED and phase.order < p.phase.order:
+        if phase is not BootPhase.FAILED and phase.order < p.phase.order:
             return p  # never go backwards
         self.phase_times.setdefault(phase, now)
         return replace(p, phase=phase, phase_started_at=now)
@@ -308,20 +308,20 @@ class BootTracker:
     def _fail_from_log(self, p: BootProgress, line: str, now: float) -> BootProgress:
         self._fatal.append(line)
         if not p.failed:
-            self.phase_times.setdefault(Phase.FAILED, now)
-            p = replace(p, phase=Phase.FAILED, phase_started_at=now)
+            self.phase_times.setdefault(BootPhase.FAILED, now)
+            p = replace(p, phase=BootPhase.FAILED, phase_started_at=now)
         return self._with_cause(p, self._cause() or Cause(line))
 
     def _progress_event(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
         d = ev.data
         if ev.kind == "shards":
             # the drafter prints its own bar (1/1) after the model's: count it apart
-            if p.phase.order >= Phase.LOADING_DRAFTER.order:
+            if p.phase.order >= BootPhase.LOADING_DRAFTER.order:
                 return replace(p, drafter_shards_loaded=d["n"], drafter_shards_total=d["total"])
             if p.shards_total is not None and d["total"] != p.shards_total and p.shards_loaded:
                 if p.shards_loaded >= p.shards_total:  # a second bar after the model's: drafter
                     return replace(p, drafter_shards_loaded=d["n"], drafter_shards_total=d["total"])
-            p = self._enter(p, Phase.LOADING_WEIGHTS, now)
+            p = self._enter(p, BootPhase.LOADING_WEIGHTS, now)
             return replace(p, shards_loaded=d["n"], shards_total=d["total"])
         if ev.phase is not None:
             p = self._enter(p, ev.phase, now)
@@ -344,9 +344,9 @@ class BootTracker:
     # -- fraction and ETA ---------------------------------------------------------------------
     def _within(self, p: BootProgress, now: float, expected: float | None) -> float:
         """How far into the current phase, 0..1."""
-        if p.phase is Phase.LOADING_WEIGHTS and p.shards_total:
+        if p.phase is BootPhase.LOADING_WEIGHTS and p.shards_total:
             return min(1.0, p.shards_loaded / p.shards_total)
-        if p.phase is Phase.WARMUP and p.cuda_graphs_pct is not None and expected is None:
+        if p.phase is BootPhase.WARMUP and p.cuda_graphs_pct is not None and expected is None:
             return p.cuda_graphs_pct / 100
         if expected and p.phase_started_at is not None:
             return min(0.95, max(0.0, (now - p.phase_started_at) / expected))
@@ -357,7 +357,7 @@ class BootTracker:
             return replace(p, fraction=1.0, eta_s=0.0)
         if p.failed:
             return replace(p, eta_s=None)
-        weights: dict[Phase, float] = {
+        weights: dict[BootPhase, float] = {
             ph: self.durations.get(ph, DEFAULT_WEIGHTS_S[ph]) for ph in TIMED_PHASES
         }
         total = sum(weights.values()) or 1.0
@@ -371,7 +371,7 @@ class BootTracker:
 
 
 def read_boot_log(
-    lines: Iterable[str], durations: Mapping[Phase, float] | None = None
+    lines: Iterable[str], durations: Mapping[BootPhase, float] | None = None
 ) -> BootProgress:
     """Replay a whole log copied from anywhere (a file, stdin, `docker logs`): where did this
     boot stop, and why. Lines may hold several `\\r`-separated tqdm updates. A leading block of

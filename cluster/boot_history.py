@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.boot_phase import TIMED_PHASES, Phase
+from servectl.cluster.boot_phase import TIMED_PHASES, BootPhase
 from servectl.cluster.durable import append_jsonl, default_state_dir, read_jsonl
 
 
 def estimate_eta(
-    phase: Phase,
+    phase: BootPhase,
     within: float,
-    durations: Mapping[Phase, float],
+    durations: Mapping[BootPhase, float],
     phase_started_at: float | None = None,
     now: float | None = None,
 ) -> float | None:
@@ -25,7 +25,7 @@ def estimate_eta(
     median minus the time already spent when there is no finer progress. None without history.
     """
     if not durations or phase not in TIMED_PHASES:
-        return 0.0 if phase is Phase.READY else None
+        return 0.0 if phase is BootPhase.READY else None
     idx = TIMED_PHASES.index(phase)
     current = durations.get(phase, 0.0)
     if within > 0:
@@ -37,14 +37,14 @@ def estimate_eta(
     return rest + sum(durations.get(ph, 0.0) for ph in TIMED_PHASES[idx + 1 :])
 
 
-def phase_durations(phase_times: Mapping[Phase, float], ended_at: float) -> dict[str, float]:
+def phase_durations(phase_times: Mapping[BootPhase, float], ended_at: float) -> dict[str, float]:
     """Entered-at times -> seconds spent in each phase (a phase skipped gets 0)."""
     seen = sorted(
         ((t, ph) for ph, t in phase_times.items() if ph in TIMED_PHASES),
         key=lambda x: (x[0], x[1].order),
     )
     out: dict[str, float] = {ph.value: 0.0 for ph in TIMED_PHASES}
-    for (t, ph), nxt in zip(seen, [*seen[1:], (ended_at, Phase.READY)], strict=True):
+    for (t, ph), nxt in zip(seen, [*seen[1:], (ended_at, BootPhase.READY)], strict=True):
         out[ph.value] = max(0.0, nxt[0] - t)
     return out
 
@@ -60,12 +60,12 @@ class BootHistory:
         out = [r for r in read_jsonl(self.path) if cluster is None or r.get("cluster") == cluster]
         return out[-self.keep :]
 
-    def medians(self, cluster: str | None = None) -> dict[Phase, float]:
-        per: dict[Phase, list[float]] = {}
+    def medians(self, cluster: str | None = None) -> dict[BootPhase, float]:
+        per: dict[BootPhase, list[float]] = {}
         for rec in self.records(cluster):
             for name, seconds in (rec.get("phases") or {}).items():
                 try:
-                    per.setdefault(Phase(name), []).append(float(seconds))
+                    per.setdefault(BootPhase(name), []).append(float(seconds))
                 except (ValueError, TypeError):
                     continue
         return {ph: statistics.median(v) for ph, v in per.items() if v}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class Phase(StrEnum):
+class BootPhase(StrEnum):
     """Boot phases in the order vLLM goes through them."""
 
     STARTING = "starting"  # container started, no engine line yet
@@ -25,19 +25,19 @@ class Phase(StrEnum):
         return _ORDER.index(self) if self in _ORDER else len(_ORDER)
 
 
-_ORDER = [p for p in Phase if p is not Phase.FAILED]
-TIMED_PHASES = [p for p in _ORDER if p is not Phase.READY]
+_ORDER = [p for p in BootPhase if p is not BootPhase.FAILED]
+TIMED_PHASES = [p for p in _ORDER if p is not BootPhase.READY]
 
 # Seconds per phase from the reference boot (0.25.1, GB10, 49 shards, 24.5 min); only used to
 # weight the progress bar before any boot has been recorded, never for the ETA.
 DEFAULT_WEIGHTS_S = {
-    Phase.STARTING: 5,
-    Phase.ENGINE_INIT: 11,
-    Phase.RENDEZVOUS: 2,
-    Phase.LOADING_WEIGHTS: 575,
-    Phase.LOADING_DRAFTER: 18,
-    Phase.PROFILING: 755,
-    Phase.KV_CACHE: 1,
-    Phase.WARMUP: 115,
-    Phase.API_STARTING: 5,
+    BootPhase.STARTING: 5,
+    BootPhase.ENGINE_INIT: 11,
+    BootPhase.RENDEZVOUS: 2,
+    BootPhase.LOADING_WEIGHTS: 575,
+    BootPhase.LOADING_DRAFTER: 18,
+    BootPhase.PROFILING: 755,
+    BootPhase.KV_CACHE: 1,
+    BootPhase.WARMUP: 115,
+    BootPhase.API_STARTING: 5,
 }

@@ -19,14 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.cluster.boot_phase import Phase
+from servectl.cluster.boot_phase import BootPhase
 from servectl.cluster.vllm_log import LogLine, parse_prefix
 
 
 @dataclass(frozen=True, kw_only=True)
 class BootEvent:
     kind: str
-    phase: Phase | None  # the phase this event implies (None: no phase change)
+    phase: BootPhase | None  # the phase this event implies (None: no phase change)
     data: Mapping[str, Any] = field(default_factory=dict)
     line: str = ""
     who: str = "main"  # the emitting process (LogLine.who)
@@ -39,66 +39,74 @@ def _num(text: str) -> float:
 
 # (kind, phase, regex): first match wins; order matters. Regexes follow vLLM's format strings
 # (reference/vllm.md section 4) and older spellings seen in real logs (0.5 .. 0.33).
-_RULES: list[tuple[str, Phase | None, re.Pattern[str]]] = [
-    ("ready", Phase.READY, re.compile(r"Application startup complete\.")),
+_RULES: list[tuple[str, BootPhase | None, re.Pattern[str]]] = [
+    ("ready", BootPhase.READY, re.compile(r"Application startup complete\.")),
     (
         "version",
-        Phase.ENGINE_INIT,
+        BootPhase.ENGINE_INIT,
         re.compile(r"server version (?P<version>\S+), serving model (?P<model>\S+)"),
     ),
-    ("version", Phase.ENGINE_INIT, re.compile(r"vLLM API server version (?P<version>\S+)")),
-    ("version", Phase.ENGINE_INIT, re.compile(r"█\s+version (?P<version>\S+)")),
-    ("args", Phase.ENGINE_INIT, re.compile(r"non-default args: (?P<args>.*)")),
+    ("version", BootPhase.ENGINE_INIT, re.compile(r"vLLM API server version (?P<version>\S+)")),
+    ("version", BootPhase.ENGINE_INIT, re.compile(r"█\s+version (?P<version>\S+)")),
+    ("args", BootPhase.ENGINE_INIT, re.compile(r"non-default args: (?P<args>.*)")),
     ("max_model_len", None, re.compile(r"Using max model len (?P<max_model_len>\d+)")),
     (
         "engine_init",
-        Phase.ENGINE_INIT,
+        BootPhase.ENGINE_INIT,
         re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\)"),
     ),
     (
         "engine_init",
-        Phase.ENGINE_INIT,
+        BootPhase.ENGINE_INIT,
         re.compile(r"Initializing an? LLM engine \(v(?P<version>[^)]+)\)"),
     ),
     (
         "headless",
-        Phase.RENDEZVOUS,
+        BootPhase.RENDEZVOUS,
         re.compile(
             r"Launching vLLM \(v(?P<version>[^)]+)\) headless multiproc executor, with head "
             r"node address (?P<master>\S+?),? "
         ),
     ),
-    ("rendezvous", Phase.RENDEZVOUS, re.compile(r"DP group leader: node_rank=(?P<node_rank>\d+)")),
     (
         "rendezvous",
-        Phase.RENDEZVOUS,
+        BootPhase.RENDEZVOUS,
+        re.compile(r"DP group leader: node_rank=(?P<node_rank>\d+)"),
+    ),
+    (
+        "rendezvous",
+        BootPhase.RENDEZVOUS,
         re.compile(r"world_size=(?P<world_size>\d+) rank=(?P<rank>\d+) .*distributed_init_method="),
     ),
     (
         "rendezvous",
-        Phase.RENDEZVOUS,
+        BootPhase.RENDEZVOUS,
         re.compile(r"rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned"),
     ),
     # NCCL set-up: the ranks have found each other's rendezvous (0.5+ pynccl)
-    ("rendezvous", Phase.RENDEZVOUS, re.compile(r"vLLM is using nccl==|Found nccl from library")),
+    (
+        "rendezvous",
+        BootPhase.RENDEZVOUS,
+        re.compile(r"vLLM is using nccl==|Found nccl from library"),
+    ),
     (
         "load_start",
-        Phase.LOADING_WEIGHTS,
+        BootPhase.LOADING_WEIGHTS,
         re.compile(r"Starting to load model (?P<model>.+?)\.\.\."),
     ),
     (
         "shards",
-        Phase.LOADING_WEIGHTS,
+        BootPhase.LOADING_WEIGHTS,
         re.compile(
             r"Loading (?:safetensors|pt) checkpoint shards(?: \(eager\))?:\s+(?P<pct>\d+)% "
             r"Completed \| (?P<n>\d+)/(?P<total>\d+)"
         ),
     ),
     ("weights_loaded", None, re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")),
-    ("drafter_start", Phase.LOADING_DRAFTER, re.compile(r"Loading drafter model")),
+    ("drafter_start", BootPhase.LOADING_DRAFTER, re.compile(r"Loading drafter model")),
     (
         "model_loaded",
-        Phase.PROFILING,
+        BootPhase.PROFILING,
         re.compile(
             r"(?:Model loading took|Loading model weights took) (?P<gib>[\d.]+) ?GiB"
             r"(?: memory)?(?: and (?P<seconds>[\d.]+) seconds)?"
@@ -106,18 +114,22 @@ _RULES: list[tuple[str, Phase | None, re.Pattern[str]]] = [
     ),
     (
         "profiling",
-        Phase.PROFILING,
+        BootPhase.PROFILING,
         re.compile(
             r"Dynamo bytecode transform time|Initial profiling/warmup run took|"
             r"torch\.compile take?s? "
         ),
     ),
-    ("kv_memory", Phase.KV_CACHE, re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
-    ("kv_tokens", Phase.KV_CACHE, re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")),
-    ("kv_blocks", Phase.KV_CACHE, re.compile(r"# (?:GPU|cuda) blocks: (?P<blocks>\d+)")),
+    (
+        "kv_memory",
+        BootPhase.KV_CACHE,
+        re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB"),
+    ),
+    ("kv_tokens", BootPhase.KV_CACHE, re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")),
+    ("kv_blocks", BootPhase.KV_CACHE, re.compile(r"# (?:GPU|cuda) blocks: (?P<blocks>\d+)")),
     (
         "max_concurrency",
-        Phase.KV_CACHE,
+        BootPhase.KV_CACHE,
         re.compile(
             r"Maximum concurrency for (?P<tokens_per_request>[\d,]+) tokens per request: "
             r"(?P<concurrency>[\d.]+)x"
@@ -125,22 +137,22 @@ _RULES: list[tuple[str, Phase | None, re.Pattern[str]]] = [
     ),
     (
         "cuda_graphs",
-        Phase.WARMUP,
+        BootPhase.WARMUP,
         re.compile(r"Capturing CUDA graphs? \((?P<label>[^)]+)\):\s+(?P<pct>\d+)%"),
     ),
     (
         "graphs_done",
-        Phase.WARMUP,
+        BootPhase.WARMUP,
         re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs"),
     ),
     (
         "autotune",
-        Phase.WARMUP,
+        BootPhase.WARMUP,
         re.compile(r"Autotuning process starts|FlashInfer autotune cache|\[kernel_warmup\.py"),
     ),
     (
         "engine_ready",
-        Phase.API_STARTING,
+        BootPhase.API_STARTING,
         re.compile(
             r"init engine \(profile, create kv cache, warmup model\) took "
             r"(?P<seconds>[\d.]+) s"
@@ -148,10 +160,10 @@ _RULES: list[tuple[str, Phase | None, re.Pattern[str]]] = [
     ),
     (
         "api_starting",
-        Phase.API_STARTING,
+        BootPhase.API_STARTING,
         re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<url>\S+)"),
     ),
-    ("api_starting", Phase.API_STARTING, re.compile(r"Supported[_ ]tasks: ")),
+    ("api_starting", BootPhase.API_STARTING, re.compile(r"Supported[_ ]tasks: ")),
 ]
 
 # The engine's own "this process is done" lines. Logged at ERROR (0.8-0.11 `EngineCore failed
@@ -205,7 +217,7 @@ def classify(ln: LogLine) -> BootEvent | None:
         return None
 
     def ev(
-        kind: str, phase: Phase | None = None, data: Mapping[str, Any] | None = None
+        kind: str, phase: BootPhase | None = None, data: Mapping[str, Any] | None = None
     ) -> BootEvent:
         return BootEvent(
             kind=kind, phase=phase, data=data or {}, line=ln.raw, who=ln.who, level=ln.level

@@ -1,8 +1,10 @@
 """The node-side collector: run on a node by `python3`, print one JSON document.
 
-It is shipped as a zipapp holding `cluster/errors.py`, `cluster/gpu.py` (the same NVML gateway
-the toolkit tests), `cluster/memory.py` (psutil, else /proc/meminfo) and this module, copied to the node by SFTP and run from a private temp dir
-(`NodeSession.run_script`). Only the standard library and pynvml are needed on the node.
+It is shipped as a zipapp (`servectl.cluster.node_zipapp.COLLECTOR`: this module's import
+closure, i.e. `cluster/errors.py`, `cluster/gpu.py` (the same NVML gateway the toolkit tests) and
+`cluster/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
+private temp dir (`NodeSession.run_script`). Only the standard library and pynvml are needed on
+the node.
 
     python3 collector.pyz show
     python3 collector.pyz cap 2000        (root: lock SM clocks to 0..2000 MHz, read back)
@@ -19,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import io
 import json
 import os
 import socket
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,33 +175,6 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
     json.dump(doc, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0 if doc["ok"] else 1
-
-
-_MAIN = "import sys\nfrom servectl.cluster.collector import main\nsys.exit(main())\n"
-_INIT = '"""servectl node-side collector package (zipapp)."""\n'
-
-
-def build_zipapp(dest: str | Path) -> Path:
-    """Write the collector zipapp (errors + gpu + memory + this module) to `dest` and return its path."""
-    here = Path(__file__).resolve().parent
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        stubs = (
-            ("__main__.py", _MAIN),
-            ("servectl/__init__.py", _INIT),
-            ("servectl/cluster/__init__.py", _INIT),
-        )
-        for name, text in stubs:
-            z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), text)
-        for module in ("errors.py", "gpu.py", "memory.py", "collector.py"):
-            z.writestr(
-                zipfile.ZipInfo(f"servectl/cluster/{module}", (2020, 1, 1, 0, 0, 0)),
-                (here / module).read_text(),
-            )
-    dest = Path(dest)
-    dest.write_bytes(b"#!/usr/bin/env python3\n" + buf.getvalue())
-    dest.chmod(0o600)
-    return dest
 
 
 if __name__ == "__main__":

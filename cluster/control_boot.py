@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from servectl.cluster.boot import BootHistory, BootProgress, BootTracker, Phase, phase_durations
+from servectl.cluster.boot import BootHistory, BootPhase, BootProgress, BootTracker, phase_durations
 from servectl.cluster.control_logs import last_log_lines
 from servectl.cluster.control_types import BootResult, Emit
 from servectl.cluster.docker_gw import ContainerInfo, LogStream
@@ -138,7 +138,7 @@ class BootFollower:
                 if mono >= next_probe:
                     # probe every second once the API is starting; every 5 s before, in case
                     # a log line we know was missed
-                    late = progress.phase.order >= Phase.API_STARTING.order
+                    late = progress.phase.order >= BootPhase.API_STARTING.order
                     next_probe = mono + (1.0 if late else 5.0)
                     ok, _, _ = self.probe(timeout=10)
                     if ok:

@@ -12,7 +12,7 @@
   writing. Readers (`read_jsonl`, `scan_jsonl`) skip a torn line; the next writer first ends it
   with a newline (`open_append`) so the torn bytes never glue onto a good record.
 
-Standard library only: the thermal agent's zipapp (`watchdog/thermal/bundle.py`) ships this
+Standard library only: the thermal agent's zipapp (`cluster/node_zipapp.py`) ships this
 module to the nodes.
 """
 

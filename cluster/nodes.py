@@ -18,9 +18,9 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from servectl.cluster.collector import build_zipapp
 from servectl.cluster.docker_gw import DockerGateway
 from servectl.cluster.errors import CommandFailed, NodeUnreachable, ServectlError
+from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
 from servectl.cluster.spec import NodeSpec, SshSpec
 from servectl.cluster.ssh import NodeSession, SshPool
 
@@ -94,7 +94,8 @@ class NodeConnector:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
         with self._collector_lock:
             if self._collector is None:
-                self._collector = build_zipapp(Path(self._tmp.name) / "servectl-collector.pyz")
+                dest = Path(self._tmp.name) / "servectl-collector.pyz"
+                self._collector = build_node_zipapp(COLLECTOR, dest).path
         extra = ["--nvml-lib", self.nvml_lib] if self.nvml_lib else []
         result = self.session(node).run_script(
             str(self._collector),

@@ -34,11 +34,11 @@ from servectl.watchdog.policy import (
     BootReading,
     Decision,
     Observation,
-    Phase,
     Policy,
     PolicyConfig,
     PolicyState,
     Restart,
+    WatchdogPhase,
     decision_name,
 )
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
@@ -207,7 +207,7 @@ class Watchdog(DaemonIO):
             assert self._state is not None
             probe = self._prober.probe()
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
-            boot = self._boot_progress() if self._state.phase is Phase.BOOTING else None
+            boot = self._boot_progress() if self._state.phase is WatchdogPhase.BOOTING else None
             hold, released_at = read_hold(self.config.hold_path)
             obs = Observation(probe, metrics, boot, hold, released_at)
             now = self._clock()
@@ -366,7 +366,9 @@ class Watchdog(DaemonIO):
         m, now = self._metrics, self._clock()
         m.consecutive_failures.set(state.consecutive_failures)
         m.state.state(state.phase.value)
-        held = state.phase in (Phase.HELD, Phase.GIVEN_UP) or (hold_until or 0) > now
+        held = (
+            state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP) or (hold_until or 0) > now
+        )
         m.hold.set(1 if held else 0)
         recent = [t for t in state.restart_times if now - t < self.config.restart_window_s]
         m.budget_remaining.set(max(0, self.config.max_restarts - len(recent)))

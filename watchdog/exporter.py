@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 from servectl.cluster.errors import ServectlError
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 
@@ -46,7 +46,7 @@ class WatchdogMetrics:
         self.state = Enum(
             "servectl_watchdog_state",
             "Watchdog policy phase.",
-            states=[p.value for p in Phase],
+            states=[p.value for p in WatchdogPhase],
             registry=r,
         )
         self.hold = Gauge(

@@ -3,7 +3,7 @@
 Nothing here does I/O or reads a clock; the daemon passes `now` (wall-clock seconds, so persisted
 deadlines survive a daemon restart) and applies the returned decisions.
 
-States (`Phase`) and transitions
+States (`WatchdogPhase`) and transitions
 --------------------------------
 | phase      | meaning                                      | leaves to                                  |
 |------------|----------------------------------------------|--------------------------------------------|
@@ -81,7 +81,7 @@ from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
 from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
 
 
-class Phase(enum.StrEnum):
+class WatchdogPhase(enum.StrEnum):
     BOOTING = "booting"
     READY = "ready"
     SUSPECT = "suspect"
@@ -156,7 +156,7 @@ def decision_name(d: Decision) -> str:
 # ---- state ----------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class PolicyState:
-    phase: Phase = Phase.BOOTING
+    phase: WatchdogPhase = WatchdogPhase.BOOTING
     consecutive_failures: int = 0
     boot_started_at: float | None = None
     boot_deadline_at: float | None = None
@@ -199,7 +199,7 @@ class PolicyState:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known}
         values.update(
-            phase=Phase(data.get("phase", Phase.BOOTING.value)),
+            phase=WatchdogPhase(data.get("phase", WatchdogPhase.BOOTING.value)),
             boot_progress=BootReading(**bp) if bp else None,
             baseline=MetricsSnapshot.from_json(base) if base else None,
             restart_times=tuple(data.get("restart_times") or ()),
@@ -263,11 +263,11 @@ class Policy:
                     "verifying in boot grace"
                 )
             ]
-        if state.phase in (Phase.HELD, Phase.GIVEN_UP):
+        if state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP):
             return replace(state, baseline=None, flat_since=None), [
                 Wait(f"still {state.phase.value}")
             ]
-        if state.phase in (Phase.READY, Phase.SUSPECT, Phase.BLIND):
+        if state.phase in (WatchdogPhase.READY, WatchdogPhase.SUSPECT, WatchdogPhase.BLIND):
             # The server was up when the daemon stopped: a restarted daemon must not hand a hung
             # server a fresh boot grace. Counted failures are kept; only the /metrics baseline
             # (taken by the old process) is dropped.
@@ -315,11 +315,11 @@ class Policy:
             return self._healthy(s, now, d), d
         if verdict is ProbeVerdict.MISCONFIG:
             s = self._blind(s, why, now, d)
-            if s.phase is Phase.BLIND:
+            if s.phase is WatchdogPhase.BLIND:
                 return s, d
-        elif s.phase is Phase.BLIND:
-            s = replace(s, phase=Phase.READY, blind_since=None)
-        if hold is not None and hold.kind == "down" and s.phase is not Phase.RESTARTING:
+        elif s.phase is WatchdogPhase.BLIND:
+            s = replace(s, phase=WatchdogPhase.READY, blind_since=None)
+        if hold is not None and hold.kind == "down" and s.phase is not WatchdogPhase.RESTARTING:
             # Stopped on purpose: keep a fresh boot grace ready for the operator's `up`.
             s = replace(self._boot(s, now), boot_failures=0, incident_id=None, alerted=())
             d.append(
@@ -329,7 +329,7 @@ class Policy:
                 )
             )
             return s, d
-        if s.phase in (Phase.HELD, Phase.GIVEN_UP):
+        if s.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP):
             if (
                 obs.released_at is not None
                 and s.held_at is not None
@@ -341,10 +341,10 @@ class Policy:
             s = self._count(s, verdict, why, now, d) if verdict in COUNTED else s
             d.append(Wait(f"{s.phase.value}: no automatic action until a healthy probe or release"))
             return s, d
-        if s.phase is Phase.RESTARTING:
+        if s.phase is WatchdogPhase.RESTARTING:
             d.append(Wait("restart in progress"))
             return s, d
-        if s.phase is Phase.BOOTING:
+        if s.phase is WatchdogPhase.BOOTING:
             return self._booting(s, obs, hold, now, d)
         if verdict is ProbeVerdict.BUSY:
             if s.consecutive_failures:
@@ -352,7 +352,7 @@ class Policy:
             busy_since = s.busy_since if s.busy_since is not None else now
             s = replace(
                 s,
-                phase=Phase.READY,
+                phase=WatchdogPhase.READY,
                 consecutive_failures=0,
                 failure_log=(),
                 busy_since=busy_since,
@@ -383,7 +383,7 @@ class Policy:
         d.append(Wait("healthy"))
         return replace(
             s,
-            phase=Phase.READY,
+            phase=WatchdogPhase.READY,
             consecutive_failures=0,
             failure_log=(),
             boot_failures=0,
@@ -448,7 +448,7 @@ class Policy:
         if crashed:
             late = f"boot failed {now - start:.0f}s after start ({bp.phase if bp else '?'})"
         if s.boot_failures >= self.cfg.max_boot_failures:
-            s = replace(s, phase=Phase.GIVEN_UP, held_at=now)
+            s = replace(s, phase=WatchdogPhase.GIVEN_UP, held_at=now)
             d.append(GiveUp(f"{s.boot_failures} consecutive boots missed their deadline; {late}"))
             s = self._alert(
                 s,
@@ -471,8 +471,8 @@ class Policy:
             -self.cfg.failures :
         ]
         s = self._open_incident(s, now)
-        if s.phase in (Phase.READY, Phase.SUSPECT, Phase.BLIND):
-            s = replace(s, phase=Phase.SUSPECT)
+        if s.phase in (WatchdogPhase.READY, WatchdogPhase.SUSPECT, WatchdogPhase.BLIND):
+            s = replace(s, phase=WatchdogPhase.SUSPECT)
         d.append(CountFailure(n, verdict.value, why))
         return replace(s, consecutive_failures=n, failure_log=log, busy_since=None)
 
@@ -493,7 +493,7 @@ class Policy:
         recent = tuple(t for t in s.restart_times if now - t < self.cfg.restart_window_s)
         s = replace(s, restart_times=recent)
         if len(recent) >= self.cfg.max_restarts:
-            s = replace(s, phase=Phase.HELD, held_at=now)
+            s = replace(s, phase=WatchdogPhase.HELD, held_at=now)
             budget = (
                 f"{len(recent)}/{self.cfg.max_restarts} restarts in {self.cfg.restart_window_s:g}s"
             )
@@ -516,7 +516,7 @@ class Policy:
         }
         s = replace(
             s,
-            phase=Phase.RESTARTING,
+            phase=WatchdogPhase.RESTARTING,
             restart_seq=seq,
             restart_in_progress=rid,
             restart_times=recent + (now,),
@@ -529,7 +529,7 @@ class Policy:
     def _boot(self, s: PolicyState, now: float, keep_boot_failures: bool = True) -> PolicyState:
         return replace(
             s,
-            phase=Phase.BOOTING,
+            phase=WatchdogPhase.BOOTING,
             boot_started_at=now,
             boot_deadline_at=now + self.cfg.boot_deadline_s,
             boot_progress=None,
@@ -549,10 +549,10 @@ class Policy:
     def _blind(self, s: PolicyState, why: str, now: float, d: list[Decision]) -> PolicyState:
         """A 4xx: the server answered, so no restart can fix it, but nothing can be judged
         either. BLIND, and alert again every `blind_realert_s` until a probe gets through."""
-        if s.phase in (Phase.HELD, Phase.GIVEN_UP, Phase.RESTARTING):
+        if s.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP, WatchdogPhase.RESTARTING):
             return s
         since = s.blind_since if s.blind_since is not None else now
-        s = replace(s, phase=Phase.BLIND, blind_since=since, consecutive_failures=0)
+        s = replace(s, phase=WatchdogPhase.BLIND, blind_since=since, consecutive_failures=0)
         last = s.blind_alerted_at
         if last is None or now - last >= self.cfg.blind_realert_s:
             s = self._open_incident(s, now)

@@ -22,14 +22,14 @@ from rich.live import Live
 from rich.table import Table
 from servectl.cluster.cli.common import emit_json, load
 from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from servectl.cluster.ssh import SshPool
-from servectl.watchdog.thermal.bundle import build_zipapp
 from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
 from servectl.watchdog.thermal.remote import (
     LiveRow,
     StatusRow,
     apply_plan,
-    fan_out,
+    call_each_node,
     live_row,
     node_status_doc,
     plan_start,
@@ -125,7 +125,7 @@ def _node_timeout(spec: Any) -> float:
 
 def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
     t = _node_timeout(spec)
-    return fan_out(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
+    return call_each_node(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
 
 
 def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
@@ -147,10 +147,10 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
                         console.print(f"  {line}", highlight=False, markup=False)
                 _print_unreachable(console, failed)
             raise typer.Exit(1 if failed else 0)
-        zipapp, _sha = build_zipapp(Path(tmp) / "thermal-agent.pyz")
+        zipapp = build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path
         by_name = {n.name: n for n in spec.nodes}
         t = _node_timeout(spec)
-        applied = fan_out(
+        applied = call_each_node(
             [by_name[n] for n in plans],
             lambda n: apply_plan(pool.session(n), plans[n.name], zipapp, t),
         )
@@ -215,7 +215,7 @@ def status(
 
         def zipapp() -> Path:  # only when a node has no installed agent
             if not built:
-                built.append(build_zipapp(Path(tmp) / "thermal-agent.pyz")[0])
+                built.append(build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path)
             return built[0]
 
         def one(n: Any) -> StatusRow:
@@ -223,7 +223,7 @@ def status(
             units = read_units(sess, t)
             return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
 
-        outs = fan_out(spec.nodes, one)
+        outs = call_each_node(spec.nodes, one)
     rows = [
         o.value if o.ok else StatusRow(node=o.node, reachable=False, reason=o.error) for o in outs
     ]
@@ -272,7 +272,7 @@ def watch(
     period = max(0.5, every or spec.thermal.interval_s)
 
     def table() -> Table:
-        outs = fan_out(
+        outs = call_each_node(
             spec.nodes, lambda n: read_latest(pool.session(n), spec.thermal.dir, n.name, t)
         )
         now = time.time()

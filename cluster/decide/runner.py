@@ -43,7 +43,7 @@ class Failed:
         return {"id": self.id, "verdict": "error", "error": self.error, "error_kind": self.kind}
 
 
-Outcome = Decision | Failed
+ItemResult = Decision | Failed  # one item's result: a decision, or why there is none
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ class RunOptions:
 @dataclass
 class BatchResult:
     items: list[Item]
-    runs: list[dict[str, Outcome]]  # per run: id -> outcome
-    permuted: dict[str, Outcome] = field(default_factory=dict)
+    runs: list[dict[str, ItemResult]]  # per run: id -> outcome
+    permuted: dict[str, ItemResult] = field(default_factory=dict)
     mappings: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -74,11 +74,11 @@ def ask_all(
     decider: Decider,
     items: Sequence[Item],
     concurrency: int,
-    on_done: Callable[[Outcome], None] | None = None,
-) -> dict[str, Outcome]:
-    def one(item: Item) -> Outcome:
+    on_done: Callable[[ItemResult], None] | None = None,
+) -> dict[str, ItemResult]:
+    def one(item: Item) -> ItemResult:
         try:
-            out: Outcome = decider.decide(item)
+            out: ItemResult = decider.decide(item)
         except DecideError as e:
             out = Failed(item.id, str(e), type(e).__name__, getattr(e, "latency_ms", None))
         if on_done:

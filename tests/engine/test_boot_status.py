@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from servectl.cluster.boot import Phase
+from servectl.cluster.boot import BootPhase
 from servectl.cluster.lab import faults
 from servectl.cluster.status import Verdict
 
@@ -18,7 +18,7 @@ def test_boot_followed_from_real_logs_reaches_ready(engine_server):
     boot = engine_server.boot
     progress = boot.progress
     assert boot.ready and boot.reason is None, (boot.reason, boot.last_lines)
-    assert progress.phase is Phase.READY and not progress.failed, progress
+    assert progress.phase is BootPhase.READY and not progress.failed, progress
     # the real model is one safetensors file: the real shard bar says 1/1 (no drafter model:
     # n-gram speculation loads nothing)
     assert (progress.shards_loaded, progress.shards_total) == (1, 1), progress

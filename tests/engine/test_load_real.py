@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,
@@ -73,7 +73,7 @@ def test_real_load_times_probes_out_but_counts_no_failure(engine_server, tmp_pat
         )
     )
     try:
-        tick_until(wd, phase_is(wd, Phase.READY), 60, "ready")
+        tick_until(wd, phase_is(wd, WatchdogPhase.READY), 60, "ready")
         for t in threads:
             t.start()
         t0 = time.time()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from servectl.cluster.lab import faults
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,
@@ -30,12 +30,12 @@ BOOT_S = 600  # a real TP=4 boot on 2 shared cores: ~1-3 min
 def test_paused_worker_rank_restarts_after_exactly_n_failures(engine_server, tmp_path):
     wd = make_watchdog(engine_server.spec, tmp_path, boot_deadline_s=BOOT_S)
     try:
-        tick_until(wd, phase_is(wd, Phase.READY), 60, "ready")
+        tick_until(wd, phase_is(wd, WatchdogPhase.READY), 60, "ready")
         t_fault = time.time()
         faults.container_action(engine_server.paths, WORKER, "pause")
         tick_until(wd, lambda: kinds(events(wd), "restart_end"), BOOT_S, "restarted")
         detected_s = kinds(events(wd), "restart_begin")[0]["ts"] - t_fault
-        tick_until(wd, phase_is(wd, Phase.READY), BOOT_S, "healthy again")
+        tick_until(wd, phase_is(wd, WatchdogPhase.READY), BOOT_S, "healthy again")
         evs = events(wd)
         (end,) = kinds(evs, "restart_end")
         assert end["ok"], end

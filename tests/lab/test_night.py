@@ -25,7 +25,7 @@ from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.client_image import CLIENT_LATEST
 from servectl.cluster.lab.paths import HEAD
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 from typer.testing import CliRunner
 
 from tests.lab.test_watchdog_scenarios import (
@@ -118,7 +118,7 @@ def test_compressed_night_report_counts_equal_the_raw_files(lab, tmp_path, monke
             wd = make_watchdog(ctl.spec, tmp_path)
             assert wd.config.events_path == str(tmp_path / "wd" / "events.jsonl")
             try:
-                tick_until(wd, phase_is(wd, Phase.READY), 60, "ready")
+                tick_until(wd, phase_is(wd, WatchdogPhase.READY), 60, "ready")
                 # 1. a bench sweep while the watchdog probes: busy, never a restart
                 out: dict[str, Any] = {}
                 runner = BenchRunner(ctl, runs)

@@ -31,7 +31,7 @@ from servectl.cluster.lab.paths import HEAD
 from servectl.watchdog.actuator import WATCHDOG_WHO, build_actuator
 from servectl.watchdog.daemon import Watchdog, build_watchdog
 from servectl.watchdog.events import read_events
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 from servectl.watchdog.wiring import build_config
 
 pytestmark = pytest.mark.lab
@@ -123,7 +123,7 @@ def tick_until(wd: Watchdog, cond, timeout_s: float, what: str) -> None:
     pytest.fail(f"not {what} after {timeout_s:g}s; last events: {tail}")
 
 
-def phase_is(wd: Watchdog, phase: Phase):
+def phase_is(wd: Watchdog, phase: WatchdogPhase):
     return lambda: wd.state is not None and wd.state.phase is phase
 
 
@@ -142,13 +142,13 @@ def counted_before_restart(evs: list[dict], since_ts: float) -> list[dict]:
 
 def ready_watchdog(ctl, tmp_path, name="wd", **kw) -> Watchdog:
     wd = make_watchdog(ctl.spec, tmp_path, name, **kw)
-    tick_until(wd, phase_is(wd, Phase.READY), 60, "ready")
+    tick_until(wd, phase_is(wd, WatchdogPhase.READY), 60, "ready")
     return wd
 
 
 def restart_then_healthy(wd: Watchdog, tmp_path: Path, t_fault: float) -> list[dict]:
     tick_until(wd, lambda: kinds(events(wd), "restart_end"), 90, "restarted")
-    tick_until(wd, phase_is(wd, Phase.READY), 120, "healthy again")
+    tick_until(wd, phase_is(wd, WatchdogPhase.READY), 120, "healthy again")
     evs = events(wd)
     (end,) = kinds(evs, "restart_end")
     assert end["ok"], end
@@ -271,12 +271,12 @@ def test_never_finishing_boot_gives_up_with_one_alert_and_no_loop(ctl, lab, tmp_
     assert all(o.ok for o in op.outcomes), op.outcomes
     wd = make_watchdog(ctl.spec, tmp_path, boot_deadline_s=12.0, boot_extend_s=3.0)
     try:
-        tick_until(wd, phase_is(wd, Phase.GIVEN_UP), 120, "given up")
+        tick_until(wd, phase_is(wd, WatchdogPhase.GIVEN_UP), 120, "given up")
         # keep watching: no restart loop, no second alert
         deadline = time.monotonic() + 4 * INTERVAL_S
         tick_until(wd, lambda: time.monotonic() > deadline, 30, "still given up")
         evs = events(wd)
-        assert wd.state.phase is Phase.GIVEN_UP
+        assert wd.state.phase is WatchdogPhase.GIVEN_UP
         assert len(kinds(evs, "restart_end")) == 1  # the 1st missed boot is restarted once
         assert len(control_restarts(tmp_path)) == 1
         (alert,) = kinds(evs, "alert_sent")
@@ -317,8 +317,8 @@ def test_two_watchdogs_on_one_cluster_restart_once(ctl, lab, tmp_path):
         def settled() -> bool:
             return (
                 bool(control_restarts(tmp_path))
-                and a.state.phase is Phase.READY
-                and b.state.phase is Phase.READY
+                and a.state.phase is WatchdogPhase.READY
+                and b.state.phase is WatchdogPhase.READY
             )
 
         while time.monotonic() < end and not settled() and not errors:

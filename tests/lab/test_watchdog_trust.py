@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import build_watchdog
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 
 pytestmark = pytest.mark.lab
 
@@ -91,7 +91,7 @@ def test_full_disk_under_the_watchdog_still_restarts_and_alerts(tmp_path: Path) 
         actuator = Recording()
         wd = build_watchdog(cfg, actuator)
         wd.open()  # state.json and the first events written while there is room
-        wd._state = wd._state.__class__(phase=Phase.READY)  # a server that was up
+        wd._state = wd._state.__class__(phase=WatchdogPhase.READY)  # a server that was up
         fill(state)
         for _ in range(10):
             wd.tick()

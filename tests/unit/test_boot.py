@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from servectl.cluster.boot import (
     BootHistory,
+    BootPhase,
     BootTracker,
-    Phase,
     estimate_eta,
     parse_line,
     phase_durations,
@@ -25,8 +25,8 @@ def _lines() -> list[str]:
     return [ln for ln in SAMPLE.read_text().splitlines() if not ln.startswith("#")]
 
 
-def _replay(tracker: BootTracker) -> list[Phase]:
-    seen: list[Phase] = []
+def _replay(tracker: BootTracker) -> list[BootPhase]:
+    seen: list[BootPhase] = []
     for i, line in enumerate(_lines()):
         p = tracker.feed(line, now=float(i))
         if not seen or seen[-1] is not p.phase:
@@ -38,16 +38,16 @@ def test_phases_in_order_and_ready():
     tracker = BootTracker()
     seen = _replay(tracker)
     assert seen == [
-        Phase.STARTING,
-        Phase.ENGINE_INIT,
-        Phase.RENDEZVOUS,
-        Phase.LOADING_WEIGHTS,
-        Phase.LOADING_DRAFTER,
-        Phase.PROFILING,
-        Phase.KV_CACHE,
-        Phase.WARMUP,
-        Phase.API_STARTING,
-        Phase.READY,
+        BootPhase.STARTING,
+        BootPhase.ENGINE_INIT,
+        BootPhase.RENDEZVOUS,
+        BootPhase.LOADING_WEIGHTS,
+        BootPhase.LOADING_DRAFTER,
+        BootPhase.PROFILING,
+        BootPhase.KV_CACHE,
+        BootPhase.WARMUP,
+        BootPhase.API_STARTING,
+        BootPhase.READY,
     ]
     p = tracker.progress
     assert p.ready and not p.failed and p.fraction == 1.0
@@ -67,7 +67,7 @@ def test_shard_progress_is_monotonic_and_fraction_grows():
     for i, line in enumerate(_lines()):
         p = tracker.feed(line, now=float(i))
         fractions.append(p.fraction)
-        if p.phase is Phase.LOADING_WEIGHTS:
+        if p.phase is BootPhase.LOADING_WEIGHTS:
             shards.append(p.shards_loaded)
     assert shards == sorted(shards) and shards[-1] == 49
     assert all(b >= a for a, b in zip(fractions, fractions[1:], strict=False))
@@ -95,7 +95,7 @@ def test_parse_line_examples():
         "(v0.33.0) headless multiproc executor, with head node address "
         "10.0.0.11:29501 for torch.distributed process group."
     )
-    assert ev.kind == "headless" and ev.phase is Phase.RENDEZVOUS
+    assert ev.kind == "headless" and ev.phase is BootPhase.RENDEZVOUS
     (ev,) = parse_line(
         "(APIServer pid=1) INFO 12-02 10:38:00 [entry.py:139] Starting vLLM API "
         "server 0 on http://0.0.0.0:8000"
@@ -108,17 +108,17 @@ def test_traceback_fails_with_the_exception_line():
     tracker = BootTracker()
     for i, line in enumerate(_lines()[:60]):
         tracker.feed(line, now=float(i))
-    assert tracker.progress.phase is Phase.LOADING_WEIGHTS
+    assert tracker.progress.phase is BootPhase.LOADING_WEIGHTS
     tracker.feed("(EngineCore pid=1) Traceback (most recent call last):", 100.0)
     tracker.feed('(EngineCore pid=1)   File "x.py", line 3, in f', 100.0)
     p = tracker.feed("(EngineCore pid=1) torch.OutOfMemoryError: CUDA out of memory.", 100.0)
-    assert p.failed and p.phase is Phase.FAILED and p.eta_s is None
+    assert p.failed and p.phase is BootPhase.FAILED and p.eta_s is None
     # a later progress line does not resurrect it
     p = tracker.feed(
         "(EngineCore pid=1) Loading safetensors checkpoint shards:  50% Completed | 25/49 [..]",
         101.0,
     )
-    assert p.failed and p.phase is Phase.FAILED
+    assert p.failed and p.phase is BootPhase.FAILED
 
 
 def test_eta_comes_from_recorded_boots(tmp_path):
@@ -139,23 +139,28 @@ def test_eta_comes_from_recorded_boots(tmp_path):
     with open(history.path, "a") as f:
         f.write('{"torn": ')  # a killed writer's last line is skipped
     medians = history.medians("c")
-    assert medians[Phase.LOADING_WEIGHTS] == 500
+    assert medians[BootPhase.LOADING_WEIGHTS] == 500
     tracker = BootTracker(medians)
     for i, line in enumerate(_lines()):
         p = tracker.feed(line, now=float(i))
-        if p.phase is Phase.LOADING_WEIGHTS and p.shards_loaded == 24:
+        if p.phase is BootPhase.LOADING_WEIGHTS and p.shards_loaded == 24:
             break
     # half the shards left of a 500 s phase plus every later phase's median
     expected = 500 * (1 - 24 / 49) + 20 + 600 + 1 + 100 + 4
     assert p.eta_s == pytest.approx(expected)
-    assert estimate_eta(Phase.READY, 0, medians) == 0.0
-    assert estimate_eta(Phase.LOADING_WEIGHTS, 0.5, {}) is None
+    assert estimate_eta(BootPhase.READY, 0, medians) == 0.0
+    assert estimate_eta(BootPhase.LOADING_WEIGHTS, 0.5, {}) is None
 
 
 def test_eta_without_fine_progress_uses_elapsed_time():
-    d = {Phase.PROFILING: 600.0, Phase.KV_CACHE: 1.0, Phase.WARMUP: 100.0, Phase.API_STARTING: 4.0}
-    assert estimate_eta(Phase.PROFILING, 0.0, d, phase_started_at=0.0, now=200.0) == 505.0
-    assert estimate_eta(Phase.PROFILING, 0.0, d, phase_started_at=0.0, now=900.0) == 105.0
+    d = {
+        BootPhase.PROFILING: 600.0,
+        BootPhase.KV_CACHE: 1.0,
+        BootPhase.WARMUP: 100.0,
+        BootPhase.API_STARTING: 4.0,
+    }
+    assert estimate_eta(BootPhase.PROFILING, 0.0, d, phase_started_at=0.0, now=200.0) == 505.0
+    assert estimate_eta(BootPhase.PROFILING, 0.0, d, phase_started_at=0.0, now=900.0) == 105.0
 
 
 def test_phase_durations_for_the_history():

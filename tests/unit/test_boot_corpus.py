@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from servectl.cluster.boot import BootProgress, Phase, read_boot_log
+from servectl.cluster.boot import BootPhase, BootProgress, read_boot_log
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 
@@ -150,7 +150,7 @@ def test_verdict_on_real_log(name):
     verdict, phase, shards, drafter_total, error = CORPUS[name]
     p = read_boot_log(_read(name))
     assert p.verdict == verdict, (name, p.describe())
-    assert p.phase is Phase(phase)
+    assert p.phase is BootPhase(phase)
     assert not (p.ready and p.failed)
     if shards is not None:
         assert (p.shards_loaded, p.shards_total) == shards
@@ -185,4 +185,4 @@ def test_errors_before_and_after_ready_are_notes_not_failures():
 
 def test_ray_worker_lines_are_read_with_their_ip_prefix():
     p = read_boot_log(_read("v0.6.x_two-node-ray_nccl-hang_issue8447.log"))
-    assert p.phase is Phase.RENDEZVOUS and not p.failed
+    assert p.phase is BootPhase.RENDEZVOUS and not p.failed

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servectl.cluster.boot import BootTracker, Phase, read_boot_log
+from servectl.cluster.boot import BootPhase, BootTracker, read_boot_log
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 SUCCESS = BOOT / "v0.25.1_single_dflash_success.log"
@@ -43,7 +43,7 @@ def _until(pred) -> list[str]:
 def test_a_non_fatal_error_during_start_up_is_a_note():
     lines = _until(lambda ln: "Starting to load model" in ln)
     p = read_boot_log([*lines[:20], TRITON_ERROR, *lines[20:]])
-    assert not p.failed and p.phase is Phase.LOADING_WEIGHTS
+    assert not p.failed and p.phase is BootPhase.LOADING_WEIGHTS
     assert [n.level for n in p.notes if n.level == "ERROR"] == ["ERROR"]
     p = read_boot_log([*_success_lines()[:20], TRITON_ERROR, *_success_lines()[20:]])
     assert p.ready and p.error is None
@@ -52,7 +52,7 @@ def test_a_non_fatal_error_during_start_up_is_a_note():
 def test_an_error_after_ready_never_turns_the_boot_into_a_failure():
     # `servectl boot` replays the whole log of a server that is up: it must say ready
     p = read_boot_log([*_success_lines(), WRONG_MODEL])
-    assert p.ready and not p.failed and p.phase is Phase.READY
+    assert p.ready and not p.failed and p.phase is BootPhase.READY
     assert p.error is None
     (note,) = [n for n in p.notes if n.after_ready]
     assert "does not exist" in note.message and note.who == "APIServer pid=1"
@@ -166,5 +166,5 @@ def test_v0_engine_wrapper_and_container_exit_keep_the_root_cause():
 def test_a_hang_stays_short_of_ready_without_a_failure():
     lines = _until(lambda ln: "Completed | 30/49" in ln)
     p = read_boot_log([*lines, TRITON_ERROR])
-    assert p.verdict == "incomplete" and p.phase is Phase.LOADING_WEIGHTS
+    assert p.verdict == "incomplete" and p.phase is BootPhase.LOADING_WEIGHTS
     assert (p.shards_loaded, p.shards_total) == (30, 49)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from servectl.cluster.boot import Phase
+from servectl.cluster.boot import BootPhase
 from servectl.cluster.control import Controller
 from servectl.cluster.control_boot import dead_containers
 from servectl.cluster.errors import NodeUnreachable
@@ -51,7 +51,7 @@ def test_ready_when_the_probe_answers_and_the_boot_is_recorded(tmp_path, fake) -
     events = []
     with _ctl(tmp_path, fake, FakeServer(), events) as ctl:
         boot = ctl.follow_boot(timeout_s=10, poll_s=0.05)
-    assert boot.ready and boot.reason is None and boot.progress.phase is Phase.READY
+    assert boot.ready and boot.reason is None and boot.progress.phase is BootPhase.READY
     assert boot.elapsed_s == 0.0  # the injected clock did not move
     assert events[-1].kind == "ready" and events[-1].node == "node1"
     assert fake.streams_closed() == [True]  # the head's log follower is closed

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from servectl.cluster.applied import plan_for, write_local
 from servectl.cluster.boot import BootProgress
-from servectl.cluster.boot_phase import Phase as BootPhase
+from servectl.cluster.boot_phase import BootPhase
 from servectl.cluster.errors import ProbeError, ServectlError
 from servectl.cluster.inventory import load_inventory
 from servectl.watchdog.actuator import (

@@ -16,7 +16,7 @@ from servectl.cluster.operator_lock import (
     mark_down,
     one_actor,
 )
-from servectl.watchdog.policy import Phase
+from servectl.watchdog.policy import WatchdogPhase
 from servectl.watchdog.state import read_hold, write_hold, write_release
 
 from .test_watchdog_daemon import REFUSED, make
@@ -83,7 +83,7 @@ def test_operator_down_is_not_restarted_until_up(tmp_path: Path) -> None:
     assert wd.state.consecutive_failures == 0
     clear_down(holder)  # `servectl up`
     wd.tick()
-    assert wd.state.phase is Phase.BOOTING and act.restarts == []  # fresh boot grace
+    assert wd.state.phase is WatchdogPhase.BOOTING and act.restarts == []  # fresh boot grace
     wd.close()
 
 

@@ -10,8 +10,9 @@ import json
 import subprocess
 import sys
 
-from servectl.cluster.collector import build_zipapp, main, node_memory_json
+from servectl.cluster.collector import main, node_memory_json
 from servectl.cluster.memory import NodeMemory
+from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
 from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict, node_memory
 from servectl.cluster.status_view import memory_cell
 
@@ -47,7 +48,7 @@ def test_unreadable_memory_is_an_error_in_the_json_not_a_failure():
 
 
 def test_zipapp_carries_memory_and_reads_it_on_a_bare_python3(tmp_path):
-    app = build_zipapp(tmp_path / "c.pyz")
+    app = build_node_zipapp(COLLECTOR, tmp_path / "c.pyz").path
     # -I -S: no site-packages, so no psutil: the /proc/meminfo path the nodes' python3 takes
     out = subprocess.run(
         [sys.executable, "-I", "-S", str(app), "--nvml-lib", "/nonexistent/nvml.so", "show"],

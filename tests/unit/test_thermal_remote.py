@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from servectl.cluster.cli.thermal import app
-from servectl.watchdog.thermal.bundle import build_zipapp
+from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from servectl.watchdog.thermal.fetch import wanted
 from servectl.watchdog.thermal.nodeapp import node_status
 from servectl.watchdog.thermal.remote import (
@@ -161,8 +161,8 @@ def test_node_status_counts_today_and_drops(tmp_path: Path) -> None:
 
 
 def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Path) -> None:
-    pyz, sha = build_zipapp(tmp_path / "a.pyz")
-    assert build_zipapp(tmp_path / "b.pyz")[1] == sha  # reproducible
+    pyz, sha = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
+    assert build_node_zipapp(THERMAL_AGENT, tmp_path / "b.pyz")[1] == sha  # reproducible
     names = set(zipfile.ZipFile(pyz).namelist())
     assert {"servectl/cluster/gpu.py", "servectl/cluster/errors.py", "servectl/watchdog/thermal/nodeapp.py",
             "prometheus_client/__init__.py", "__main__.py"} <= names  # fmt: skip
@@ -187,7 +187,7 @@ def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path:
 
     from servectl.watchdog.thermal.fakes import build_fake_sysfs
 
-    pyz, _ = build_zipapp(tmp_path / "a.pyz")
+    pyz, _ = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
     sysfs = build_fake_sysfs(tmp_path / "sys")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -258,3 +258,26 @@ def test_agent_listens_where_the_inventory_says() -> None:
             pass
     finally:
         server.stop()
+
+
+def test_call_each_node_keeps_node_order_and_sorts_failures() -> None:
+    from servectl.cluster.errors import NodeUnreachable, ServectlError
+    from servectl.watchdog.thermal.remote import NodeCall, call_each_node
+
+    def call(node: SimpleNamespace) -> int:
+        if node.name == "dead":
+            raise NodeUnreachable("dead", "no route to host")
+        if node.name == "bad":
+            raise ServectlError("bad: permission denied")
+        if node.name == "torn":
+            raise EOFError("transport closed")
+        return len(node.name)
+
+    nodes = [SimpleNamespace(name=n) for n in ("n1", "dead", "bad", "torn")]
+    assert call_each_node(nodes, call) == [  # type: ignore[arg-type]
+        NodeCall("n1", True, 2),
+        NodeCall("dead", False, error="no route to host", unreachable=True),
+        NodeCall("bad", False, error="bad: permission denied"),
+        NodeCall("torn", False, error="EOFError: transport closed", unreachable=True),
+    ]
+    assert call_each_node([], call) == []

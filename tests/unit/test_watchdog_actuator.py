@@ -100,12 +100,12 @@ def test_an_old_server_is_restarted(tmp_path: Path) -> None:
 
 def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
     from servectl.cluster.cli.watchdog_view import watchdog_line
-    from servectl.watchdog.policy import Phase, PolicyState
+    from servectl.watchdog.policy import PolicyState, WatchdogPhase
     from servectl.watchdog.state import StateStore
 
     assert watchdog_line(str(tmp_path))[0] is None
     StateStore(str(tmp_path / "state.json")).save(
-        PolicyState(phase=Phase.SUSPECT, consecutive_failures=2, restart_times=(1.0,))
+        PolicyState(phase=WatchdogPhase.SUSPECT, consecutive_failures=2, restart_times=(1.0,))
     )
     doc, text = watchdog_line(str(tmp_path))
     assert doc is not None and doc["state"]["phase"] == "suspect"

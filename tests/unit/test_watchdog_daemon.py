@@ -15,7 +15,7 @@ from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.policy import BootReading, Phase, PolicyState
+from servectl.watchdog.policy import BootReading, PolicyState, WatchdogPhase
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
 
@@ -101,7 +101,7 @@ def test_constructor_starts_nothing(tmp_path: Path) -> None:
 def test_three_failures_restart_once_with_state_persisted_first(tmp_path: Path) -> None:
     wd, prober, act = make(tmp_path)
     wd.tick()
-    assert wd.state is not None and wd.state.phase is Phase.READY
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.READY
     prober.next = REFUSED
     for _ in range(4):
         wd.tick()
@@ -111,7 +111,11 @@ def test_three_failures_restart_once_with_state_persisted_first(tmp_path: Path) 
     assert act.state_during_restart is not None
     assert act.state_during_restart["policy"]["restart_in_progress"]  # saved BEFORE the actuator
     saved = StateStore(wd.config.state_path).load()
-    assert saved is not None and saved.phase is Phase.BOOTING and saved.restart_in_progress is None
+    assert (
+        saved is not None
+        and saved.phase is WatchdogPhase.BOOTING
+        and saved.restart_in_progress is None
+    )
     ks = kinds(wd.config)
     assert ks.index("restart_begin") < ks.index("restart_end")
     begin = next(
@@ -138,7 +142,7 @@ def test_state_survives_a_new_instance(tmp_path: Path) -> None:
     prober2.next = REFUSED
     for _ in range(20):  # boot deadline passes: restart wanted, but the persisted budget is used
         wd2.tick()
-    assert act2.restarts == [] and wd2.state.phase is Phase.HELD
+    assert act2.restarts == [] and wd2.state.phase is WatchdogPhase.HELD
     wd2.close()
 
 
@@ -146,7 +150,7 @@ def test_kill_9_mid_restart_is_not_restarted_again(tmp_path: Path) -> None:
     wd, prober, act = make(tmp_path)
     StateStore(wd.config.state_path).save(
         PolicyState(
-            phase=Phase.RESTARTING,
+            phase=WatchdogPhase.RESTARTING,
             restart_in_progress="r1-123",
             restart_seq=1,
             restart_times=(1.0,),
@@ -155,7 +159,7 @@ def test_kill_9_mid_restart_is_not_restarted_again(tmp_path: Path) -> None:
     prober.next = REFUSED
     wd.tick()
     assert act.restarts == []
-    assert wd.state is not None and wd.state.phase is Phase.BOOTING
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     assert wd.state.restart_in_progress is None
     ev = [
         e for e in read_events(wd.config.events_path).events if e["kind"] == "restart_interrupted"
@@ -185,7 +189,7 @@ def test_cluster_restart_lock_held_elsewhere_skips_restart(tmp_path: Path) -> No
     for _ in range(3):
         wd.tick()
     assert act.restarts == [] and "restart_skipped" in kinds(wd.config)
-    assert wd.state is not None and wd.state.phase is Phase.BOOTING
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     other.release()
     wd.close()
 
@@ -215,7 +219,9 @@ def test_alert_command_fires_once_per_incident(tmp_path: Path) -> None:
     prober.next = REFUSED
     for _ in range(40):  # boot fails, restart, boot fails again -> give up; then keep failing
         wd.tick()
-    assert len(act.restarts) == 1 and wd.state is not None and wd.state.phase is Phase.GIVEN_UP
+    assert (
+        len(act.restarts) == 1 and wd.state is not None and wd.state.phase is WatchdogPhase.GIVEN_UP
+    )
     lines = out.read_text().splitlines()
     assert len(lines) == 1
     incident = json.loads(lines[0])

@@ -13,7 +13,7 @@ from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.policy import BootReading, Phase
+from servectl.watchdog.policy import BootReading, WatchdogPhase
 from servectl.watchdog.runtime import Cadence, SteadyClock
 from servectl.watchdog.state import StateStore
 
@@ -68,7 +68,7 @@ def test_full_disk_still_counts_restarts_exports_and_alerts(tmp_path: Path) -> N
     for _ in range(10):
         wd.tick()
     assert len(actuator.restarts) == 1
-    assert wd.state is not None and wd.state.phase is Phase.BOOTING
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     reg = metrics.registry
     assert reg.get_sample_value("servectl_watchdog_write_errors_total", {"file": "events"}) > 10
     assert reg.get_sample_value("servectl_watchdog_write_errors_total", {"file": "state"}) > 3
@@ -113,12 +113,12 @@ def test_ntp_step_during_boot_daemon_level(tmp_path: Path) -> None:
     prober.clock = FakeClock()  # the prober's own clock is irrelevant here
     prober.next = REFUSED
     wd.open()
-    assert wd.state is not None and wd.state.phase is Phase.BOOTING
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     wall[0] += 3 * 3600
     mono[0] += 60
     act.progress = BootReading("loading_weights", 1)
     wd.tick()
-    assert act.restarts == [] and wd.state.phase is Phase.BOOTING
+    assert act.restarts == [] and wd.state.phase is WatchdogPhase.BOOTING
     wd.close()
 
 
@@ -153,16 +153,15 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
     wd.tick()
     wd.tick()
     assert time.monotonic() - t0 < 2.0
-    assert wd.state is not None and wd.state.phase is Phase.BOOTING
+    assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     wd.close()
 
 
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
-    from servectl.cluster.boot import BootProgress as ClusterBoot
-    from servectl.cluster.boot import Phase as BootPhase
+    from servectl.cluster.boot import BootPhase, BootProgress
     from servectl.watchdog.actuator import boot_reading
 
-    got = boot_reading(ClusterBoot(phase=BootPhase.FAILED, shards_loaded=3))
+    got = boot_reading(BootProgress(phase=BootPhase.FAILED, shards_loaded=3))
     assert got.failed and got.progress == 3
 
 

@@ -12,13 +12,13 @@ from servectl.watchdog.policy import (
     Hold,
     Observation,
     OperatorHold,
-    Phase,
     Policy,
     PolicyConfig,
     PolicyState,
     ProbeVerdict,
     ResetFailures,
     Restart,
+    WatchdogPhase,
 )
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
@@ -65,7 +65,7 @@ class Sim:
     def __init__(self, cfg: PolicyConfig = CFG, state: PolicyState | None = None) -> None:
         self.policy = Policy(cfg)
         self.now = 1_000_000.0
-        self.state = state or PolicyState(phase=Phase.READY)
+        self.state = state or PolicyState(phase=WatchdogPhase.READY)
         self.decisions: list = []
 
     def step(
@@ -92,12 +92,12 @@ def test_refused_and_5xx_count_at_once_and_three_give_exactly_one_restart() -> N
     sim.step(REFUSED)
     sim.step(DEAD)
     assert [d.count for d in sim.of(CountFailure)] == [1, 2]
-    assert sim.state.phase is Phase.SUSPECT and not sim.of(Restart)
+    assert sim.state.phase is WatchdogPhase.SUSPECT and not sim.of(Restart)
     sim.step(REFUSED)
     restarts = sim.of(Restart)
     assert len(restarts) == 1 and restarts[0].cause == "probe_failures"
     assert (
-        sim.state.phase is Phase.RESTARTING
+        sim.state.phase is WatchdogPhase.RESTARTING
         and sim.state.restart_in_progress == restarts[0].restart_id
     )
     assert len(restarts[0].evidence["failures"]) == 3
@@ -196,7 +196,7 @@ def test_boot_grace_extends_with_progress_and_ends_at_deadline() -> None:
     sim = Sim()
     sim.state, _ = sim.policy.on_startup(None, sim.now)
     start = sim.now
-    assert sim.state.phase is Phase.BOOTING and sim.state.boot_deadline_at == start + 1800
+    assert sim.state.phase is WatchdogPhase.BOOTING and sim.state.boot_deadline_at == start + 1800
     # 30 minutes of refused probes but shards keep loading: deadline moves forward, no restart
     for shard in range(1, 13):
         sim.step(REFUSED, dt=150, boot_progress=BootReading("loading_weights", shard))
@@ -226,7 +226,7 @@ def test_boot_ok_goes_ready() -> None:
     sim.state, _ = sim.policy.on_startup(None, sim.now)
     sim.step(REFUSED)
     sim.step(OK)
-    assert sim.state.phase is Phase.READY and sim.state.boot_deadline_at is None
+    assert sim.state.phase is WatchdogPhase.READY and sim.state.boot_deadline_at is None
 
 
 def test_two_failed_boots_give_up_with_exactly_one_alert() -> None:
@@ -237,14 +237,14 @@ def test_two_failed_boots_give_up_with_exactly_one_alert() -> None:
     sim.restarted()
     sim.step(REFUSED, dt=1801)
     assert len(sim.of(Restart)) == 1 and len(sim.of(GiveUp)) == 1
-    assert sim.state.phase is Phase.GIVEN_UP
+    assert sim.state.phase is WatchdogPhase.GIVEN_UP
     for _ in range(20):
         sim.step(REFUSED, dt=1801)
     assert len(sim.of(Restart)) == 1 and len(sim.of(GiveUp)) == 1
     assert [a.category for a in sim.of(Alert)] == ["gave_up"]
     # the server comes back on its own (or the operator fixed it): READY again
     sim.step(OK)
-    assert sim.state.phase is Phase.READY and sim.state.boot_failures == 0
+    assert sim.state.phase is WatchdogPhase.READY and sim.state.boot_failures == 0
 
 
 def test_budget_exhausted_holds_with_one_alert() -> None:
@@ -258,7 +258,7 @@ def test_budget_exhausted_holds_with_one_alert() -> None:
     for _ in range(10):
         sim.step(DEAD)
     assert len(sim.of(Restart)) == 2
-    assert sim.state.phase is Phase.HELD
+    assert sim.state.phase is WatchdogPhase.HELD
     assert len(sim.of(Hold)) == 1
     assert [a.category for a in sim.of(Alert)] == ["budget_exhausted"]
 
@@ -278,9 +278,9 @@ def test_release_rearms_after_automatic_hold() -> None:
     sim = Sim(replace(CFG, max_restarts=0))
     for _ in range(3):
         sim.step(DEAD)
-    assert sim.state.phase is Phase.HELD
+    assert sim.state.phase is WatchdogPhase.HELD
     sim.step(DEAD, released_at=sim.now + 1)
-    assert sim.state.phase is Phase.BOOTING and sim.state.restart_times == ()
+    assert sim.state.phase is WatchdogPhase.BOOTING and sim.state.restart_times == ()
 
 
 def test_operator_hold_suppresses_restarts_and_expires() -> None:
@@ -309,17 +309,20 @@ def test_restart_failure_alerts_and_enters_boot_grace() -> None:
     for _ in range(3):
         sim.step(REFUSED)
     sim.restarted(ok=False)
-    assert sim.state.phase is Phase.BOOTING and sim.state.restart_in_progress is None
+    assert sim.state.phase is WatchdogPhase.BOOTING and sim.state.restart_in_progress is None
     assert [a.category for a in sim.of(Alert)] == ["restart_failed"]
 
 
 def test_startup_with_interrupted_restart_does_not_restart_again() -> None:
     policy = Policy(CFG)
     crashed = PolicyState(
-        phase=Phase.RESTARTING, restart_in_progress="r1-5", restart_seq=1, restart_times=(5.0,)
+        phase=WatchdogPhase.RESTARTING,
+        restart_in_progress="r1-5",
+        restart_seq=1,
+        restart_times=(5.0,),
     )
     state, d = policy.on_startup(crashed, 100.0)
-    assert state.phase is Phase.BOOTING and state.restart_in_progress is None
+    assert state.phase is WatchdogPhase.BOOTING and state.restart_in_progress is None
     assert state.restart_times == (5.0,) and not any(isinstance(x, Restart) for x in d)
     assert "interrupted" in d[0].reason
 

@@ -11,10 +11,10 @@ from servectl.watchdog.policy import (
     GiveUp,
     Observation,
     OperatorHold,
-    Phase,
     Policy,
     PolicyState,
     Restart,
+    WatchdogPhase,
 )
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
@@ -29,18 +29,18 @@ def test_401_for_hours_is_a_blind_phase_that_realerts_on_schedule() -> None:
     sim.step(OK, snap(sim.now))
     for _ in range(int(12 * 3600 / 150)):
         sim.step(BAD_KEY)
-    assert sim.state.phase is Phase.BLIND
+    assert sim.state.phase is WatchdogPhase.BLIND
     alerts = [a for a in sim.of(Alert) if a.category == "misconfig"]
     assert len(alerts) == 12  # one at once, then one per hour (blind_realert_s)
     assert "blind" in alerts[-1].message and not sim.of(Restart) and not sim.of(CountFailure)
     sim.step(OK, snap(sim.now))
-    assert sim.state.phase is Phase.READY and sim.state.blind_since is None
+    assert sim.state.phase is WatchdogPhase.READY and sim.state.blind_since is None
 
 
 def test_blind_then_refused_counts_again() -> None:
     sim = Sim()
     sim.step(NOT_FOUND)
-    assert sim.state.phase is Phase.BLIND
+    assert sim.state.phase is WatchdogPhase.BLIND
     for _ in range(3):
         sim.step(REFUSED)
     assert len(sim.of(Restart)) == 1
@@ -52,7 +52,7 @@ def test_daemon_restart_while_hung_grants_no_new_boot_grace() -> None:
     sim.step(OK, snap(sim.now))
     sim.step(DEAD)
     state, _ = sim.policy.on_startup(PolicyState.from_json(sim.state.to_json()), sim.now + 5)
-    assert state.phase is Phase.SUSPECT and state.consecutive_failures == 1
+    assert state.phase is WatchdogPhase.SUSPECT and state.consecutive_failures == 1
     sim.state = state
     sim.step(DEAD)
     sim.step(DEAD)
@@ -65,7 +65,7 @@ def test_restart_during_boot_keeps_the_grace_left_not_a_wall_clock_difference() 
     state, _ = policy.decide(state, Observation(REFUSED), 1600.0)  # 1200 s of grace left
     # The daemon restarts after a +3 h wall-clock step: the grace left is what was left.
     state, _ = policy.on_startup(PolicyState.from_json(state.to_json()), 1600.0 + 3 * 3600)
-    assert state.phase is Phase.BOOTING
+    assert state.phase is WatchdogPhase.BOOTING
     assert state.boot_deadline_at == 1600.0 + 3 * 3600 + 1200
 
 
@@ -80,7 +80,7 @@ def test_container_exited_during_boot_is_a_failed_boot_at_once_with_backoff() ->
     sim.restarted()
     sim.step(REFUSED, dt=60, boot_progress=crashed)
     assert len(sim.of(Restart)) == 1 and sim.of(GiveUp)  # 2nd failed boot: bounded, give up
-    assert sim.state.phase is Phase.GIVEN_UP
+    assert sim.state.phase is WatchdogPhase.GIVEN_UP
 
 
 def test_crash_retries_back_off_when_more_boots_are_allowed() -> None:
@@ -97,7 +97,7 @@ def test_crash_retries_back_off_when_more_boots_are_allowed() -> None:
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert len(times) == 3 and gaps == [90, 150]  # 60 s then 120 s backoff (+ one 30 s tick)
     assert sim.of(GiveUp)  # 2nd failed boot: bounded, give up
-    assert sim.state.phase is Phase.GIVEN_UP
+    assert sim.state.phase is WatchdogPhase.GIVEN_UP
 
 
 def test_expired_hold_alerts_once_and_rearms_restarts() -> None:
@@ -124,7 +124,7 @@ def test_intentional_down_is_never_restarted_and_up_gets_a_fresh_boot_grace() ->
     assert "intentional stop" in sim.decisions[-1].reason
     # `servectl up` removes the hold: the new server boots under a full grace
     sim.step(REFUSED, dt=10)
-    assert sim.state.phase is Phase.BOOTING and not sim.of(Restart)
+    assert sim.state.phase is WatchdogPhase.BOOTING and not sim.of(Restart)
 
 
 def test_unreadable_metrics_without_progress_restart_within_one_extra_probe() -> None:

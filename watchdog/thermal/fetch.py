@@ -58,7 +58,7 @@ def fetch_files(
     (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel. cluster.ssh is imported
     here, lazily, so the report itself needs no paramiko."""
     from servectl.cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
-    from servectl.watchdog.thermal.remote import fan_out
+    from servectl.watchdog.thermal.remote import call_each_node
 
     thermal = getattr(spec, "thermal", None)
     directory: str = remote_dir if remote_dir else getattr(thermal, "dir", REMOTE_DIR)
@@ -89,7 +89,7 @@ def fetch_files(
 
     result = FetchResult()
     with SshPool(spec.ssh) as pool:
-        for out in fan_out(spec.nodes, one):
+        for out in call_each_node(spec.nodes, one):
             if out.ok:
                 result.files += out.value
                 result.per_node[out.node] = len(out.value)

@@ -1,6 +1,6 @@
 """The node side of the thermal agent: what runs on a node, with only the standard library,
-pynvml, psutil when the interpreter has it (else /proc/meminfo) and prometheus_client (the
-zipapp of ``servectl.watchdog.thermal.bundle`` carries the last one).
+pynvml, psutil when the interpreter has it (else /proc/meminfo) and prometheus_client (its
+zipapp, ``servectl.cluster.node_zipapp.THERMAL_AGENT``, carries the last one).
 
     python3 thermal-agent.pyz agent --node node1 --dir /var/log/servectl/thermal --interval 10
     python3 thermal-agent.pyz status --node node1 --dir /var/log/servectl/thermal

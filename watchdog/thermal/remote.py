@@ -14,12 +14,13 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from servectl.cluster.errors import NodeUnreachable, ServectlError
+from servectl.cluster.nodes import fan_out
+from servectl.cluster.spec import NodeSpec, thermal_metrics_address
 from servectl.watchdog.thermal.roles import zone_label
 from servectl.watchdog.thermal.zones import critical_trip_c
 
@@ -101,8 +102,6 @@ class NodePlan:
 
 def agent_argv(spec: Any, node: Any) -> list[str]:
     """The agent's command line on ``node`` (``spec`` is a ClusterSpec)."""
-    from servectl.cluster.spec import thermal_metrics_address  # control side only (zipapp)
-
     th = spec.thermal
     budget_mb = float(th.disk_budget_mb)
     metrics_host, metrics_port = thermal_metrics_address(th, node)
@@ -185,10 +184,12 @@ class NodeCall:
     unreachable: bool = False
 
 
-def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[NodeCall]:
-    """Run ``fn(node)`` on every node in parallel; servectl errors become failed outcomes."""
+def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> list[NodeCall]:
+    """``fn(node)`` on every node in parallel (cluster control's one fan-out), as one row per
+    node in the given order: servectl and OS errors fail the row, a dead node or transport
+    (anything else) marks it unreachable."""
 
-    def one(node: Any) -> NodeCall:
+    def one(node: NodeSpec) -> NodeCall:
         try:
             return NodeCall(node.name, True, fn(node))
         except NodeUnreachable as exc:
@@ -200,10 +201,11 @@ def fan_out(nodes: Sequence[Any], fn: Callable[[Any], T]) -> list[NodeCall]:
                 node.name, False, error=f"{type(exc).__name__}: {exc}", unreachable=True
             )
 
-    if not nodes:
-        return []
-    with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as ex:
-        return list(ex.map(one, nodes))
+    calls = fan_out(nodes, one)  # `one` never raises, and no deadline: every value is a row
+    return [
+        call if isinstance(call, NodeCall) else NodeCall(node.name, False, error=str(call))
+        for node, call in ((n, calls[n.name]) for n in nodes)
+    ]
 
 
 def read_units(session: Any, timeout_s: float) -> dict[str, UnitFacts]:

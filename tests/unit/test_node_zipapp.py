@@ -1,0 +1,113 @@
+"""The one node zipapp builder: each app carries exactly its entry's import closure (nothing
+control-side), stub packages, the third-party packages it names, and reproducible bytes.
+The zipapps' runs on an isolated python3 are in test_status_memory and test_thermal_remote."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+from servectl.cluster.node_zipapp import (
+    COLLECTOR,
+    THERMAL_AGENT,
+    NodeApp,
+    NodeZipappError,
+    build_node_zipapp,
+    imports_of,
+    node_closure,
+    node_zipapp_bytes,
+    node_zipapp_files,
+)
+
+CONTROL_SIDE = ("ssh", "docker", "control", "provision", "ansible", "remote", "fetch", "cli")
+STUB = b'"""servectl (node-side subset)."""\n'
+
+
+def _control_side(module: str) -> bool:
+    leaf = module.rsplit(".", 1)[-1]
+    return any(leaf.startswith(word) for word in CONTROL_SIDE) or ".cli" in module
+
+
+def test_the_collector_carries_its_closure_and_nothing_more() -> None:
+    assert set(node_closure(COLLECTOR)) == {
+        "servectl.cluster.collector",
+        "servectl.cluster.errors",
+        "servectl.cluster.gpu",
+        "servectl.cluster.memory",
+    }
+    assert sorted(node_zipapp_files(COLLECTOR)) == [
+        "__main__.py",
+        "servectl/__init__.py",
+        "servectl/cluster/__init__.py",
+        "servectl/cluster/collector.py",
+        "servectl/cluster/errors.py",
+        "servectl/cluster/gpu.py",
+        "servectl/cluster/memory.py",
+    ]
+
+
+def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
+    thermal = "servectl.watchdog.thermal"
+    assert set(node_closure(THERMAL_AGENT)) == {
+        "servectl.cluster.durable",
+        "servectl.cluster.errors",
+        "servectl.cluster.gpu",
+        "servectl.cluster.memory",
+        *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "nodeapp")),
+        *(f"{thermal}.{m}" for m in ("records", "roles", "writer", "zones")),
+    }
+    files = node_zipapp_files(THERMAL_AGENT)
+    assert "prometheus_client/__init__.py" in files
+    assert not any(
+        n.startswith(("prometheus_client/twisted", "prometheus_client/django")) for n in files
+    )
+    # the operator's side of the thermal package stays home
+    for leaf in ("remote", "fetch", "bundle", "report", "plot", "export", "survey", "fakes"):
+        assert f"servectl/watchdog/thermal/{leaf}.py" not in files
+
+
+@pytest.mark.parametrize("app", [COLLECTOR, THERMAL_AGENT], ids=["collector", "thermal"])
+def test_no_control_side_module_and_only_stub_packages(app: NodeApp) -> None:
+    assert not [m for m in node_closure(app) if _control_side(m)]
+    files = node_zipapp_files(app)
+    assert all(data == STUB for name, data in files.items() if name.endswith("__init__.py")
+               and name.startswith("servectl/"))  # fmt: skip
+    main = files["__main__.py"].decode()
+    assert f"from {app.entry} import main" in main
+
+
+@pytest.mark.parametrize("app", [COLLECTOR, THERMAL_AGENT], ids=["collector", "thermal"])
+def test_bytes_are_reproducible_and_the_sha_is_theirs(app: NodeApp, tmp_path) -> None:
+    first = node_zipapp_bytes(app)
+    assert node_zipapp_bytes(app) == first
+    built = build_node_zipapp(app, tmp_path / "a.pyz")
+    assert built.path.read_bytes() == first
+    assert built.sha256 == hashlib.sha256(first).hexdigest()
+    assert built.path.stat().st_mode & 0o777 == 0o600
+    with zipfile.ZipFile(built.path) as z:
+        infos = z.infolist()
+    assert [i.filename for i in infos] == sorted(i.filename for i in infos)
+    assert {i.date_time for i in infos} == {(2020, 1, 1, 0, 0, 0)}
+
+
+def test_a_control_side_entry_fails_the_build() -> None:
+    # cluster.nodes reaches paramiko and docker through the SSH and Docker gateways
+    with pytest.raises(NodeZipappError, match="not the standard library"):
+        node_closure(NodeApp(entry="servectl.cluster.nodes"))
+
+
+def test_imports_include_function_level_and_skip_type_checking() -> None:
+    source = (
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "from servectl.cluster import gpu\n"
+        "from .memory import read_node_memory\n"
+        "if TYPE_CHECKING:\n    from servectl.cluster.ssh import SshPool\n"
+        "else:\n    import json\n"
+        "def f():\n    import servectl.cluster.durable\n"
+    )
+    got = imports_of(source, "servectl.cluster.collector")
+    assert {"servectl.cluster.gpu", "servectl.cluster.memory", "json"} <= got
+    assert "servectl.cluster.durable" in got
+    assert not any("ssh" in name for name in got)
