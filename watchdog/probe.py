@@ -183,7 +183,8 @@ def is_healthy(result: ProbeResult) -> bool:
 def request_failed(exc: httpx.HTTPError, timeout_s: float) -> tuple[Outcome, str]:
     """Pure: a request that got no usable response -> outcome and a short detail."""
     if isinstance(exc, httpx.TimeoutException):
-        return Outcome.TIMEOUT, f"no answer within {timeout_s:g}s ({type(exc).__name__})"
+        # a status probe gets what is left of its deadline (4.95885 s): one decimal is enough
+        return Outcome.TIMEOUT, f"no answer within {round(timeout_s, 1):g}s ({type(exc).__name__})"
     if isinstance(exc, httpx.ConnectError):
         return Outcome.REFUSED, f"connect failed: {exc}"
     if isinstance(exc, httpx.TransportError):  # dropped mid-request: the server went away

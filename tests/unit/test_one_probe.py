@@ -86,6 +86,21 @@ def test_no_usable_answer_is_an_outcome_never_an_exception(
     assert r.outcome is outcome and detail in r.detail and r.status_code is None
 
 
+def test_a_timeout_left_of_a_deadline_reads_in_one_decimal() -> None:
+    # status probes with what is left of its deadline: "4.95885s" in a table helps nobody
+    r = probe_completion(
+        _client(_raise(httpx.ReadTimeout("slow"))),
+        "http://s/v1/completions",
+        "m",
+        timeout_s=4.95885,
+    )
+    assert "no answer within 5s (ReadTimeout)" in r.detail
+    r = probe_completion(
+        _client(_raise(httpx.ReadTimeout("slow"))), "http://s/v1/completions", "m", timeout_s=2.34
+    )
+    assert "no answer within 2.3s (ReadTimeout)" in r.detail
+
+
 SPEC = ROOT / "inventory.example.yml"
 
 
