@@ -182,6 +182,13 @@ class FakeNodes:
         self.closed = False
 
     # -- scripting ---------------------------------------------------------------------------
+    @classmethod
+    def running(cls, spec: Any) -> FakeNodes:
+        """Nodes on which `spec`'s cluster already runs (as after a successful `up`)."""
+        nodes = cls(spec)
+        nodes.run_all()
+        return nodes
+
     def run_all(self, state: str = "running") -> None:
         """Every node runs this spec's container (as after a successful `up`)."""
         for c in plan_cluster(self.spec).containers:

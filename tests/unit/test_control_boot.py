@@ -30,9 +30,7 @@ OOM = [
 @pytest.fixture
 def fake(monkeypatch) -> FakeNodes:
     monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
-    nodes = FakeNodes(SPEC)
-    nodes.run_all()
-    return nodes
+    return FakeNodes.running(SPEC)
 
 
 def _ctl(tmp_path: Path, nodes: FakeNodes, server: FakeServer, events=None) -> Controller:

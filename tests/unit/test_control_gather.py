@@ -20,9 +20,7 @@ SPEC = good_spec()
 @pytest.fixture
 def fake(monkeypatch) -> FakeNodes:
     monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
-    nodes = FakeNodes(SPEC)
-    nodes.run_all()
-    return nodes
+    return FakeNodes.running(SPEC)
 
 
 def _status(tmp_path: Path, nodes: FakeNodes, server: FakeServer, **kw):

@@ -86,8 +86,7 @@ def test_an_unreachable_node_is_a_problem_and_a_frozen_one_costs_only_the_deadli
 
 
 def test_only_nodes_that_start_a_container_are_checked() -> None:
-    nodes = FakeNodes(SPEC)
-    nodes.run_all()
+    nodes = FakeNodes.running(SPEC)
     observed = {n.name: nodes.docker(n).list_servectl(SPEC.name) for n in SPEC.nodes}
     report = preflight(SPEC, nodes, plan_down(SPEC.name, observed), emitter(None))
     assert report.ok and nodes.collector_calls == []
