@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import psutil
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.lab import engine_kind

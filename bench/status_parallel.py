@@ -11,7 +11,7 @@ import argparse
 import statistics
 import time
 
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 
 

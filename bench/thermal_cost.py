@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import generate_latest  # noqa: E402
-from servectl.watchdog.thermal.agent import ThermalAgent  # noqa: E402
+from servectl.node.thermal.agent import ThermalAgent  # noqa: E402
+from servectl.node.thermal.metrics import MetricsServer, ThermalCollector  # noqa: E402
+from servectl.node.thermal.writer import DurableWriter  # noqa: E402
+from servectl.node.thermal.zones import SysfsZoneReader  # noqa: E402
 from servectl.watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs  # noqa: E402
-from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector  # noqa: E402
-from servectl.watchdog.thermal.writer import DurableWriter  # noqa: E402
-from servectl.watchdog.thermal.zones import SysfsZoneReader  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 

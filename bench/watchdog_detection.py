@@ -30,8 +30,8 @@ import time
 
 import httpx
 from servectl.watchdog.config import WatchdogConfig
+from servectl.watchdog.observation import Observation
 from servectl.watchdog.policy import (
-    Observation,
     Policy,
     PolicyConfig,
     PolicyState,

@@ -13,9 +13,9 @@ from typing import Any
 
 from servectl.cluster.durable import read_jsonl
 from servectl.cluster.morning import MorningReport, build_morning, iso_ts
+from servectl.node.thermal.writer import read_records
 from servectl.watchdog.events import read_events
 from servectl.watchdog.thermal.export import files_in
-from servectl.watchdog.thermal.writer import read_records
 
 
 @dataclass(frozen=True)

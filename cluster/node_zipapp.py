@@ -63,9 +63,9 @@ class NodeApp:
 # psutil: optional, /proc/meminfo stands in (cluster.memory).
 _NODE_PYTHON = frozenset({"pynvml", "psutil"})
 
-COLLECTOR = NodeApp(entry="servectl.cluster.collector", on_node=_NODE_PYTHON)
+COLLECTOR = NodeApp(entry="servectl.node.collector", on_node=_NODE_PYTHON)
 THERMAL_AGENT = NodeApp(
-    entry="servectl.watchdog.thermal.nodeapp",
+    entry="servectl.node.thermal.app",
     bundled=(Bundled(name="prometheus_client", skip=frozenset({"twisted", "django", "aiohttp"})),),
     on_node=_NODE_PYTHON,
 )

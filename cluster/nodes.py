@@ -2,7 +2,7 @@
 
 `NodeConnector` holds one SSH session and one Docker gateway per node for the duration of one
 servectl command, runs the collector zipapp on a node, and fans a call out over nodes on daemon
-threads. Everything above it (`servectl.cluster.control` and its parts) takes a `Nodes`, so a
+threads. Everything above it (`servectl.cluster.control.controller` and its parts) takes a `Nodes`, so a
 test hands in a fake that answers from dicts (as pyinfra tests its operations on a fake host).
 """
 

@@ -1,7 +1,7 @@
 """`servectl status`: observations per node and for the server, and a pure verdict.
 
 `derive_verdict` is a pure function of the observations (design principle 5). The gathering
-lives in `servectl.cluster.control_status.gather_status`, which fills these types in parallel.
+lives in `servectl.cluster.control.status.gather_status`, which fills these types in parallel.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus
-from servectl.watchdog.thermal.roles import zone_role
+from servectl.node.thermal.roles import zone_role
 
 DASH = "-"
 HASH_CHARS = 8  # enough to tell two config hashes apart; the full one is in --json

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# mypy over the installed package, `servectl.cluster` and `servectl.watchdog`.
-# The editable install maps those names to cluster/ and watchdog/ with an import hook that mypy
+# mypy over the installed package, `servectl.cluster`, `servectl.node` and `servectl.watchdog`.
+# The editable install maps those names to cluster/, node/ and watchdog/ with an import hook that mypy
 # cannot follow (it reads files, it imports nothing), so mypy reads them through a link tree,
-# build/typecheck/servectl/{cluster,watchdog} -> the repository's folders: the same module names
+# build/typecheck/servectl/{cluster,node,watchdog} -> the repository's folders: the same module names
 # the code imports, the settings in pyproject's [tool.mypy]. Extra arguments go to mypy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +10,5 @@ tree=build/typecheck/servectl
 mkdir -p "$tree"
 ln -sfn ../../../cluster "$tree/cluster"
 ln -sfn ../../../watchdog "$tree/watchdog"
-exec env MYPYPATH=build/typecheck .venv/bin/mypy -p servectl.cluster -p servectl.watchdog "$@"
+ln -sfn ../../../node "$tree/node"
+exec env MYPYPATH=build/typecheck .venv/bin/mypy -p servectl.cluster -p servectl.node -p servectl.watchdog "$@"

@@ -1,4 +1,4 @@
-"""The watchdog's real actuator: cluster control (`servectl.cluster.control.Controller`).
+"""The watchdog's real actuator: cluster control (`servectl.cluster.control.controller.Controller`).
 
 `ControllerActuator` is the `servectl.watchdog.daemon.Actuator` the daemon is given by
 injection (`build_actuator` is the one place that binds the watchdog to cluster control). A
@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from servectl.cluster.boot import BootProgress
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import ProbeError, ServectlError
 from servectl.cluster.ssh_identity import SshIdentity
-from servectl.watchdog.policy import BootReading
+from servectl.watchdog.observation import BootReading
 
 RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
 EVIDENCE_LOG_LINES = 50
@@ -30,7 +30,7 @@ RESTART_JOB_MODULE = "servectl.watchdog.restart_job"  # run as `python -m RESTAR
 
 
 class ControllerActuator:
-    """`servectl.watchdog.daemon.Actuator` over `servectl.cluster.control.Controller`.
+    """`servectl.watchdog.daemon.Actuator` over `servectl.cluster.control.controller.Controller`.
 
     * `restart()` is exactly an operator's `servectl restart --no-wait`: `Controller.restart()`
       (same plan, same `events.jsonl` record, who=servectl-watchdog), run in a detached child

@@ -29,11 +29,10 @@ from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon_io import DaemonIO
 from servectl.watchdog.events import EventLog
 from servectl.watchdog.exporter import WatchdogMetrics
+from servectl.watchdog.observation import BootReading, Observation
 from servectl.watchdog.policy import (
     Alert,
-    BootReading,
     Decision,
-    Observation,
     Policy,
     PolicyConfig,
     PolicyState,
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 class Actuator(Protocol):
-    """Cluster control as the watchdog sees it (implemented in `servectl.cluster.control`)."""
+    """Cluster control as the watchdog sees it (implemented in `servectl.cluster.control.controller`)."""
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         """Restart the whole server (all ranks). Raises on failure."""

@@ -23,19 +23,19 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
-from servectl.cluster.memory import NodeMemory
+from servectl.node.memory import NodeMemory
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.alerts import AlertPolicy
+from servectl.node.thermal.metrics import ThermalCollector
+from servectl.node.thermal.zones import SysfsZoneReader
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.monitoring_files import rules_path
-from servectl.watchdog.thermal.agent import ThermalAgent
-from servectl.watchdog.thermal.alerts import AlertPolicy
 from servectl.watchdog.thermal.fakes import (
     FakeGpuSampler,
     FakeReading,
     build_fake_sysfs,
     gb10_sample,
 )
-from servectl.watchdog.thermal.metrics import ThermalCollector
-from servectl.watchdog.thermal.zones import SysfsZoneReader
 
 JOB_THERMAL, JOB_WATCHDOG = "servectl-thermal", "servectl-watchdog"
 _SAMPLE_LABELS = frozenset({"le", "quantile"})  # added by the histogram/summary format

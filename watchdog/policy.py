@@ -73,9 +73,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.observation import BootReading as BootReading  # re-exported
-from servectl.watchdog.observation import Observation as Observation  # re-exported
-from servectl.watchdog.observation import OperatorHold as OperatorHold  # re-exported
+from servectl.watchdog.observation import BootReading, Observation, OperatorHold
 from servectl.watchdog.probe import MetricsSnapshot
 from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
 from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from servectl.cluster.applied import read_applied
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.ssh_identity import SshIdentity
 from servectl.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc

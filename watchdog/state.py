@@ -22,7 +22,8 @@ from typing import Any
 
 from servectl.cluster.durable import atomic_write_json, read_json
 from servectl.cluster.errors import ServectlError
-from servectl.watchdog.policy import OperatorHold, PolicyState
+from servectl.watchdog.observation import OperatorHold
+from servectl.watchdog.policy import PolicyState
 
 log = logging.getLogger(__name__)
 

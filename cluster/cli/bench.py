@@ -23,7 +23,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 
 app = typer.Typer(
     help="Benchmark the server from a CPU-only client container; compare runs.",
@@ -72,7 +72,7 @@ def _fmt(fmt: str, v: Any) -> str:
 
 def _levels(text: str, option: str) -> tuple[int, ...]:
     # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench_parse import parse_size_token
+    from servectl.cluster.bench.parse import parse_size_token
 
     try:
         levels = tuple(parse_size_token(x) for x in text.split(",") if x.strip())
@@ -115,7 +115,7 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
 
 def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
     # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench import BenchRunner, client_plan
+    from servectl.cluster.bench.runner import BenchRunner, client_plan
 
     spec = load(inventory)
     if dry_run:
@@ -175,7 +175,7 @@ def sweep(
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
     # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench import DEFAULT_PROMPTS, BenchOptions
+    from servectl.cluster.bench.runner import DEFAULT_PROMPTS, BenchOptions
 
     if dataset not in ("prompts", "random"):
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
@@ -213,7 +213,7 @@ def prefill(
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
     # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench import BenchOptions
+    from servectl.cluster.bench.runner import BenchOptions
 
     opts = BenchOptions(
         kind="prefill",
@@ -237,8 +237,8 @@ def compare(
     """Two runs side by side with % changes, and the recorded differences that could explain
     them (clock caps, drafter k, KV cache, thinking default, versions, busy processes)."""
     # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench import compare_rows, load_run
-    from servectl.cluster.bench_manifest import manifest_diff
+    from servectl.cluster.bench.manifest import manifest_diff
+    from servectl.cluster.bench.runner import compare_rows, load_run
 
     ma, ta = load_run(run_a)
     mb, tb = load_run(run_b)

@@ -26,8 +26,8 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog_view import watchdog_line
-from servectl.cluster.control import ApplyResult, ControlEvent, Controller, _who
-from servectl.cluster.control_plan import Action, ControlPlan
+from servectl.cluster.control.controller import ApplyResult, ControlEvent, Controller, _who
+from servectl.cluster.control.plan import Action, ControlPlan
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import (
     LeasedHolder,
@@ -135,7 +135,7 @@ def up(
 
 
 def _holder(spec):  # -> WatchdogHolder (imported late: it needs cluster control)
-    from servectl.cluster.rollout_ports import WatchdogHolder
+    from servectl.cluster.rollout.ports import WatchdogHolder
 
     return WatchdogHolder(spec, by=_who())
 

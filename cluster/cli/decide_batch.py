@@ -45,7 +45,7 @@ def _fmt(v: Any, fmt: str = "{:.3f}") -> str:
 def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir: Path | None):
     """Run the items; write the run directory; return (run_dir, docs, summary)."""
     # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
-    from servectl.cluster.bench import default_runs_dir, write_json
+    from servectl.cluster.bench.runner import default_runs_dir, write_json
     from servectl.cluster.decide import runner
     from servectl.cluster.decide.core import load_items
 
@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
         Example: servectl decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
         """
         # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
-        from servectl.cluster.bench import write_json
+        from servectl.cluster.bench.runner import write_json
         from servectl.cluster.decide import fitted as fm
         from servectl.cluster.decide import plots
         from servectl.cluster.durable import read_jsonl

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from servectl.cluster.cli.common import console, err_console, load
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 
 PathOpt = Annotated[
     str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")

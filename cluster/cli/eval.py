@@ -23,7 +23,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 
 app = typer.Typer(
     help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
@@ -91,7 +91,7 @@ def run(
     Example: servectl eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
     """
     # deferred: CLI start-up; only `servectl eval` loads the eval and bench modules
-    from servectl.cluster.bench import default_runs_dir
+    from servectl.cluster.bench.runner import default_runs_dir
     from servectl.cluster.eval.plan import EvalOptions
     from servectl.cluster.eval.presets import DEFAULT_NUM_CONCURRENT
     from servectl.cluster.eval.runner import EvalRunner, container_plan, eval_settings
@@ -157,7 +157,7 @@ def compare(
     Example: servectl eval compare runs/20260101T000000Z-eval runs/20260115T000000Z-eval
     """
     # deferred: CLI start-up; only `servectl eval` loads the eval and bench modules
-    from servectl.cluster.bench import load_run
+    from servectl.cluster.bench.runner import load_run
     from servectl.cluster.eval.presets import EvalError
     from servectl.cluster.eval.results import comparability, compare_scores, eval_differences
 

@@ -2,7 +2,7 @@
 
 Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
 summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
-input); the work is in ``servectl.cluster.provision``.
+input); the work is in ``servectl.cluster.provision.gateway``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
-from servectl.cluster import provision as prov
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -25,6 +24,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
+from servectl.cluster.provision import gateway as prov
 
 log = logging.getLogger("servectl.provision")
 

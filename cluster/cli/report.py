@@ -87,7 +87,7 @@ def report(
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
             # deferred: CLI start-up; only `servectl report` loads the morning report's modules
-            from servectl.cluster.bench import default_runs_dir
+            from servectl.cluster.bench.runner import default_runs_dir
 
             src = Sources(
                 Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), default_runs_dir(),

@@ -30,12 +30,14 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control import _who
+from servectl.cluster.control.controller import _who
 from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import parse_inventory
 from servectl.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
-from servectl.cluster.rollout import (
+from servectl.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
+from servectl.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
+from servectl.cluster.rollout.sequence import (
     TERMINAL,
     Rollout,
     RolloutPorts,
@@ -43,8 +45,6 @@ from servectl.cluster.rollout import (
     RolloutStore,
     rollback_to,
 )
-from servectl.cluster.rollout_edit import argv_diff, parse_guard, parse_set, text_diff
-from servectl.cluster.rollout_ports import ControllerCluster, WatchdogHolder, bench_measurer
 
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back."

@@ -24,7 +24,7 @@ from servectl.cluster.cli.common import emit_json, load
 from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from servectl.cluster.ssh import SshPool
-from servectl.watchdog.thermal.nodeapp import AgentOptions, run_agent
+from servectl.node.thermal.app import AgentOptions, run_agent
 from servectl.watchdog.thermal.remote import (
     LiveRow,
     StatusRow,

@@ -17,12 +17,12 @@ from rich.table import Table
 from servectl.cluster.cli.common import emit_json, handle_errors, load
 from servectl.cluster.cli.thermal_common import app
 from servectl.cluster.errors import ConfigError
+from servectl.node.thermal.writer import read_records
 from servectl.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
 from servectl.watchdog.thermal.export import files_in
 from servectl.watchdog.thermal.survey import survey
-from servectl.watchdog.thermal.writer import read_records
 
 
 def _c(v: float | None) -> str:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.bench import write_json
+from servectl.cluster.bench.runner import write_json
 from servectl.cluster.decide.calibrate import (
     CalibrationReport,
     CurvePoint,

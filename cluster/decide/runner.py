@@ -2,7 +2,7 @@
 the summary (accuracy on answered items with a Wilson CI, coverage, holds, flips, latency,
 position bias) and the run directory with its manifest.
 
-The manifest reuses `bench_manifest` (cluster section with the config hash, the server's
+The manifest reuses `servectl.cluster.bench.manifest` (cluster section with the config hash, the server's
 effective defaults from the plan, what the server reports) so decide runs and bench runs are
 explained by the same facts.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 from servectl.cluster import __version__
-from servectl.cluster import bench_manifest as bm
-from servectl.cluster.bench import run_id_for, write_json
+from servectl.cluster.bench import manifest as bm
+from servectl.cluster.bench.runner import run_id_for, write_json
 from servectl.cluster.decide import stats
 from servectl.cluster.decide.core import Decider, Decision, Item
 from servectl.cluster.decide.labels import DecideError

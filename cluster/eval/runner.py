@@ -27,10 +27,16 @@ import httpx
 import paramiko
 import requests
 from servectl.cluster import __version__
-from servectl.cluster import bench_manifest as bm
-from servectl.cluster.bench import BenchRunner, _untar, client_base_url, container_facts, write_json
-from servectl.cluster.bench import client_image as bench_image
-from servectl.cluster.control import Controller
+from servectl.cluster.bench import manifest as bm
+from servectl.cluster.bench.runner import (
+    BenchRunner,
+    _untar,
+    client_base_url,
+    container_facts,
+    write_json,
+)
+from servectl.cluster.bench.runner import client_image as bench_image
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.durable import atomic_write_bytes
 from servectl.cluster.errors import DockerError, ServectlError

@@ -5,8 +5,8 @@ vllm:spec_decode_* counters."""
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.bench import BenchOptions, BenchRunner, load_run
-from servectl.cluster.bench_parse import load_result_text
+from servectl.cluster.bench.parse import load_result_text
+from servectl.cluster.bench.runner import BenchOptions, BenchRunner, load_run
 from servectl.cluster.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.engine

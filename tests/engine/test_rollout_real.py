@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 
 pytestmark = pytest.mark.engine

@@ -24,7 +24,7 @@ import pytest
 from servectl.cluster.lab import lab as lablib
 from servectl.cluster.lab import sshc
 from servectl.cluster.lab.paths import LabPaths, node_ip
-from servectl.cluster.provision_wheelhouse import SOURCE_ITEMS
+from servectl.cluster.provision.wheelhouse import SOURCE_ITEMS
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:\d+\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"

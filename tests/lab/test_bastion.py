@@ -7,7 +7,7 @@ import os
 
 import pytest
 import yaml
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab.paths import HEAD, node_ip
 from servectl.cluster.status import Verdict

@@ -7,8 +7,8 @@ import os
 import time
 
 import pytest
-from servectl.cluster.control import Controller
-from servectl.cluster.control_plan import Action, Drift
+from servectl.cluster.control.controller import Controller
+from servectl.cluster.control.plan import Action, Drift
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.status import Verdict

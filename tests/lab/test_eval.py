@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.eval.image import EVAL_VENV, ensure_eval_image
 from servectl.cluster.eval.plan import EvalOptions
 from servectl.cluster.eval.runner import EvalRunner

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
-from servectl.cluster.bench import BenchOptions, BenchRunner
+from servectl.cluster.bench.runner import BenchOptions, BenchRunner
 from servectl.cluster.cli import app as servectl_app
 from servectl.cluster.cli.thermal import app as thermal_app
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.client_image import CLIENT_LATEST

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from servectl.cluster.cli.thermal import app as thermal_app
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab import prometheus as labprom

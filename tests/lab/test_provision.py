@@ -22,7 +22,7 @@ pytestmark = pytest.mark.lab
 
 SERVECTL = str(Path(sys.executable).parent / "servectl")
 LISTED = ["/opt", "/etc/systemd/system", "/var/lib/servectl", "/etc/servectl", "/var/log/servectl"]
-COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "servectl.cluster.collector", "show"]
+COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "servectl.node.collector", "show"]
 
 
 def listing(lab, node: str) -> list[str]:

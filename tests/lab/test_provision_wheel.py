@@ -82,7 +82,7 @@ def provisioned(lab, venv, elsewhere):
 def test_installed_beside_pypi_watchdog_without_a_checkout(venv, elsewhere):
     probe = (
         "import watchdog.observers, servectl.watchdog.policy\n"
-        "from servectl.cluster import provision as p\n"
+        "from servectl.cluster.provision import gateway as p\n"
         "print(p.PLAYBOOK_DIR, p.SOURCE_DIR)\n"
     )
     playbooks, source = _ok(_run([str(venv / "bin" / "python"), "-c", probe], elsewhere)).split()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 

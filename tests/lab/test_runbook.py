@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 
 pytestmark = pytest.mark.lab

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 from servectl.cluster.cli.thermal import app
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
+from servectl.node.thermal.writer import read_records
 from servectl.watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
-from servectl.watchdog.thermal.writer import read_records
 from typer.testing import CliRunner
 
 from tests.lab.waiting import poll

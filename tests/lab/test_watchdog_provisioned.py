@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.paths import HEAD, NODE_NAMES, node_ip

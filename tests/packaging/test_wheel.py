@@ -58,6 +58,10 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert tops == {"servectl", wheel.name.split("-py3")[0] + ".dist-info"}, tops
     assert "servectl/cluster/inventory.py" in names
     assert "servectl/watchdog/policy.py" in names
+    # the rooms: control, bench, rollout and provision are packages; the node side is its own
+    for package in ("cluster/control", "cluster/bench", "cluster/rollout", "cluster/provision"):
+        assert f"servectl/{package}/__init__.py" in names
+    assert "servectl/node/thermal/app.py" in names and "servectl/node/collector.py" in names
     assert "servectl/cluster/data/vllm_serve_flags_0.33.0.json" in names
     assert "servectl/watchdog/monitoring/servectl-rules.yml" in names  # monitoring_files
     assert "servectl/watchdog/monitoring/grafana-night.json" in names
@@ -150,7 +154,7 @@ def test_installed_servectl_finds_its_playbooks_without_a_checkout(
 ) -> None:
     py = str(installed / "bin" / "python")
     probe = (
-        "import json; from servectl.cluster import provision as p\n"
+        "import json; from servectl.cluster.provision import gateway as p\n"
         "print(json.dumps([str(p.PLAYBOOK_DIR), p.SOURCE_DIR and str(p.SOURCE_DIR)]))\n"
     )
     playbooks, source = json.loads(_run([py, "-c", probe], cwd=tmp_path))
@@ -167,7 +171,7 @@ def test_installed_servectl_finds_its_playbooks_without_a_checkout(
     inventory = tmp_path / "inventory.yml"
     shutil.copyfile(REPO / "inventory.example.yml", inventory)
     prepare = (
-        "import json, sys; from pathlib import Path; from servectl.cluster import provision as p\n"
+        "import json, sys; from pathlib import Path; from servectl.cluster.provision import gateway as p\n"
         "req = p.ProvisionRequest(inventory=Path(sys.argv[1]), check=True, "
         "state_root=Path(sys.argv[2]), ident='t')\n"
         "print(json.dumps(p.prepare(req).kwargs))\n"
@@ -207,7 +211,7 @@ def test_nodes_wheel_is_repacked_from_the_installation(
     py = str(installed / "bin" / "python")
     repack = (
         "import sys; from pathlib import Path\n"
-        "from servectl.cluster import provision_wheelhouse as wh\n"
+        "from servectl.cluster.provision import wheelhouse as wh\n"
         "print(wh.servectl_wheel(None, Path(sys.argv[1])))\n"
     )
     first = Path(_run([py, "-c", repack, str(tmp_path / "a")], cwd=tmp_path).strip())

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servectl.cluster import control as control_mod
 from servectl.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
-from servectl.cluster.control import Controller
+from servectl.cluster.control import controller as control_mod
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.inventory_plain import export_resolved

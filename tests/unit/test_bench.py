@@ -8,17 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench import (
-    BenchOptions,
-    bench_argv,
-    client_image,
-    client_plan,
-    compare_rows,
-    container_facts,
-    sharegpt_json,
-)
-from servectl.cluster.bench_manifest import manifest_diff, redact_argv, summary_facts
-from servectl.cluster.bench_parse import (
+from servectl.cluster.bench.manifest import manifest_diff, redact_argv, summary_facts
+from servectl.cluster.bench.parse import (
     ResultFormatError,
     kv_cache_facts,
     load_result_text,
@@ -26,6 +17,15 @@ from servectl.cluster.bench_parse import (
     parse_size_token,
     spec_counters,
     spec_delta,
+)
+from servectl.cluster.bench.runner import (
+    BenchOptions,
+    bench_argv,
+    client_image,
+    client_plan,
+    compare_rows,
+    container_facts,
+    sharegpt_json,
 )
 from servectl.cluster.inventory import load_inventory
 

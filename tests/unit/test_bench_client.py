@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench import BenchOptions, bench_argv, client_base_url, client_plan
+from servectl.cluster.bench.runner import BenchOptions, bench_argv, client_base_url, client_plan
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout_edit import check_guard, parse_guard
-from servectl.cluster.rollout_ports import QUICK_LEVELS, measurement_rows
+from servectl.cluster.rollout.edit import check_guard, parse_guard
+from servectl.cluster.rollout.ports import QUICK_LEVELS, measurement_rows
 
 
 @pytest.fixture

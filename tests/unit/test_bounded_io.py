@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FROZEN_FAN_OUT = """
 import sys, threading
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 spec = load_inventory(sys.argv[1])
 ctl = Controller(spec)

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 from servectl.cluster.applied import APPLIED_NAME
-from servectl.cluster.control import Controller
-from servectl.cluster.control_plan import Drift
+from servectl.cluster.control.controller import Controller
+from servectl.cluster.control.plan import Drift
 from servectl.cluster.errors import DockerError, ServectlError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.launch import plan_cluster

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from servectl.cluster.boot import BootPhase
-from servectl.cluster.control import Controller
-from servectl.cluster.control_boot import dead_containers
+from servectl.cluster.control.boot import dead_containers
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import NodeUnreachable
 
 from tests.unit.fake_nodes import FakeNodes, FixedClock, good_spec

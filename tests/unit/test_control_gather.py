@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import CommandFailed, DockerError
 from servectl.cluster.status import Verdict
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.control_clocks import set_clocks
-from servectl.cluster.control_logs import follow_logs, last_log_lines, tail_logs
+from servectl.cluster.control.clocks import set_clocks
+from servectl.cluster.control.logs import follow_logs, last_log_lines, tail_logs
 
 from tests.unit.fake_nodes import FakeNodes, default_collector, good_spec
 

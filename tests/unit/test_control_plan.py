@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control_plan import Action, Drift, plan_down, plan_restart, plan_up
+from servectl.cluster.control.plan import Action, Drift, plan_down, plan_restart, plan_up
 from servectl.cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
 from servectl.cluster.launch import ClusterPlan, ContainerPlan
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control_plan import plan_down, plan_up
-from servectl.cluster.control_preflight import preflight
-from servectl.cluster.control_types import ControlEvent, emitter
+from servectl.cluster.control.plan import plan_down, plan_up
+from servectl.cluster.control.preflight import preflight
+from servectl.cluster.control.results import ControlEvent, emitter
 from servectl.cluster.launch import plan_cluster
 
 from tests.unit.fake_nodes import FakeNodes, default_collector, good_spec

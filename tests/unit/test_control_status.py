@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control_clocks import gpu_problems
+from servectl.cluster.control.clocks import gpu_problems
 from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.status import (
     NodeStatus,

@@ -24,7 +24,7 @@ from servectl.watchdog.actuator import (
     ControllerActuator,
     boot_reading,
 )
-from servectl.watchdog.policy import BootReading
+from servectl.watchdog.observation import BootReading
 from servectl.watchdog.restart_job import main, restart_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def _result(ok: bool, *nodes: tuple[str, bool]) -> Any:
 
 
 class FakeController:
-    """What ControllerActuator reads of `servectl.cluster.control.Controller`."""
+    """What ControllerActuator reads of `servectl.cluster.control.controller.Controller`."""
 
     def __init__(self, spec: Any = None, **kw: Any) -> None:
         self.spec, self.kw = spec, kw

@@ -1,4 +1,4 @@
-"""servectl.cluster.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
+"""servectl.node.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
 
 pynvml and the dynamic loader keep one NVML library per process, so every check that loads the
 stub runs in a child process; in-process tests only use loaders that fail.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from servectl.cluster.errors import NvmlError
-from servectl.cluster.gpu import Nvml, collect_json, decode_clock_event_reasons
 from servectl.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from servectl.node.gpu import Nvml, collect_json, decode_clock_event_reasons
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = """\
@@ -63,7 +63,7 @@ def gateway(node: Path, code: str, *, state: Path | None = None, user: int | Non
             f"""
         import json
         from servectl.cluster.errors import NvmlError
-        from servectl.cluster.gpu import Nvml, collect_json, library_from
+        from servectl.node.gpu import Nvml, collect_json, library_from
         nvml = Nvml(library_loader=library_from({str(node / LIBRARY_NAME)!r}))
         out = {{}}
         """

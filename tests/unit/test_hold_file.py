@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster import rollout_ports
 from servectl.cluster.durable import json_bytes
 from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout_ports import WatchdogHolder
+from servectl.cluster.rollout import ports as rollout_ports
+from servectl.cluster.rollout.ports import WatchdogHolder
 from servectl.cluster.ssh import NodeSession
 from servectl.watchdog.config import hold_path
 from servectl.watchdog.state import read_hold, write_hold, write_release

@@ -16,17 +16,20 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from servectl.cluster.bench import write_json
+from servectl.cluster.bench.runner import write_json
 from servectl.cluster.cli import app
 from servectl.cluster.durable import append_jsonl
 from servectl.cluster.morning_io import Sources, morning_from_files
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.records import THERMAL_REASONS
+from servectl.node.thermal.writer import DurableWriter
+from servectl.node.thermal.zones import SysfsZoneReader
 from servectl.watchdog.alert import Alerter
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from servectl.watchdog.state import StateStore
-from servectl.watchdog.thermal.agent import ThermalAgent
 from servectl.watchdog.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
@@ -35,9 +38,6 @@ from servectl.watchdog.thermal.fakes import (
 )
 from servectl.watchdog.thermal.localtime import parse_window
 from servectl.watchdog.thermal.plot import THROTTLE_GID, thermal_figure
-from servectl.watchdog.thermal.records import THERMAL_REASONS
-from servectl.watchdog.thermal.writer import DurableWriter
-from servectl.watchdog.thermal.zones import SysfsZoneReader
 from typer.testing import CliRunner
 
 KST = ZoneInfo("Asia/Seoul")
@@ -358,7 +358,7 @@ def test_cli_report_json_html_and_png(night: dict[str, Any], tmp_path: Path) -> 
 
 
 def test_zone_roles_resolve_by_name_index_then_type() -> None:
-    from servectl.watchdog.thermal.roles import zone_label, zone_role
+    from servectl.node.thermal.roles import zone_label, zone_role
 
     roles = {"thermal_zone1": "P-cores", "5": "GPU zone", "acpitz": "ACPI"}
     assert zone_role("thermal_zone1", "acpitz", roles) == "P-cores"
@@ -402,7 +402,7 @@ def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: P
 
 
 def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
-    from servectl.watchdog.thermal.metrics import ThermalCollector
+    from servectl.node.thermal.metrics import ThermalCollector
     from servectl.watchdog.thermal.remote import agent_argv
 
     root = build_fake_sysfs(tmp_path / "sys", zones=ZONES)

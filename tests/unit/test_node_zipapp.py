@@ -31,30 +31,31 @@ def _control_side(module: str) -> bool:
 
 def test_the_collector_carries_its_closure_and_nothing_more() -> None:
     assert set(node_closure(COLLECTOR)) == {
-        "servectl.cluster.collector",
+        "servectl.node.collector",
         "servectl.cluster.errors",
-        "servectl.cluster.gpu",
-        "servectl.cluster.memory",
+        "servectl.node.gpu",
+        "servectl.node.memory",
     }
     assert sorted(node_zipapp_files(COLLECTOR)) == [
         "__main__.py",
         "servectl/__init__.py",
         "servectl/cluster/__init__.py",
-        "servectl/cluster/collector.py",
         "servectl/cluster/errors.py",
-        "servectl/cluster/gpu.py",
-        "servectl/cluster/memory.py",
+        "servectl/node/__init__.py",
+        "servectl/node/collector.py",
+        "servectl/node/gpu.py",
+        "servectl/node/memory.py",
     ]
 
 
 def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
-    thermal = "servectl.watchdog.thermal"
+    thermal = "servectl.node.thermal"
     assert set(node_closure(THERMAL_AGENT)) == {
         "servectl.cluster.durable",
         "servectl.cluster.errors",
-        "servectl.cluster.gpu",
-        "servectl.cluster.memory",
-        *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "nodeapp")),
+        "servectl.node.gpu",
+        "servectl.node.memory",
+        *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "app")),
         *(f"{thermal}.{m}" for m in ("records", "roles", "writer", "zones")),
     }
     files = node_zipapp_files(THERMAL_AGENT)
@@ -62,9 +63,8 @@ def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
     assert not any(
         n.startswith(("prometheus_client/twisted", "prometheus_client/django")) for n in files
     )
-    # the operator's side of the thermal package stays home
-    for leaf in ("remote", "fetch", "bundle", "report", "plot", "export", "survey", "fakes"):
-        assert f"servectl/watchdog/thermal/{leaf}.py" not in files
+    # the operator's side of thermal logging (servectl.watchdog.thermal) stays home
+    assert not any(n.startswith("servectl/watchdog/") for n in files)
 
 
 @pytest.mark.parametrize("app", [COLLECTOR, THERMAL_AGENT], ids=["collector", "thermal"])
@@ -101,13 +101,13 @@ def test_imports_include_function_level_and_skip_type_checking() -> None:
     source = (
         "from __future__ import annotations\n"
         "from typing import TYPE_CHECKING\n"
-        "from servectl.cluster import gpu\n"
+        "from servectl.node import gpu\n"
         "from .memory import read_node_memory\n"
         "if TYPE_CHECKING:\n    from servectl.cluster.ssh import SshPool\n"
         "else:\n    import json\n"
         "def f():\n    import servectl.cluster.durable\n"
     )
-    got = imports_of(source, "servectl.cluster.collector")
-    assert {"servectl.cluster.gpu", "servectl.cluster.memory", "json"} <= got
+    got = imports_of(source, "servectl.node.collector")
+    assert {"servectl.node.gpu", "servectl.node.memory", "json"} <= got
     assert "servectl.cluster.durable" in got
     assert not any("ssh" in name for name in got)

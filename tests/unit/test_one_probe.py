@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import CommandFailed, ConfigError, ProbeError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.metrics_text import sum_by_sample

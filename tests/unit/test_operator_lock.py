@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.operator_lock import (
     ClusterBusy,

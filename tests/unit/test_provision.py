@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
-from servectl.cluster import provision as prov
-from servectl.cluster import provision_wheelhouse as wh
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.provision import gateway as prov
+from servectl.cluster.provision import wheelhouse as wh
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"

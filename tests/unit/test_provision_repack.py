@@ -16,10 +16,10 @@ from pathlib import Path
 import jinja2.nativetypes
 import pytest
 import yaml
-from servectl.cluster import provision as prov
-from servectl.cluster import provision_repack as rp
-from servectl.cluster import provision_wheelhouse as wh
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.provision import gateway as prov
+from servectl.cluster.provision import repack as rp
+from servectl.cluster.provision import wheelhouse as wh
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST_INFO = "servectl-0.1.0.dist-info"
@@ -33,7 +33,7 @@ def _install(site: Path) -> md.Distribution:
     """What pip leaves after installing servectl's wheel: files, dist-info, RECORD, script."""
     wheel_files = {
         "servectl/cluster/__init__.py": b"",
-        "servectl/cluster/provision.py": b"X = 1\n",
+        "servectl/cluster/provision/gateway.py": b"X = 1\n",
         "servectl/playbooks/site.yml": b"- hosts: all\n",
         "servectl/playbooks/roles/units/templates/a.service.j2": b"[Unit]\n",
         f"{DIST_INFO}/METADATA": (
@@ -71,7 +71,7 @@ def test_repack_is_the_wheel_pip_installed_and_reproducible(tmp_path):
     names = zipfile.ZipFile(first).namelist()
     assert names == [  # package files, then dist-info, RECORD last; nothing pip added
         "servectl/cluster/__init__.py",
-        "servectl/cluster/provision.py",
+        "servectl/cluster/provision/gateway.py",
         "servectl/playbooks/roles/units/templates/a.service.j2",
         "servectl/playbooks/site.yml",
         f"{DIST_INFO}/METADATA",
@@ -97,7 +97,7 @@ def test_repack_is_the_wheel_pip_installed_and_reproducible(tmp_path):
 
 def test_an_edited_installation_is_refused(tmp_path):
     dist = _install(tmp_path / "site")
-    (tmp_path / "site/servectl/cluster/provision.py").write_text("X = 2  # a local fix\n")
+    (tmp_path / "site/servectl/cluster/provision/gateway.py").write_text("X = 2  # a local fix\n")
     with pytest.raises(rp.RepackError, match="differs from the installed release"):
         rp.repack(dist, tmp_path / "out", 1700000000)
 
@@ -160,7 +160,7 @@ def test_wheelhouse_role_passes_source_only_when_there_is_one():
     )
     installed = argv.render(servectl_source_dir="", **common)
     assert installed == [
-        "/c/python", "-m", "servectl.cluster.provision_wheelhouse", "--python-version", "3.11",
+        "/c/python", "-m", "servectl.cluster.provision.wheelhouse", "--python-version", "3.11",
         "--machine", "aarch64", "--glibc", "2.39", "--cache", "/cache",
     ]  # fmt: skip
     assert argv.render(servectl_source_dir="/src", **common)[-2:] == ["--source", "/src"]

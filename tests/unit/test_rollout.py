@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout import (
+from servectl.cluster.rollout.edit import apply_changes, parse_guard, parse_set, text_diff
+from servectl.cluster.rollout.sequence import (
     Measurement,
     Rollout,
     RolloutInProgress,
@@ -16,7 +17,6 @@ from servectl.cluster.rollout import (
     RolloutStore,
     rollback_to,
 )
-from servectl.cluster.rollout_edit import apply_changes, parse_guard, parse_set, text_diff
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,11 +10,11 @@ import json
 import subprocess
 import sys
 
-from servectl.cluster.collector import main, node_memory_json
-from servectl.cluster.memory import NodeMemory
 from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
 from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict, node_memory
 from servectl.cluster.status_view import memory_cell
+from servectl.node.collector import main, node_memory_json
+from servectl.node.memory import NodeMemory
 
 GIB = 1024**3
 GB10_GPU = {

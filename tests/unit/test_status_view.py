@@ -199,7 +199,7 @@ def test_hottest_zone_is_named_by_its_role():
 
 
 def test_collector_reads_zones_one_bad_zone_spoils_nothing(tmp_path):
-    from servectl.cluster.collector import read_zones
+    from servectl.node.collector import read_zones
     from servectl.watchdog.thermal.fakes import build_fake_sysfs
 
     zones = tuple(("acpitz", 45_000 + 1000 * i) for i in range(12))

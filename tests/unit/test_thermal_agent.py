@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.watchdog.thermal.agent import ThermalAgent
-from servectl.watchdog.thermal.alerts import AlertPolicy
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.alerts import AlertPolicy
+from servectl.node.thermal.metrics import MetricsServer, ThermalCollector
+from servectl.node.thermal.zones import SysfsZoneReader
 from servectl.watchdog.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
     set_zone_temps,
 )
-from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
-from servectl.watchdog.thermal.zones import SysfsZoneReader
 
 
 class FakeClock:
@@ -170,7 +170,7 @@ class FakeVirtualMemory:
 
 
 def test_metrics_exposition_over_loopback(tmp_path: Path) -> None:
-    from servectl.cluster.memory import memory_reader
+    from servectl.node.memory import memory_reader
 
     clock = FakeClock(1000.0)
     gpu = FakeGpuSampler([gb10_sample(reasons=("sw_thermal_slowdown", "gpu_idle"))])
@@ -227,7 +227,7 @@ def test_metrics_exposition_over_loopback(tmp_path: Path) -> None:
 
 
 def test_discrete_gpu_memory_is_served_and_not_unified() -> None:
-    from servectl.watchdog.thermal.metrics_gpu import gpu_metrics
+    from servectl.node.thermal.metrics_gpu import gpu_metrics
 
     gpu = {"index": 1, "uuid": "GPU-x", "name": "H200", "memory_used_mib": 1024.0,
            "memory_total_mib": 2048.0, "clock_event_reasons": None, "null_reasons": {}}  # fmt: skip

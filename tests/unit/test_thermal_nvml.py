@@ -53,11 +53,11 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
     code = textwrap.dedent(
         f"""
         import ctypes
-        from servectl.cluster.gpu import Nvml
-        from servectl.watchdog.thermal.agent import ThermalAgent
+        from servectl.node.gpu import Nvml
+        from servectl.node.thermal.agent import ThermalAgent
         from servectl.watchdog.thermal.fakes import build_fake_sysfs
-        from servectl.watchdog.thermal.writer import DurableWriter
-        from servectl.watchdog.thermal.zones import SysfsZoneReader
+        from servectl.node.thermal.writer import DurableWriter
+        from servectl.node.thermal.zones import SysfsZoneReader
         nvml = Nvml(library_loader=lambda: ctypes.CDLL({str(stub)!r}))
         now = [1_700_000_000.0]
         w = DurableWriter({str(tmp_path / "logs")!r}, "node1")
@@ -92,10 +92,10 @@ def test_agent_without_driver_logs_zones_and_says_why(stub: Path, tmp_path: Path
     code = textwrap.dedent(
         f"""
         import ctypes, json
-        from servectl.cluster.gpu import Nvml
-        from servectl.watchdog.thermal.agent import ThermalAgent
+        from servectl.node.gpu import Nvml
+        from servectl.node.thermal.agent import ThermalAgent
         from servectl.watchdog.thermal.fakes import build_fake_sysfs
-        from servectl.watchdog.thermal.zones import SysfsZoneReader
+        from servectl.node.thermal.zones import SysfsZoneReader
         class W:
             def write(self, r):
                 print(json.dumps(r)); return True

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from servectl.cluster.cli.thermal import app
 from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
+from servectl.node.thermal.app import node_status
 from servectl.watchdog.thermal.fetch import wanted
-from servectl.watchdog.thermal.nodeapp import node_status
 from servectl.watchdog.thermal.remote import (
     AGENT_PATH,
     PERMANENT_UNIT,
@@ -164,7 +164,7 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
     pyz, sha = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
     assert build_node_zipapp(THERMAL_AGENT, tmp_path / "b.pyz")[1] == sha  # reproducible
     names = set(zipfile.ZipFile(pyz).namelist())
-    assert {"servectl/cluster/gpu.py", "servectl/cluster/errors.py", "servectl/watchdog/thermal/nodeapp.py",
+    assert {"servectl/node/gpu.py", "servectl/cluster/errors.py", "servectl/node/thermal/app.py",
             "prometheus_client/__init__.py", "__main__.py"} <= names  # fmt: skip
     assert not any(
         n.startswith(("servectl/cluster/cli", "servectl/cluster/ssh", "servectl/watchdog/daemon"))
@@ -233,7 +233,7 @@ def test_agent_listens_where_the_inventory_says() -> None:
     # it whatever thermal.metrics_host said; the node-side parser now takes the address.
     import socket
 
-    from servectl.watchdog.thermal import nodeapp
+    from servectl.node.thermal import app as nodeapp
 
     seen: list[nodeapp.AgentOptions] = []
     orig = nodeapp.run_agent
@@ -245,7 +245,7 @@ def test_agent_listens_where_the_inventory_says() -> None:
         nodeapp.run_agent = orig
     assert [o.metrics_host for o in seen] == ["127.0.0.7", "127.0.0.1"]
     assert seen[1].budget_bytes == 512 * 2**20  # the spec's disk_budget_mb default
-    from servectl.watchdog.thermal.metrics import MetricsServer
+    from servectl.node.thermal.metrics import MetricsServer
 
     class Nothing:
         def collect(self):

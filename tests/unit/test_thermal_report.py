@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from servectl.cluster.cli.thermal import app
-from servectl.watchdog.thermal.agent import ThermalAgent
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.writer import DurableWriter
+from servectl.node.thermal.zones import SysfsZoneReader
 from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
 from servectl.watchdog.thermal.fakes import (
     FakeGpuSampler,
@@ -19,8 +21,6 @@ from servectl.watchdog.thermal.fakes import (
     set_zone_temps,
 )
 from servectl.watchdog.thermal.report import build_report, find_gaps, report_to_json
-from servectl.watchdog.thermal.writer import DurableWriter
-from servectl.watchdog.thermal.zones import SysfsZoneReader
 from typer.testing import CliRunner
 
 T0 = 1_700_000_000.0  # on a 10 s boundary

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from servectl.watchdog.observation import BootReading, Observation, OperatorHold
 from servectl.watchdog.policy import (
     Alert,
-    BootReading,
     CountFailure,
     GiveUp,
     Hold,
-    Observation,
-    OperatorHold,
     Policy,
     PolicyConfig,
     PolicyState,

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from servectl.watchdog.observation import BootReading, Observation, OperatorHold
 from servectl.watchdog.policy import (
     Alert,
-    BootReading,
     CountFailure,
     GiveUp,
-    Observation,
-    OperatorHold,
     Policy,
     PolicyState,
     Restart,

@@ -1,2 +1,3 @@
-"""The thermal agent: GPU (through cluster.gpu) and sysfs samplers, a durable JSON-lines writer,
-Prometheus /metrics, and the morning report over the files it writes."""
+"""Thermal logging, control side: start and stop the node agents, fetch their files, survey the
+zones, and the morning report and plots over what they wrote. The agent itself runs on the nodes
+(`servectl.node.thermal`)."""

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.durable import atomic_write_bytes, atomic_write_text
-from servectl.watchdog.thermal.records import iso_utc
+from servectl.node.thermal.records import iso_utc
+from servectl.node.thermal.writer import ReadStats, read_records
 from servectl.watchdog.thermal.report import (
     FieldReport,
     build_report,
     filter_window,
     report_to_json,
 )
-from servectl.watchdog.thermal.writer import ReadStats, read_records
 
 CSV_GPU_FIELDS = ("temp_c", "sm_clock_mhz", "power_w", "util_pct", "memory_used_mib", "fan_pct")
 

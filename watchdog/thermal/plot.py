@@ -10,9 +10,9 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from servectl.cluster.errors import ServectlError
+from servectl.node.thermal.roles import zone_role
 from servectl.watchdog.thermal.localtime import span_text, tz_name
 from servectl.watchdog.thermal.report import GAP_FACTOR, FieldReport, NodeReport
-from servectl.watchdog.thermal.roles import zone_role
 
 THROTTLE_GID = "throttle"  # gid of each episode's span (tests find them by it)
 THROTTLE_COLOUR = "#ff8c00"

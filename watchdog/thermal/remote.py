@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from servectl.cluster.errors import NodeUnreachable, ServectlError
 from servectl.cluster.nodes import fan_out
 from servectl.cluster.spec import NodeSpec, thermal_metrics_address
-from servectl.watchdog.thermal.roles import zone_label
-from servectl.watchdog.thermal.zones import critical_trip_c
+from servectl.node.thermal.roles import zone_label
+from servectl.node.thermal.zones import critical_trip_c
 
 AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
 TRANSIENT_UNIT = "servectl-thermal-agent.service"

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.watchdog.thermal.roles import zone_role
-from servectl.watchdog.thermal.zones import _natural_key
+from servectl.node.thermal.roles import zone_role
+from servectl.node.thermal.zones import _natural_key
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,7 +49,7 @@
  *     rename) so the cap is seen by every later process. (UNLIMITED, UNLIMITED) == reset.
  *   - NVML has no documented getter for the locked range. The stub reports the cap through
  *     nvmlDeviceGetClock(SM, NVML_CLOCK_ID_APP_CLOCK_TARGET), which differs from
- *     NVML_CLOCK_ID_APP_CLOCK_DEFAULT (= sm_clock_max_mhz) only while a cap is set; cluster/gpu.py
+ *     NVML_CLOCK_ID_APP_CLOCK_DEFAULT (= sm_clock_max_mhz) only while a cap is set; node/gpu.py
  *     reads it the same way and treats "target == default" as "no cap reported".
  */
 #define _GNU_SOURCE

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from servectl.watchdog.thermal.records import CLOCK_EVENT_BITS, THERMAL_REASONS, clock_event_mask
+from servectl.node.thermal.records import CLOCK_EVENT_BITS, THERMAL_REASONS, clock_event_mask
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 _MHZ = 1e6

@@ -31,8 +31,8 @@ import httpx
 import paramiko
 import requests
 from servectl.cluster import __version__
-from servectl.cluster import bench_manifest as bm
-from servectl.cluster.bench_parse import (
+from servectl.cluster.bench import manifest as bm
+from servectl.cluster.bench.parse import (
     LevelResult,
     ResultFormatError,
     load_result_text,
@@ -40,7 +40,7 @@ from servectl.cluster.bench_parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.durable import atomic_write_text
 from servectl.cluster.errors import ConfigError, DockerError, ServectlError

@@ -1,6 +1,6 @@
 """What cluster control reports: progress events and the typed results of its actions.
 
-Shared by `servectl.cluster.control` and its parts (preflight, apply, boot, clocks), so that
+Shared by `servectl.cluster.control.controller` and its parts (preflight, apply, boot, clocks), so that
 none of them imports the facade.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servectl.cluster.boot import BootProgress
-from servectl.cluster.control_plan import ControlPlan
+from servectl.cluster.control.plan import ControlPlan
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@ node (the image, the model and drafter paths, the head's ports, the GPUs and the
 
 from __future__ import annotations
 
-from servectl.cluster.control_clocks import gpu_problems
-from servectl.cluster.control_plan import ControlPlan
-from servectl.cluster.control_types import Emit, PreflightReport
+from servectl.cluster.control.clocks import gpu_problems
+from servectl.cluster.control.plan import ControlPlan
+from servectl.cluster.control.results import Emit, PreflightReport
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.nodes import Nodes
 from servectl.cluster.spec import ClusterSpec, NodeSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from servectl.cluster.control_types import ClockResult
+from servectl.cluster.control.results import ClockResult
 from servectl.cluster.nodes import Nodes
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 

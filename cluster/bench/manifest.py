@@ -16,16 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from servectl.cluster.bench_parse import kv_cache_facts
+from servectl.cluster.bench.parse import kv_cache_facts
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.launch import plan_cluster
 from servectl.cluster.spec import ClusterSpec, _jsonable, looks_like_secret
+from servectl.node import bench_facts
 
 if TYPE_CHECKING:
-    from servectl.cluster.control import Controller
+    from servectl.cluster.control.controller import Controller
 
 MANIFEST_VERSION = 1
-NODE_SCRIPT = Path(__file__).with_name("bench_node.py")
+# run on each node as a script (sent over SSH); standard library only
+NODE_SCRIPT = Path(bench_facts.__file__)
 _SECRET_FLAG = re.compile(r"^--?[\w.-]*(token|secret|password|passwd|api[-_]?key|key)$", re.I)
 _SECRET_ASSIGN = re.compile(
     r"^(--?)?([\w.-]*(token|secret|password|passwd|api[-_]?key)[\w.-]*)=(.+)$", re.I

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from servectl.cluster.durable import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.rollout_edit import Change, Guard, GuardVerdict, apply_changes, check_guard
+from servectl.cluster.rollout.edit import Change, Guard, GuardVerdict, apply_changes, check_guard
 from servectl.cluster.spec import ClusterSpec
 
 TERMINAL = ("done", "rolled_back", "failed", "abandoned", "refused")

@@ -1,12 +1,12 @@
 """Cluster control: up, down, restart, status, logs, boot following and the clock cap.
 
 `Controller` is the facade one servectl command holds: it plans (pure,
-`servectl.cluster.control_plan`), checks (`control_preflight`), applies (`control_apply`),
-follows the boot (`control_boot`), gathers status (`control_status`), reads logs
-(`control_logs`) and sets clocks (`control_clocks`). It reaches the nodes through a `Nodes`
+`servectl.cluster.control.plan`), checks (`preflight`), applies (`apply`),
+follows the boot (`boot`), gathers status (`status`), reads logs
+(`logs`) and sets clocks (`clocks`). It reaches the nodes through a `Nodes`
 connector (`servectl.cluster.nodes`) and reads time from an injected wall clock, so each part
 runs in unit tests against a fake. It never prints: it returns typed results
-(`control_types`) and reports progress through an `on_event` callback.
+(`results`) and reports progress through an `on_event` callback.
 """
 
 from __future__ import annotations
@@ -25,15 +25,13 @@ import httpx
 from servectl.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
 from servectl.cluster.applied import revision as applied_revision
 from servectl.cluster.boot import BootHistory, BootProgress
-from servectl.cluster.control_apply import apply_plan, resolve_secrets
-from servectl.cluster.control_boot import BootFollower
-from servectl.cluster.control_clocks import set_clocks
-from servectl.cluster.control_logs import follow_logs, last_log_lines, tail_logs
-from servectl.cluster.control_plan import ControlPlan, Drift, plan_down, plan_restart, plan_up
-from servectl.cluster.control_preflight import preflight
-from servectl.cluster.control_server import ServerEndpoint
-from servectl.cluster.control_status import gather_status
-from servectl.cluster.control_types import (
+from servectl.cluster.control.apply import apply_plan, resolve_secrets
+from servectl.cluster.control.boot import BootFollower
+from servectl.cluster.control.clocks import set_clocks
+from servectl.cluster.control.logs import follow_logs, last_log_lines, tail_logs
+from servectl.cluster.control.plan import ControlPlan, Drift, plan_down, plan_restart, plan_up
+from servectl.cluster.control.preflight import preflight
+from servectl.cluster.control.results import (
     ApplyResult,
     BootResult,
     ClockResult,
@@ -43,6 +41,8 @@ from servectl.cluster.control_types import (
     PreflightReport,
     emitter,
 )
+from servectl.cluster.control.server import ServerEndpoint
+from servectl.cluster.control.status import gather_status
 from servectl.cluster.docker_gw import ContainerInfo, DockerGateway
 from servectl.cluster.durable import JsonlLog, default_state_dir
 from servectl.cluster.errors import ServectlError
@@ -52,7 +52,7 @@ from servectl.cluster.spec import ClusterSpec, NodeSpec
 from servectl.cluster.ssh import NodeSession, SshPool
 from servectl.cluster.status import ClusterStatus, ServerStatus
 
-# The results are defined in `control_types`; imported here by the name callers have used.
+# The results are defined in `results`; imported here by the name callers have used.
 __all__ = [
     "ApplyResult",
     "BootResult",
@@ -209,7 +209,7 @@ class Controller:
         return preflight(self.spec, self.nodes, plan, self.emit)
 
     def resolve_secrets(self, container: ContainerPlan) -> dict[str, str]:
-        """Secret values for one container, read at apply time (see `control_apply`)."""
+        """Secret values for one container, read at apply time (see `servectl.cluster.control.apply`)."""
         return resolve_secrets(self.spec, self.nodes, container)
 
     def apply(self, plan: ControlPlan) -> tuple[NodeOutcome, ...]:

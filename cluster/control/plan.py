@@ -1,6 +1,6 @@
 """Pure planning for `up` / `down`: observed containers + the launch plan -> what to do.
 
-No I/O here: `servectl.cluster.control` gathers the facts (containers by label on each node) and applies
+No I/O here: `servectl.cluster.control.controller` gathers the facts (containers by label on each node) and applies
 the plan this module returns, so `--dry-run` is free and every decision is unit-tested.
 """
 

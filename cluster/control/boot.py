@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from servectl.cluster.boot import BootHistory, BootPhase, BootProgress, BootTracker, phase_durations
-from servectl.cluster.control_logs import last_log_lines
-from servectl.cluster.control_types import BootResult, Emit
+from servectl.cluster.control.logs import last_log_lines
+from servectl.cluster.control.results import BootResult, Emit
 from servectl.cluster.docker_gw import ContainerInfo, LogStream
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.launch import plan_cluster

@@ -8,7 +8,7 @@ from the runner's stats. Every run leaves ansible-runner's artifact directory (s
 stdout, job events) under ``~/.local/state/servectl/provision/<ident>``; its id is logged.
 
 The playbooks ship inside the package, so an installed servectl provisions without a checkout:
-the nodes' servectl wheel is then repacked from the installed distribution (`provision_repack`)
+the nodes' servectl wheel is then repacked from the installed distribution (`repack`)
 instead of built from the source tree.
 
 The library never prints: progress goes to the ``on_event`` callback, the CLI renders it.
@@ -28,8 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from servectl.cluster import provision_repack
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.provision import repack as provision_repack
 
 log = logging.getLogger(__name__)
 

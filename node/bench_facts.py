@@ -1,9 +1,9 @@
-"""Node-side facts for a benchmark manifest: run on a node with `python3 bench_node.py`.
+"""Node-side facts for a benchmark manifest: run on a node as `python3 bench_facts.py`.
 
 Standard library only (psutil if the node has it is not needed): CPU use per process sampled
 from /proc over `--sample-s`, processes holding /dev/nvidia* (GPU users), ACPI thermal zones,
 load average. Prints one JSON document. Command lines are printed as they are; the control
-machine redacts secrets before anything is written (`servectl.cluster.bench_manifest.redact_argv`).
+machine redacts secrets before anything is written (`servectl.cluster.bench.manifest.redact_argv`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ a zip of those files and its ``.dist-info``, so it is rebuilt from them:
   bytes, so a second provisioning run has nothing to install.
 
 Standard library only (it runs in any environment servectl is installed in). A checkout keeps
-building from source (``provision_wheelhouse.build_servectl_wheel``); `source_checkout` tells
+building from source (``wheelhouse.build_servectl_wheel``); `source_checkout` tells
 which case this is.
 """
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.errors import ServectlError
-from servectl.cluster.memory import memory_reader
-from servectl.watchdog.thermal.agent import ThermalAgent
-from servectl.watchdog.thermal.alerts import AlertPolicy
-from servectl.watchdog.thermal.writer import DurableWriter
-from servectl.watchdog.thermal.zones import SysfsZoneReader
+from servectl.node.memory import memory_reader
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.alerts import AlertPolicy
+from servectl.node.thermal.writer import DurableWriter
+from servectl.node.thermal.zones import SysfsZoneReader
 
 log = logging.getLogger("servectl.thermal")
 
@@ -68,7 +68,7 @@ class NoGpu:
 def gpu_sampler() -> Any:
     try:
         # deferred: an optional dependency (see below)
-        from servectl.cluster.gpu import Nvml
+        from servectl.node.gpu import Nvml
     except ImportError as exc:  # pynvml missing: no GPU is a normal state for this agent
         log.warning("NVML unavailable, logging thermal zones only: %s", exc)
         return NoGpu(str(exc))
@@ -92,7 +92,7 @@ def run_agent(opts: AgentOptions) -> Any:
     agent = ThermalAgent(
         opts.node, opts.interval_s, gpu, SysfsZoneReader(opts.sysfs_root), writer, time.time,
         stop.wait, role=opts.role, alerts=AlertPolicy(zone_margin_c=opts.alert_margin_c),
-        memory=memory_reader(),  # psutil; /proc/meminfo where python3 has none (cluster/memory.py)
+        memory=memory_reader(),  # psutil; /proc/meminfo where python3 has none (node/memory.py)
     )  # fmt: skip
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -106,7 +106,7 @@ def run_agent(opts: AgentOptions) -> Any:
     if opts.metrics_port >= 0:
         try:
             # deferred: prometheus_client may be absent on the node; /metrics is optional
-            from servectl.watchdog.thermal.metrics import MetricsServer, ThermalCollector
+            from servectl.node.thermal.metrics import MetricsServer, ThermalCollector
 
             server = MetricsServer(
                 ThermalCollector(agent, time.time, zone_roles=opts.zone_roles),

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from servectl.cluster.errors import ServectlError
-from servectl.watchdog.thermal.agent import ThermalAgent
-from servectl.watchdog.thermal.metrics_gpu import gpu_metrics
-from servectl.watchdog.thermal.roles import zone_role
-from servectl.watchdog.thermal.zones import critical_trip_c
+from servectl.node.thermal.agent import ThermalAgent
+from servectl.node.thermal.metrics_gpu import gpu_metrics
+from servectl.node.thermal.roles import zone_role
+from servectl.node.thermal.zones import critical_trip_c
 
 NODE = ["node"]
 ZONE_LABELS = ["node", "zone", "type", "role"]

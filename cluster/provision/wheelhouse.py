@@ -6,7 +6,7 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 * servectl's own wheel, built from a copy of the source tree with ``SOURCE_DATE_EPOCH`` fixed, so
   the same source gives the same bytes (and a second provisioning run has nothing to install);
   with no source tree (servectl installed from a wheel), repacked from the installed distribution
-  (`provision_repack`), its dependencies read from the installed metadata and pinned to the
+  (`repack`), its dependencies read from the installed metadata and pinned to the
   versions this control machine runs;
 * its runtime dependencies, resolved here (markers evaluated for the target, versions pinned to
   requirements/constraints.txt when listed there), each downloaded with ``pip download --no-deps
@@ -16,7 +16,7 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 
 Run on the control machine (the playbook does, delegated to localhost)::
 
-    python -m servectl.cluster.provision_wheelhouse --python-version 3.11 --machine aarch64 \
+    python -m servectl.cluster.provision.wheelhouse --python-version 3.11 --machine aarch64 \
         --glibc 2.39 [--source /path/to/servectl] --cache ~/.cache/servectl/wheelhouse
 
 ``--source`` defaults to the checkout this code runs from, and to the installed distribution when
@@ -47,7 +47,7 @@ from typing import Protocol
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from servectl.cluster import provision_repack
+from servectl.cluster.provision import repack as provision_repack
 
 SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
 # What the wheel is built from (pyproject's package-dir: the playbooks are package data)
@@ -364,7 +364,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m servectl.cluster.provision_wheelhouse")
+    ap = argparse.ArgumentParser(prog="python -m servectl.cluster.provision.wheelhouse")
     ap.add_argument("--python-version", required=True, help="node's X.Y, e.g. 3.11")
     ap.add_argument("--machine", required=True, help="node's uname -m, e.g. aarch64")
     ap.add_argument("--glibc", default="2.17", help="node's glibc version, e.g. 2.36")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from servectl.cluster.control_plan import Action, ControlPlan, Drift
-from servectl.cluster.control_types import Emit, NodeOutcome
+from servectl.cluster.control.plan import Action, ControlPlan, Drift
+from servectl.cluster.control.results import Emit, NodeOutcome
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.launch import ContainerPlan
 from servectl.cluster.nodes import Nodes

@@ -1,8 +1,8 @@
 """The node-side collector: run on a node by `python3`, print one JSON document.
 
 It is shipped as a zipapp (`servectl.cluster.node_zipapp.COLLECTOR`: this module's import
-closure, i.e. `cluster/errors.py`, `cluster/gpu.py` (the same NVML gateway the toolkit tests) and
-`cluster/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
+closure, i.e. `cluster/errors.py`, `node/gpu.py` (the same NVML gateway the toolkit tests) and
+`node/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
 private temp dir (`NodeSession.run_script`). Only the standard library and pynvml are needed on
 the node.
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.memory import read_node_memory
+from servectl.node.memory import read_node_memory
 
 COLLECTOR_VERSION = 1
 
@@ -47,7 +47,7 @@ def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, 
 
 def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
     try:
-        from servectl.cluster import gpu  # imported lazily: pynvml may be absent on the node
+        from servectl.node import gpu  # imported lazily: pynvml may be absent on the node
     except ImportError as e:
         return {
             "nvml": {
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
                 else:
                     nvml.reset_clocks()
                 # deferred: pynvml may be absent on the node (see _gpu_facts)
-                from servectl.cluster import gpu
+                from servectl.node import gpu
 
                 doc.update(gpu.collect_json(nvml))
             else:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from servectl.watchdog.thermal.zones import SysfsSnapshot
+from servectl.node.thermal.zones import SysfsSnapshot
 
-# GpuSample fields (cluster/gpu.py), in record order. Most are Reading(value, reason).
+# GpuSample fields (node/gpu.py), in record order. Most are Reading(value, reason).
 GPU_FIELDS: tuple[str, ...] = (
     "index", "name", "uuid", "temp_c", "sm_clock_mhz", "sm_clock_max_mhz",
     "locked_clock_max_mhz", "power_w", "energy_j", "util_pct", "memory_used_mib",
@@ -41,7 +41,7 @@ THERMAL_REASONS: frozenset[str] = frozenset(
 
 
 class GpuSampler(Protocol):
-    """What the agent needs from servectl.cluster.gpu.Nvml."""
+    """What the agent needs from servectl.node.gpu.Nvml."""
 
     def sample_all(self) -> Sequence[Any]: ...
 

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from servectl.cluster.control import Controller
+from servectl.cluster.control.controller import Controller
 from servectl.cluster.durable import atomic_write_json, json_bytes
 from servectl.cluster.errors import ServectlError
-from servectl.cluster.rollout import Measurement
+from servectl.cluster.rollout.sequence import Measurement
 from servectl.cluster.spec import ClusterSpec
 from servectl.watchdog.config import hold_path
 from servectl.watchdog.state import hold_document, release_document
@@ -108,7 +108,7 @@ class WatchdogHolder:
 QUICK_LEVELS = (1, 8, 32)
 FULL_LEVELS = (1, 4, 8, 16, 32)
 # bench row field -> rollout metric name (the names a --guard uses). Acceptance and tokens per
-# step come from the server's spec-decode counters (bench_parse): the field report's k=7 -> k=3
+# step come from the server's spec-decode counters (bench.parse): the field report's k=7 -> k=3
 # decision rests on them as much as on tok/s.
 ROW_METRICS = (
     ("aggregate", "aggregate_tok_s"),
@@ -149,7 +149,10 @@ def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Me
 
 def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) -> Measurement:
     """One `vllm bench serve` sweep from the client container (cluster.bench), as rows."""
-    from servectl.cluster.bench import BenchOptions, BenchRunner  # imported only when measuring
+    from servectl.cluster.bench.runner import (  # imported only when measuring
+        BenchOptions,
+        BenchRunner,
+    )
 
     opts = BenchOptions(
         kind="sweep",
