@@ -48,7 +48,8 @@ from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, 
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 
 log = logging.getLogger(__name__)
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "bench" / "prompts" / "ko-mixed-20.jsonl"
+# package data, so an installed servectl has it too (it lived in the checkout's bench/ before)
+DEFAULT_PROMPTS = Path(__file__).with_name("prompts") / "ko-mixed-20.jsonl"
 CONTAINER_DIR = "/bench"
 LABEL_RUN = "io.servectl.bench-run"
 

@@ -50,8 +50,8 @@ from packaging.utils import canonicalize_name
 from servectl.cluster.provision import repack as provision_repack
 
 SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
-# What the wheel is built from (pyproject's package-dir: the playbooks are package data)
-SOURCE_ITEMS = ("pyproject.toml", "README.md", "LICENSE", "cluster", "watchdog", "playbooks")
+# What the wheel is built from besides the package folders (`source_items`)
+SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
 
@@ -183,9 +183,22 @@ def source_digest(root: Path) -> str:
 # --- I/O --------------------------------------------------------------------------------------
 
 
+def source_items(root: Path) -> tuple[str, ...]:
+    """What the wheel is built from: pyproject, README, LICENSE and every folder that pyproject's
+    ``package-dir`` maps (cluster/, node/, watchdog/, playbooks/). Read from pyproject, so a new
+    folder there is packed and hashed without a second list to keep in step."""
+    pyproject = root / "pyproject.toml"
+    try:
+        doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RuntimeError(f"cannot read {pyproject}: {exc}") from exc
+    package_dir = doc.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return (*SOURCE_FILES, *sorted({str(folder) for folder in package_dir.values()}))
+
+
 def _source_files(root: Path) -> list[Path]:
     files: list[Path] = []
-    for item in SOURCE_ITEMS:
+    for item in source_items(root):
         p = root / item
         if p.is_file():
             files.append(p)

@@ -24,7 +24,7 @@ import pytest
 from servectl.cluster.lab import lab as lablib
 from servectl.cluster.lab import sshc
 from servectl.cluster.lab.paths import LabPaths, node_ip
-from servectl.cluster.provision.wheelhouse import SOURCE_ITEMS
+from servectl.cluster.provision.wheelhouse import source_items
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:\d+\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
@@ -134,7 +134,7 @@ def source(tmp_path_factory) -> Path:
     the lab tests run): what provisioning hashes and packs, plus the constraints."""
     snap = tmp_path_factory.mktemp("servectl-src")
     root = Path(__file__).resolve().parents[2]
-    for item in (*SOURCE_ITEMS, "requirements"):
+    for item in (*source_items(root), "requirements"):
         src = root / item
         if src.is_dir():
             shutil.copytree(src, snap / item, ignore=shutil.ignore_patterns("__pycache__"))

@@ -62,6 +62,7 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     for package in ("cluster/control", "cluster/bench", "cluster/rollout", "cluster/provision"):
         assert f"servectl/{package}/__init__.py" in names
     assert "servectl/node/thermal/app.py" in names and "servectl/node/collector.py" in names
+    assert "servectl/cluster/bench/prompts/ko-mixed-20.jsonl" in names  # bench's default prompts
     assert "servectl/cluster/data/vllm_serve_flags_0.33.0.json" in names
     assert "servectl/watchdog/monitoring/servectl-rules.yml" in names  # monitoring_files
     assert "servectl/watchdog/monitoring/grafana-night.json" in names

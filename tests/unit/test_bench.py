@@ -19,6 +19,7 @@ from servectl.cluster.bench.parse import (
     spec_delta,
 )
 from servectl.cluster.bench.runner import (
+    DEFAULT_PROMPTS,
     BenchOptions,
     bench_argv,
     client_image,
@@ -30,7 +31,7 @@ from servectl.cluster.bench.runner import (
 from servectl.cluster.inventory import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
-PROMPTS = Path(__file__).parents[2] / "bench" / "prompts" / "ko-mixed-20.jsonl"
+PROMPTS = DEFAULT_PROMPTS
 
 
 def _load(name: str) -> dict:
@@ -118,6 +119,12 @@ def test_sizes():
 @pytest.fixture
 def spec():
     return load_inventory(Path(__file__).parent / "inventories" / "good.yml")
+
+
+def test_the_default_prompts_ship_with_the_package():
+    # package data next to the module: a wheel install has them too (tests/packaging checks)
+    assert BenchOptions(kind="sweep", levels=(1,)).prompts == PROMPTS and PROMPTS.is_file()
+    assert PROMPTS.is_relative_to(Path(__file__).parents[2] / "cluster" / "bench")
 
 
 def test_client_plan_is_cpu_only_host_network_readonly_model(spec):

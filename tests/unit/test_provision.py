@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -381,3 +382,23 @@ def test_remove_takes_the_watchdog_identity_away():
     li = _module(auth, "lineinfile")
     assert li["state"] == "absent" and "servectl-watchdog@" in li["regexp"]
     assert "servectl_watchdog_ssh_dir" in text  # the key pair and known_hosts
+
+
+def test_the_nodes_wheel_is_built_from_every_package_folder(tmp_path):
+    # pyproject's package-dir is the one list: a folder it maps (node/ came later) is packed and
+    # hashed, so editing any of it makes the nodes reinstall
+    items = wh.source_items(ROOT)
+    assert {"cluster", "node", "watchdog", "playbooks", "pyproject.toml"} <= set(items)
+    for item in items:
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, tmp_path / item)
+    before = wh.source_digest(tmp_path)
+    agent = tmp_path / "node" / "thermal" / "agent.py"
+    agent.write_text(agent.read_text() + "# a node-side edit\n")
+    assert wh.source_digest(tmp_path) != before
+    (tmp_path / "pyproject.toml").write_text("not toml [")
+    with pytest.raises(RuntimeError, match="cannot read"):
+        wh.source_items(tmp_path)
