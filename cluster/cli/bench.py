@@ -13,6 +13,16 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from servectl.cluster.bench.manifest import manifest_diff
+from servectl.cluster.bench.parse import parse_size_token
+from servectl.cluster.bench.runner import (
+    DEFAULT_PROMPTS,
+    BenchOptions,
+    BenchRunner,
+    client_plan,
+    compare_rows,
+    load_run,
+)
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -71,8 +81,6 @@ def _fmt(fmt: str, v: Any) -> str:
 
 
 def _levels(text: str, option: str) -> tuple[int, ...]:
-    # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench.parse import parse_size_token
 
     try:
         levels = tuple(parse_size_token(x) for x in text.split(",") if x.strip())
@@ -114,8 +122,6 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
 
 
 def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
-    # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench.runner import BenchRunner, client_plan
 
     spec = load(inventory)
     if dry_run:
@@ -174,8 +180,6 @@ def sweep(
     ] = 256,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
-    # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench.runner import DEFAULT_PROMPTS, BenchOptions
 
     if dataset not in ("prompts", "random"):
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
@@ -212,8 +216,6 @@ def prefill(
     client_node: ClientNode = None,
 ) -> None:
     """TTFT and prefill tok/s for long random inputs (one request at a time)."""
-    # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench.runner import BenchOptions
 
     opts = BenchOptions(
         kind="prefill",
@@ -236,9 +238,6 @@ def compare(
 ) -> None:
     """Two runs side by side with % changes, and the recorded differences that could explain
     them (clock caps, drafter k, KV cache, thinking default, versions, busy processes)."""
-    # deferred: CLI start-up; only `servectl bench` loads the bench modules
-    from servectl.cluster.bench.manifest import manifest_diff
-    from servectl.cluster.bench.runner import compare_rows, load_run
 
     ma, ta = load_run(run_a)
     mb, tb = load_run(run_b)

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.inventory import load_inventory
 
 console = Console()
 err_console = Console(stderr=True)
@@ -79,6 +80,5 @@ def error_line(message: str) -> Text:
 
 
 def load(inventory: Path):  # -> ClusterSpec
-    from servectl.cluster.inventory import load_inventory
 
     return load_inventory(inventory)

@@ -36,6 +36,7 @@ from servectl.cluster.operator_lock import (
     mark_down,
     one_actor,
 )
+from servectl.cluster.rollout.ports import WatchdogHolder
 from servectl.cluster.status import ClusterStatus
 from servectl.cluster.status_view import REASON_MIN, status_view
 
@@ -135,7 +136,6 @@ def up(
 
 
 def _holder(spec):  # -> WatchdogHolder (imported late: it needs cluster control)
-    from servectl.cluster.rollout.ports import WatchdogHolder
 
     return WatchdogHolder(spec, by=_who())
 

@@ -35,6 +35,7 @@ from servectl.cluster.cli.decide_common import (
     ask_one,
     setup,
 )
+from servectl.cluster.decide.core import Item
 
 app = typer.Typer(
     help="Decisions from label-token probabilities (max_tokens=1, no text parsing).",
@@ -75,8 +76,6 @@ def ask(
 
     Example: servectl decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
     """
-    # deferred: CLI start-up; only `servectl decide` loads the decide modules
-    from servectl.cluster.decide.core import Item
 
     item = Item(id="ask", question=question, choices=_choices(choice))
     ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
@@ -100,8 +99,6 @@ def yesno(
 
     Example: servectl decide yesno -i inventory.yml "Is the aorta an artery?" --json
     """
-    # deferred: CLI start-up; only `servectl decide` loads the decide modules
-    from servectl.cluster.decide.core import Item
 
     ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
     ask_one(ctx, Item(id="yesno", question=question, kind="yesno"), as_json)
@@ -124,8 +121,6 @@ def score(
 
     Example: servectl decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
     """
-    # deferred: CLI start-up; only `servectl decide` loads the decide modules
-    from servectl.cluster.decide.core import Item
 
     if not 0 <= low < high:
         raise typer.BadParameter("need 0 <= --low < --high")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from servectl.cluster.bench.runner import default_runs_dir, write_json
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -33,6 +34,10 @@ from servectl.cluster.cli.decide_common import (
     TimeoutOpt,
     setup,
 )
+from servectl.cluster.decide import fitted as fm
+from servectl.cluster.decide import plots, runner
+from servectl.cluster.decide.core import load_items
+from servectl.cluster.durable import read_jsonl
 
 DataOpt = Annotated[Path, typer.Option("--data", help="JSONL: id, question, choices, answer?")]
 ConcOpt = Annotated[int, typer.Option("--concurrency", "-c", help="Requests in flight.")]
@@ -44,10 +49,6 @@ def _fmt(v: Any, fmt: str = "{:.3f}") -> str:
 
 def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir: Path | None):
     """Run the items; write the run directory; return (run_dir, docs, summary)."""
-    # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
-    from servectl.cluster.bench.runner import default_runs_dir, write_json
-    from servectl.cluster.decide import runner
-    from servectl.cluster.decide.core import load_items
 
     items = load_items(data)
     opts = runner.RunOptions(
@@ -205,11 +206,6 @@ def register(app: typer.Typer) -> None:
 
         Example: servectl decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
         """
-        # deferred: CLI start-up; only `servectl decide` loads the decide and bench modules
-        from servectl.cluster.bench.runner import write_json
-        from servectl.cluster.decide import fitted as fm
-        from servectl.cluster.decide import plots
-        from servectl.cluster.durable import read_jsonl
 
         if (data is None) == (from_run is None):
             raise typer.BadParameter("give exactly one of --data or --from-run")

@@ -13,6 +13,9 @@ import typer
 from rich.table import Table
 from servectl.cluster.cli.common import console, err_console, load
 from servectl.cluster.control.controller import Controller
+from servectl.cluster.decide import fitted as fitted_mod
+from servectl.cluster.decide.client import LogprobClient, max_logprobs_from_args
+from servectl.cluster.decide.core import DEFAULT_MARGIN, Decider
 
 PathOpt = Annotated[
     str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")
@@ -70,10 +73,6 @@ def setup(
     thinking: bool,
     timeout: float,
 ) -> Setup:
-    # deferred: CLI start-up; only `servectl decide` loads the decide modules
-    from servectl.cluster.decide import fitted as fitted_mod
-    from servectl.cluster.decide.client import LogprobClient, max_logprobs_from_args
-    from servectl.cluster.decide.core import DEFAULT_MARGIN, Decider
 
     if path not in ("completions", "chat"):
         raise typer.BadParameter("--path must be completions or chat")

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from servectl.cluster.bench.runner import default_runs_dir, load_run
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -24,6 +25,10 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.control.controller import Controller
+from servectl.cluster.eval.plan import EvalOptions
+from servectl.cluster.eval.presets import DEFAULT_NUM_CONCURRENT, EvalError
+from servectl.cluster.eval.results import comparability, compare_scores, eval_differences
+from servectl.cluster.eval.runner import EvalRunner, container_plan, eval_settings
 
 app = typer.Typer(
     help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
@@ -90,11 +95,6 @@ def run(
 
     Example: servectl eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
     """
-    # deferred: CLI start-up; only `servectl eval` loads the eval and bench modules
-    from servectl.cluster.bench.runner import default_runs_dir
-    from servectl.cluster.eval.plan import EvalOptions
-    from servectl.cluster.eval.presets import DEFAULT_NUM_CONCURRENT
-    from servectl.cluster.eval.runner import EvalRunner, container_plan, eval_settings
 
     spec = load(inventory)
     settings = eval_settings(spec)
@@ -156,10 +156,6 @@ def compare(
 
     Example: servectl eval compare runs/20260101T000000Z-eval runs/20260115T000000Z-eval
     """
-    # deferred: CLI start-up; only `servectl eval` loads the eval and bench modules
-    from servectl.cluster.bench.runner import load_run
-    from servectl.cluster.eval.presets import EvalError
-    from servectl.cluster.eval.results import comparability, compare_scores, eval_differences
 
     ma, ta = load_run(run_a)
     mb, tb = load_run(run_b)

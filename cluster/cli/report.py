@@ -9,12 +9,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from servectl.cluster.bench.runner import default_runs_dir
 from servectl.cluster.cli.common import console, emit_json, err_console, handle_errors, load
 from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
+from servectl.cluster.morning import headline, morning_to_json
+from servectl.cluster.morning_html import morning_html, text_lines
+from servectl.cluster.morning_io import Sources, morning_from_files
 from servectl.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
+from servectl.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
+from servectl.watchdog.thermal.plot import figure_png, thermal_figure
 
 OptPath = Annotated[Path | None, typer.Option()]
 
@@ -58,11 +64,6 @@ def report(
     """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
     per node and zone role with margin to critical, throttle episodes, gaps, bench and eval runs.
     Exit 1 when a source could not be read (a node's thermal files, the event log)."""
-    # deferred: CLI start-up; only `servectl report` loads the morning report's modules
-    from servectl.cluster.morning import headline, morning_to_json
-    from servectl.cluster.morning_html import morning_html, text_lines
-    from servectl.cluster.morning_io import Sources, morning_from_files
-    from servectl.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
 
     if (inventory is None) == (from_dir is None):
         raise ConfigError("give exactly one of --inventory/-i and --from-dir", key="--from-dir")
@@ -86,8 +87,6 @@ def report(
             problems.update(fetched.unreachable)
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
-            # deferred: CLI start-up; only `servectl report` loads the morning report's modules
-            from servectl.cluster.bench.runner import default_runs_dir
 
             src = Sources(
                 Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), default_runs_dir(),
@@ -102,9 +101,6 @@ def report(
         )
     png = None
     if html or plot:
-        # deferred: CLI start-up; the plot (and matplotlib, servectl[control]) for --html/--plot only
-        from servectl.watchdog.thermal.plot import figure_png, thermal_figure
-
         marks = [(r.ts, "restart") for r in rep.watchdog.restarts]
         fig = thermal_figure(rep.thermal, records, zone, roles_map or None, marks)
         png = figure_png(fig)

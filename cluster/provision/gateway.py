@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from servectl.cluster.errors import ConfigError, ServectlError
+from servectl.cluster.inventory import load_inventory
+from servectl.cluster.inventory_plain import export_resolved
 from servectl.cluster.provision import repack as provision_repack
 
 log = logging.getLogger(__name__)
@@ -281,16 +283,12 @@ def run(
     try:
         import ansible_runner  # deferred: optional (the `control` extra); nodes have no Ansible
     except ImportError:  # only the control machine needs Ansible
-        from servectl.cluster.errors import ServectlError
-
         raise ServectlError("provisioning needs Ansible: pip install 'servectl[control]'") from None
 
     prepared = prepare(request)
     prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     # The watchdog host gets the inventory as Ansible resolved it (group_vars, vault, templates
     # applied): nodes read it without Ansible (inventory_plain)
-    from servectl.cluster.inventory import load_inventory
-    from servectl.cluster.inventory_plain import export_resolved
 
     resolved = prepared.private_data_dir / "resolved-inventory.yml"
     resolved.write_text(export_resolved(load_inventory(request.inventory)), encoding="utf-8")

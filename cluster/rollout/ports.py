@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from servectl.cluster.bench.runner import BenchOptions, BenchRunner
 from servectl.cluster.control.controller import Controller
 from servectl.cluster.durable import atomic_write_json, json_bytes
 from servectl.cluster.errors import ServectlError
@@ -149,10 +150,6 @@ def bench_measurer(kind: str, inventory: str) -> Callable[[ClusterSpec, str], Me
 
 def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) -> Measurement:
     """One `vllm bench serve` sweep from the client container (cluster.bench), as rows."""
-    from servectl.cluster.bench.runner import (  # imported only when measuring
-        BenchOptions,
-        BenchRunner,
-    )
 
     opts = BenchOptions(
         kind="sweep",

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.errors import NodeUnreachable
+from servectl.cluster.ssh import SshPool
+from servectl.watchdog.thermal.remote import call_each_node
 
 REMOTE_DIR = "/var/log/servectl/thermal"
 
@@ -57,8 +59,6 @@ def fetch_files(
     """Copy each node's ``thermal-<node>-YYYYMMDD*.jsonl`` for the window into ``dest_dir``
     (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel. cluster.ssh is imported
     here, lazily, so the report itself needs no paramiko."""
-    from servectl.cluster.ssh import SshPool  # noqa: PLC0415 - lazy on purpose
-    from servectl.watchdog.thermal.remote import call_each_node
 
     thermal = getattr(spec, "thermal", None)
     directory: str = remote_dir if remote_dir else getattr(thermal, "dir", REMOTE_DIR)
