@@ -15,14 +15,8 @@ import typer
 from rich.table import Table
 from servectl.cluster.bench.manifest import manifest_diff
 from servectl.cluster.bench.parse import parse_size_token
-from servectl.cluster.bench.runner import (
-    DEFAULT_PROMPTS,
-    BenchOptions,
-    BenchRunner,
-    client_plan,
-    compare_rows,
-    load_run,
-)
+from servectl.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
+from servectl.cluster.bench.runner import BenchRunner, compare_rows, load_run
 from servectl.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,

@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 from servectl.cluster import __version__
 from servectl.cluster.bench import manifest as bm
-from servectl.cluster.bench.runner import run_id_for, write_json
+from servectl.cluster.bench.plan import run_id_for
+from servectl.cluster.bench.runner import write_json
 from servectl.cluster.decide import stats
 from servectl.cluster.decide.core import Decider, Decision, Item
 from servectl.cluster.decide.labels import DecideError

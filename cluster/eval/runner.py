@@ -28,14 +28,9 @@ import paramiko
 import requests
 from servectl.cluster import __version__
 from servectl.cluster.bench import manifest as bm
-from servectl.cluster.bench.runner import (
-    BenchRunner,
-    _untar,
-    client_base_url,
-    container_facts,
-    write_json,
-)
-from servectl.cluster.bench.runner import client_image as bench_image
+from servectl.cluster.bench.plan import client_base_url
+from servectl.cluster.bench.plan import client_image as bench_image
+from servectl.cluster.bench.runner import BenchRunner, _untar, container_facts, write_json
 from servectl.cluster.control.controller import Controller
 from servectl.cluster.docker_gw import DockerGateway, create_kwargs
 from servectl.cluster.durable import atomic_write_bytes

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from servectl.cluster.bench.runner import BenchOptions, BenchRunner
+from servectl.cluster.bench.plan import BenchOptions
+from servectl.cluster.bench.runner import BenchRunner
 from servectl.cluster.control.controller import Controller
 from servectl.cluster.durable import atomic_write_json, json_bytes
 from servectl.cluster.errors import ServectlError

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from servectl.cluster.bench.parse import load_result_text
-from servectl.cluster.bench.runner import BenchOptions, BenchRunner, load_run
+from servectl.cluster.bench.plan import BenchOptions
+from servectl.cluster.bench.runner import BenchRunner, load_run
 from servectl.cluster.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.engine

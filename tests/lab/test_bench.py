@@ -12,7 +12,8 @@ import docker
 import pytest
 from servectl.cluster.bench.manifest import manifest_diff
 from servectl.cluster.bench.parse import load_result_text
-from servectl.cluster.bench.runner import BenchOptions, BenchRunner, compare_rows, load_run
+from servectl.cluster.bench.plan import BenchOptions
+from servectl.cluster.bench.runner import BenchRunner, compare_rows, load_run
 from servectl.cluster.control.controller import Controller
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab.client_image import CLIENT_LATEST
@@ -101,7 +102,7 @@ def test_refuses_when_server_is_down(lab, tmp_path):
     with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as c:
         c.down()
         runner = BenchRunner(c, tmp_path / "runs")
-        from servectl.cluster.bench.runner import BenchError
+        from servectl.cluster.bench.plan import BenchError
 
         with pytest.raises(BenchError, match="not healthy"):
             runner.run(BenchOptions(kind="sweep", levels=(1,), client_image=CLIENT_LATEST))

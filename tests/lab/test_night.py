@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from servectl.cluster.bench.runner import BenchOptions, BenchRunner
+from servectl.cluster.bench.plan import BenchOptions
+from servectl.cluster.bench.runner import BenchRunner
 from servectl.cluster.cli import app as servectl_app
 from servectl.cluster.cli.thermal import app as thermal_app
 from servectl.cluster.control.controller import Controller

@@ -18,16 +18,15 @@ from servectl.cluster.bench.parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.bench.runner import (
+from servectl.cluster.bench.plan import (
     DEFAULT_PROMPTS,
     BenchOptions,
     bench_argv,
     client_image,
     client_plan,
-    compare_rows,
-    container_facts,
     sharegpt_json,
 )
+from servectl.cluster.bench.runner import compare_rows, container_facts
 from servectl.cluster.inventory import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"

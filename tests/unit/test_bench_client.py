@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench.runner import BenchOptions, bench_argv, client_base_url, client_plan
+from servectl.cluster.bench.plan import BenchOptions, bench_argv, client_base_url, client_plan
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.rollout.edit import check_guard, parse_guard
