@@ -219,7 +219,7 @@ class BenchRunner:
             else {}
         )
         secrets = {}
-        key = self.ctl._api_key()  # noqa: SLF001 - the same key resolution as the probe
+        key = self.ctl.api_key()  # the same key resolution as the probe
         if key:
             secrets["OPENAI_API_KEY"] = key
         before = self._metrics()

@@ -135,8 +135,7 @@ def up(
     raise typer.Exit(_report(result, "up", as_json))
 
 
-def _holder(spec):  # -> WatchdogHolder (imported late: it needs cluster control)
-
+def _holder(spec) -> WatchdogHolder:
     return WatchdogHolder(spec, by=_who())
 
 

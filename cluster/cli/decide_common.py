@@ -4,7 +4,6 @@ fitted calibration); rendering of one decision."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -52,13 +51,9 @@ class Setup:
 
 
 def _api_key(spec) -> str | None:
-    ref = spec.secrets.api_key
-    if ref is None:
-        return None
-    if ref.env:
-        return os.environ.get(ref.env)
-    with Controller(spec) as ctl:  # the key lives in a root-only file on the head
-        return ctl._api_key()  # noqa: SLF001 - the same resolution as the probe and bench
+    # the same resolution as the probe and bench (an env var here, or the head's root-only file)
+    with Controller(spec) as ctl:
+        return ctl.api_key()
 
 
 def setup(

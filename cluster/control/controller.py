@@ -304,7 +304,7 @@ class Controller:
         """The server's `GET /metrics` as (HTTP status, text); ProbeError when no answer."""
         return self.server.metrics_page(timeout_s)
 
-    def _api_key(self) -> str | None:
+    def api_key(self) -> str | None:
         """The API key as the probe sends it; None when it cannot be resolved here."""
         return self.server.api_key()
 

@@ -319,7 +319,7 @@ class EvalRunner:
         return files
 
     def _secrets(self) -> dict[str, str]:
-        key = self.ctl._api_key()  # noqa: SLF001 - the same key resolution as the probe
+        key = self.ctl.api_key()  # the same key resolution as the probe
         return {"OPENAI_API_KEY": key} if key else {}
 
     def _keep(

@@ -327,7 +327,7 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
         def docker(self, node):
             return None
 
-        def _api_key(self):
+        def api_key(self):
             return None
 
     runner = rmod.EvalRunner(
@@ -374,7 +374,7 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
         def docker(self, node):
             return None
 
-        def _api_key(self):
+        def api_key(self):
             return None
 
     ok = httpx.MockTransport(lambda req: httpx.Response(200, json={"version": "0.33.0"}))
