@@ -36,7 +36,7 @@ from servectl.cluster.lab.paths import LabPaths
 from servectl.watchdog.actuator import build_actuator
 from servectl.watchdog.daemon import build_watchdog
 from servectl.watchdog.events import read_events
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 from servectl.watchdog.wiring import build_config
 
 RANK = re.compile(r"vllm serve|VLLM::")

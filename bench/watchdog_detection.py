@@ -31,14 +31,8 @@ import time
 import httpx
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.observation import Observation
-from servectl.watchdog.policy import (
-    Policy,
-    PolicyConfig,
-    PolicyState,
-    Restart,
-    WatchdogPhase,
-    detection_window_s,
-)
+from servectl.watchdog.policy import Policy, detection_window_s
+from servectl.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
 from servectl.watchdog.probe import Outcome, Prober
 
 
@@ -150,7 +144,7 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
     from servectl.watchdog.alert import Alerter
     from servectl.watchdog.daemon import Watchdog
     from servectl.watchdog.events import EventLog
-    from servectl.watchdog.policy import PolicyState
+    from servectl.watchdog.policy_state import PolicyState
     from servectl.watchdog.runtime import SteadyClock
     from servectl.watchdog.state import StateStore
 

@@ -30,10 +30,10 @@ from servectl.watchdog.daemon_io import DaemonIO
 from servectl.watchdog.events import EventLog
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.observation import BootReading, Observation
-from servectl.watchdog.policy import (
+from servectl.watchdog.policy import Policy
+from servectl.watchdog.policy_state import (
     Alert,
     Decision,
-    Policy,
     PolicyConfig,
     PolicyState,
     Restart,

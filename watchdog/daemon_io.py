@@ -11,7 +11,8 @@ import os
 from typing import Any
 
 from servectl.cluster.durable import atomic_write_json, read_json
-from servectl.watchdog.policy import Policy, PolicyConfig, PolicyState
+from servectl.watchdog.policy import Policy
+from servectl.watchdog.policy_state import PolicyConfig, PolicyState
 
 log = logging.getLogger("servectl.watchdog.daemon")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 from servectl.cluster.errors import ServectlError
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 

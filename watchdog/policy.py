@@ -68,176 +68,24 @@ budget_exhausted, gave_up, restart_failed (and restarted when `alert_on_restart`
 
 from __future__ import annotations
 
-import enum
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.probe import MetricsSnapshot
+from servectl.watchdog.policy_state import (
+    Alert,
+    CountFailure,
+    Decision,
+    GiveUp,
+    Hold,
+    PolicyConfig,
+    PolicyState,
+    ResetFailures,
+    Restart,
+    Wait,
+    WatchdogPhase,
+)
 from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
-from servectl.watchdog.verdict import progress_signal as progress_signal  # re-exported
-
-
-class WatchdogPhase(enum.StrEnum):
-    BOOTING = "booting"
-    READY = "ready"
-    SUSPECT = "suspect"
-    RESTARTING = "restarting"
-    HELD = "held"
-    GIVEN_UP = "given_up"
-    BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
-
-
-# ---- decisions ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Wait:
-    reason: str
-
-
-@dataclass(frozen=True)
-class CountFailure:
-    count: int
-    verdict: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class ResetFailures:
-    previous: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Restart:
-    restart_id: str
-    reason: str
-    cause: str  # "probe_failures" | "boot_deadline": bounded label for metrics
-    evidence: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Alert:
-    incident_id: str
-    category: (
-        str  # misconfig | busy_ceiling | budget_exhausted | gave_up | restart_failed | restarted
-    )
-    message: str
-
-
-@dataclass(frozen=True)
-class Hold:
-    reason: str
-    until: float | None  # None: until a healthy probe or an operator release
-
-
-@dataclass(frozen=True)
-class GiveUp:
-    reason: str
-
-
-Decision = Wait | CountFailure | ResetFailures | Restart | Alert | Hold | GiveUp
-
-
-def decision_name(d: Decision) -> str:
-    return {
-        Wait: "wait",
-        CountFailure: "count_failure",
-        ResetFailures: "reset_failures",
-        Restart: "restart",
-        Alert: "alert",
-        Hold: "hold",
-        GiveUp: "give_up",
-    }[type(d)]
-
-
-# ---- state ----------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class PolicyState:
-    phase: WatchdogPhase = WatchdogPhase.BOOTING
-    consecutive_failures: int = 0
-    boot_started_at: float | None = None
-    boot_deadline_at: float | None = None
-    boot_progress: BootReading | None = None
-    boot_failures: int = 0  # consecutive boots that missed their deadline
-    restart_times: tuple[float, ...] = ()
-    restart_seq: int = 0  # monotonic restart epoch (fencing token)
-    restart_in_progress: str | None = None
-    incident_seq: int = 0
-    incident_id: str | None = None
-    alerted: tuple[str, ...] = ()  # alert kinds already sent for the current incident
-    held_at: float | None = None
-    baseline: MetricsSnapshot | None = None
-    flat_since: float | None = None
-    busy_since: float | None = None
-    failure_log: tuple[dict[str, Any], ...] = ()
-    last_probe: dict[str, Any] | None = None
-    last_verdict: str | None = None
-    last_ok_at: float | None = None
-    updated_at: float | None = None
-    blind_since: float | None = None
-    blind_alerted_at: float | None = None  # last "blind" alert: re-sent every blind_realert_s
-    unreadable_since: float | None = None  # first timed-out probe with /metrics unreadable
-    crash_seen_at: float | None = None  # boot seen failed (container exited): retry after backoff
-    hold_expired_alerted: float | None = None  # `until` of the last expired hold alerted on
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["phase"] = self.phase.value
-        data["baseline"] = self.baseline.to_json() if self.baseline else None
-        data["restart_times"] = list(self.restart_times)
-        data["alerted"] = list(self.alerted)
-        data["failure_log"] = list(self.failure_log)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PolicyState:
-        bp = data.get("boot_progress")
-        base = data.get("baseline")
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
-        values.update(
-            phase=WatchdogPhase(data.get("phase", WatchdogPhase.BOOTING.value)),
-            boot_progress=BootReading(**bp) if bp else None,
-            baseline=MetricsSnapshot.from_json(base) if base else None,
-            restart_times=tuple(data.get("restart_times") or ()),
-            alerted=tuple(data.get("alerted") or ()),
-            failure_log=tuple(data.get("failure_log") or ()),
-        )
-        return cls(**values)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PolicyConfig:
-    failures: int = 3
-    stall_window_s: float = 120.0
-    boot_deadline_s: float = 1800.0
-    boot_extend_s: float = 300.0
-    boot_cap_s: float = 3600.0
-    max_restarts: int = 2
-    restart_window_s: float = 21600.0
-    busy_alert_s: float = 1800.0
-    alert_on_restart: bool = False
-    blind_realert_s: float = 3600.0
-    crash_backoff_s: float = 60.0
-    max_boot_failures: int = 2
-
-    @classmethod
-    def from_config(cls, c: WatchdogConfig) -> PolicyConfig:
-        return cls(
-            failures=c.failures,
-            stall_window_s=c.stall_window_s,
-            boot_deadline_s=c.boot_deadline_s,
-            boot_extend_s=c.boot_extend_s,
-            boot_cap_s=c.boot_cap_s,
-            max_restarts=c.max_restarts,
-            restart_window_s=c.restart_window_s,
-            busy_alert_s=c.busy_alert_s,
-            alert_on_restart=c.alert_on_restart,
-            blind_realert_s=c.blind_realert_s,
-            crash_backoff_s=c.crash_backoff_s,
-            max_boot_failures=c.max_boot_failures,
-        )
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 from servectl.cluster.durable import atomic_write_json, read_json
 from servectl.cluster.errors import ServectlError
 from servectl.watchdog.observation import OperatorHold
-from servectl.watchdog.policy import PolicyState
+from servectl.watchdog.policy_state import PolicyState
 
 log = logging.getLogger(__name__)
 

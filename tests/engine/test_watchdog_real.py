@@ -8,7 +8,7 @@ import time
 
 import pytest
 from servectl.cluster.lab import faults
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,

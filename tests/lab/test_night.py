@@ -26,7 +26,7 @@ from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults
 from servectl.cluster.lab.client_image import CLIENT_LATEST
 from servectl.cluster.lab.paths import HEAD
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 from typer.testing import CliRunner
 
 from tests.lab.test_watchdog_scenarios import (

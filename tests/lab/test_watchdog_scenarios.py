@@ -31,7 +31,7 @@ from servectl.cluster.lab.paths import HEAD
 from servectl.watchdog.actuator import WATCHDOG_WHO, build_actuator
 from servectl.watchdog.daemon import Watchdog, build_watchdog
 from servectl.watchdog.events import read_events
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 from servectl.watchdog.wiring import build_config
 
 pytestmark = pytest.mark.lab

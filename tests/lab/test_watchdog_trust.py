@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from servectl.watchdog.config import WatchdogConfig
 from servectl.watchdog.daemon import build_watchdog
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 
 pytestmark = pytest.mark.lab
 

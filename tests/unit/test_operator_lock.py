@@ -16,7 +16,7 @@ from servectl.cluster.operator_lock import (
     mark_down,
     one_actor,
 )
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 from servectl.watchdog.state import read_hold, write_hold, write_release
 
 from .test_watchdog_daemon import REFUSED, make

@@ -20,9 +20,9 @@ from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.status import server_gauges
 from servectl.node.thermal.alerts import AlertPolicy
 from servectl.node.thermal.zones import SysfsZoneReader, zone_to_record
-from servectl.watchdog.policy import progress_signal
 from servectl.watchdog.probe import metrics_snapshot
 from servectl.watchdog.thermal.remote import live_row
+from servectl.watchdog.verdict import progress_signal
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 CAPTURED = Path(__file__).parent / "fixtures" / "bench" / "vllm-0.33.0-captured-sweep-c1.json"

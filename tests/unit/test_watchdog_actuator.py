@@ -100,7 +100,7 @@ def test_an_old_server_is_restarted(tmp_path: Path) -> None:
 
 def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
     from servectl.cluster.cli.watchdog_view import watchdog_line
-    from servectl.watchdog.policy import PolicyState, WatchdogPhase
+    from servectl.watchdog.policy_state import PolicyState, WatchdogPhase
     from servectl.watchdog.state import StateStore
 
     assert watchdog_line(str(tmp_path))[0] is None

@@ -16,7 +16,7 @@ from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.observation import BootReading
-from servectl.watchdog.policy import PolicyState, WatchdogPhase
+from servectl.watchdog.policy_state import PolicyState, WatchdogPhase
 from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
 

@@ -14,7 +14,7 @@ from servectl.watchdog.daemon import Watchdog
 from servectl.watchdog.events import EventLog, read_events
 from servectl.watchdog.exporter import WatchdogMetrics
 from servectl.watchdog.observation import BootReading
-from servectl.watchdog.policy import WatchdogPhase
+from servectl.watchdog.policy_state import WatchdogPhase
 from servectl.watchdog.runtime import Cadence, SteadyClock
 from servectl.watchdog.state import StateStore
 

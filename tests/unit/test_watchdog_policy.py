@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.policy import (
+from servectl.watchdog.policy import Policy, ProbeVerdict
+from servectl.watchdog.policy_state import (
     Alert,
     CountFailure,
     GiveUp,
     Hold,
-    Policy,
     PolicyConfig,
     PolicyState,
-    ProbeVerdict,
     ResetFailures,
     Restart,
     WatchdogPhase,

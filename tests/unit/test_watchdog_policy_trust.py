@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.policy import (
+from servectl.watchdog.policy import Policy
+from servectl.watchdog.policy_state import (
     Alert,
     CountFailure,
     GiveUp,
-    Policy,
     PolicyState,
     Restart,
     WatchdogPhase,
