@@ -26,12 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 from servectl.cluster.errors import CommandFailed, NodeUnreachable
-
-# re-exported: callers import the connection types from the gateway, as before the split
-from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect, fingerprint
-
-__all__ = ["CommandTimeout", "NodeSession", "Result", "SshOptions", "SshPool", "SshTarget"]
-__all__ += ["fingerprint"]
+from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect
 
 if TYPE_CHECKING:
     from servectl.cluster.spec import NodeSpec, SshSpec

@@ -1,7 +1,7 @@
 """What one watchdog tick sees: the probe, /metrics, the boot's progress and the operator's hold.
 
 Its own module so that the verdict rules (``verdict``) and the policy (``policy``, which uses
-them) both read it without importing each other. ``policy`` re-exports these names.
+them) both read it without importing each other.
 """
 
 from __future__ import annotations

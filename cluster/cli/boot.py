@@ -22,7 +22,8 @@ from servectl.cluster.cli.common import (
     err_console,
     load,
 )
-from servectl.cluster.control.controller import BootResult, ControlEvent, Controller
+from servectl.cluster.control.controller import Controller
+from servectl.cluster.control.results import BootResult, ControlEvent
 from servectl.cluster.errors import ConfigError
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]

@@ -26,8 +26,9 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog_view import watchdog_line
-from servectl.cluster.control.controller import ApplyResult, ControlEvent, Controller, _who
+from servectl.cluster.control.controller import Controller, _who
 from servectl.cluster.control.plan import Action, ControlPlan
+from servectl.cluster.control.results import ApplyResult, ControlEvent
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import (
     LeasedHolder,

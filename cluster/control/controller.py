@@ -35,7 +35,6 @@ from servectl.cluster.control.results import (
     ApplyResult,
     BootResult,
     ClockResult,
-    ControlEvent,
     EventCallback,
     NodeOutcome,
     PreflightReport,
@@ -51,19 +50,6 @@ from servectl.cluster.nodes import NodeConnector, Nodes, is_local
 from servectl.cluster.spec import ClusterSpec, NodeSpec
 from servectl.cluster.ssh import NodeSession, SshPool
 from servectl.cluster.status import ClusterStatus, ServerStatus
-
-# The results are defined in `results`; imported here by the name callers have used.
-__all__ = [
-    "ApplyResult",
-    "BootResult",
-    "ClockResult",
-    "ControlEvent",
-    "Controller",
-    "EventCallback",
-    "NodeOutcome",
-    "PreflightReport",
-    "is_local",
-]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import BootResult, Controller
+from servectl.cluster.control.controller import Controller
+from servectl.cluster.control.results import BootResult
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.lab import faults, sshc
 from servectl.cluster.lab import lab as lablib

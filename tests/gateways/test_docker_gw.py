@@ -11,7 +11,8 @@ from servectl.cluster.docker_gw import DockerGateway
 from servectl.cluster.errors import HostKeyError
 from servectl.cluster.launch import ContainerPlan, Mount
 from servectl.cluster.spec import SecretRef
-from servectl.cluster.ssh import SshOptions, SshPool, SshTarget
+from servectl.cluster.ssh import SshPool
+from servectl.cluster.ssh_connect import SshOptions, SshTarget
 
 
 def _plan(image: str, cluster: str, name: str) -> ContainerPlan:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
-from servectl.cluster.ssh import CommandTimeout, SshOptions, SshPool, SshTarget
+from servectl.cluster.ssh import CommandTimeout, SshPool
+from servectl.cluster.ssh_connect import SshOptions, SshTarget
 
 
 def _target(sshd, node: str = "node1") -> SshTarget:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from servectl.cluster.errors import HostKeyError, NodeUnreachable
 from servectl.cluster.spec import NodeSpec
-from servectl.cluster.ssh import SshOptions, SshPool, SshTarget
+from servectl.cluster.ssh import SshPool
+from servectl.cluster.ssh_connect import SshOptions, SshTarget
 
 from .conftest import SSHD, _free_port, _keygen, _wait_listening
 

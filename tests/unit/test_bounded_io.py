@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from servectl.cluster import ssh as ssh_mod
 from servectl.cluster.errors import NodeUnreachable
-from servectl.cluster.ssh import NodeSession, SshOptions, SshTarget
+from servectl.cluster.ssh import NodeSession
+from servectl.cluster.ssh_connect import SshOptions, SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ import pytest
 from servectl.cluster.cli import app
 from servectl.cluster.cli import control as control_cli
 from servectl.cluster.cli.common import SCHEMA_VERSION
-from servectl.cluster.control.controller import ApplyResult, NodeOutcome
 from servectl.cluster.control.plan import Action, ControlPlan, NodeStep
+from servectl.cluster.control.results import ApplyResult, NodeOutcome
 from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
 from typer.main import get_command
 from typer.testing import CliRunner

@@ -166,7 +166,7 @@ def test_config_hash_changes_with_k_only():
 
 def test_bastion_inventory_routes_workers_through_node1():
     """ProxyJump in ansible_ssh_common_args (group vars of workers) reaches the SSH gateway."""
-    from servectl.cluster.ssh import SshTarget
+    from servectl.cluster.ssh_connect import SshTarget
     from servectl.cluster.ssh_route import Hop
 
     spec = load_inventory(HERE / "example-bastion.yml")
