@@ -16,24 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servectl.cluster.boot_history import BootHistory, estimate_eta, phase_durations
+from servectl.cluster.boot_history import estimate_eta
 from servectl.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
 from servectl.cluster.boot_rules import BootEvent, Cause, parse_line, root_cause
-
-__all__ = [
-    "DEFAULT_WEIGHTS_S",
-    "TIMED_PHASES",
-    "BootEvent",
-    "BootHistory",
-    "BootNote",
-    "BootProgress",
-    "BootTracker",
-    "BootPhase",
-    "estimate_eta",
-    "parse_line",
-    "phase_durations",
-    "read_boot_log",
-]
 
 MAX_NOTES = 30
 # A traceback whose first frame is one of these reached the top of its process: `vllm serve`

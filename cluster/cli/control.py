@@ -26,8 +26,8 @@ from servectl.cluster.cli.common import (
     load,
 )
 from servectl.cluster.cli.watchdog_view import watchdog_line
-from servectl.cluster.control.controller import Controller, _who
-from servectl.cluster.control.plan import Action, ControlPlan
+from servectl.cluster.control.controller import Controller, operator_identity
+from servectl.cluster.control.plan import ControlPlan
 from servectl.cluster.control.results import ApplyResult, ControlEvent
 from servectl.cluster.errors import ConfigError, ServectlError
 from servectl.cluster.operator_lock import (
@@ -125,7 +125,7 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        with one_actor(cluster_lock_path(spec), f"servectl up by {_who()}"):
+        with one_actor(cluster_lock_path(spec), f"servectl up by {operator_identity()}"):
             # An operator's `up` ends an intentional stop: the watchdog watches again.
             clear_down(_holder(spec))
             if as_json:
@@ -137,7 +137,7 @@ def up(
 
 
 def _holder(spec) -> WatchdogHolder:
-    return WatchdogHolder(spec, by=_who())
+    return WatchdogHolder(spec, by=operator_identity())
 
 
 def down(
@@ -156,9 +156,9 @@ def down(
         if dry_run or not plan.changes:
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        with one_actor(cluster_lock_path(spec), f"servectl down by {_who()}"):
+        with one_actor(cluster_lock_path(spec), f"servectl down by {operator_identity()}"):
             # Recorded before the containers go: the watchdog must never count this stop.
-            mark_down(_holder(spec), _who())
+            mark_down(_holder(spec), operator_identity())
             result = ctl.down(plan)
     raise typer.Exit(_report(result, "down", as_json))
 
@@ -188,7 +188,7 @@ def restart(
             raise typer.Exit(1)
         # One actor: the cluster lock, and the watchdog held while this restart runs (its release
         # also ends an intentional `down`).
-        what = f"servectl restart by {_who()}: {reason}"
+        what = f"servectl restart by {operator_identity()}: {reason}"
         held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
         with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
             if as_json:
@@ -376,6 +376,3 @@ def register(app: typer.Typer) -> None:
     for fn in (up, down, restart, status, logs, boot):
         app.command(fn.__name__)(handle_errors(fn))
     app.add_typer(clocks_app, name="clocks")
-
-
-__all__ = ["register", "clocks_app", "Action"]

@@ -30,7 +30,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control.controller import _who
+from servectl.cluster.control.controller import operator_identity
 from servectl.cluster.durable import default_state_dir
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import parse_inventory
@@ -56,7 +56,7 @@ def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[N
     """One rollout at a time (the rollout lock), and for a direct one also the cluster lock
     (no operator restart or watchdog restart meanwhile). `--via watchdog` leaves the cluster
     lock free: the watchdog's own restart is what that rollout waits for."""
-    spec, who = load(inventory), _who()
+    spec, who = load(inventory), operator_identity()
     rollout_lock = os.path.join(str(_store(inventory).root), "rollout.lock")
     os.makedirs(os.path.dirname(rollout_lock), mode=0o700, exist_ok=True)
     with one_actor(rollout_lock, f"{what} by {who}"):

@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from servectl.cluster.boot import BootHistory, BootPhase, BootProgress, BootTracker, phase_durations
+from servectl.cluster.boot import BootProgress, BootTracker
+from servectl.cluster.boot_history import BootHistory, phase_durations
+from servectl.cluster.boot_phase import BootPhase
 from servectl.cluster.control.logs import last_log_lines
 from servectl.cluster.control.results import BootResult, Emit
 from servectl.cluster.docker_gw import ContainerInfo, LogStream

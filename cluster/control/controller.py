@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 import httpx
 from servectl.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
 from servectl.cluster.applied import revision as applied_revision
-from servectl.cluster.boot import BootHistory, BootProgress
+from servectl.cluster.boot import BootProgress
+from servectl.cluster.boot_history import BootHistory
 from servectl.cluster.control.apply import apply_plan, resolve_secrets
 from servectl.cluster.control.boot import BootFollower
 from servectl.cluster.control.clocks import set_clocks
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _who() -> str:
+def operator_identity() -> str:
+    """`user@host`: who acts, as lock labels and event records name them."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -243,7 +245,7 @@ class Controller:
             {
                 "ts": self.now().isoformat(),
                 "event": "restart",
-                "who": who or _who(),
+                "who": who or operator_identity(),
                 "why": why,
                 "cluster": self.spec.name,
                 "config_hash": plan.config_hash,
@@ -265,11 +267,11 @@ class Controller:
                 inventory_text=text,
                 inventory_path=path,
                 action=action,
-                by=who or _who(),
+                by=who or operator_identity(),
                 applied_at=self._clock(),
             )
         else:
-            plan = plan_for(self.spec, action, who or _who(), self._clock())
+            plan = plan_for(self.spec, action, who or operator_identity(), self._clock())
         if plan is None:
             return None
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from servectl.cluster.boot import BootPhase
+from servectl.cluster.boot_phase import BootPhase
 from servectl.cluster.lab import faults
 from servectl.cluster.status import Verdict
 

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import pytest
-from servectl.cluster.boot import parse_line
+from servectl.cluster.boot_rules import parse_line
 from servectl.cluster.lab import engine, images
 from servectl.cluster.lab.paths import LabPaths
 

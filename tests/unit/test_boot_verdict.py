@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servectl.cluster.boot import BootPhase, BootTracker, read_boot_log
+from servectl.cluster.boot import BootTracker, read_boot_log
+from servectl.cluster.boot_phase import BootPhase
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 SUCCESS = BOOT / "v0.25.1_single_dflash_success.log"

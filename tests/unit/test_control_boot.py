@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from servectl.cluster.boot import BootPhase
+from servectl.cluster.boot_phase import BootPhase
 from servectl.cluster.control.boot import dead_containers
 from servectl.cluster.control.controller import Controller
 from servectl.cluster.errors import NodeUnreachable

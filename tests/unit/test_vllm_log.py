@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.boot import parse_line
+from servectl.cluster.boot_rules import parse_line
 from servectl.cluster.vllm_log import parse_prefix
 
 FORMS = [

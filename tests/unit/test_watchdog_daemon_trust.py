@@ -159,7 +159,8 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
 
 
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
-    from servectl.cluster.boot import BootPhase, BootProgress
+    from servectl.cluster.boot import BootProgress
+    from servectl.cluster.boot_phase import BootPhase
     from servectl.watchdog.actuator import boot_reading
 
     got = boot_reading(BootProgress(phase=BootPhase.FAILED, shards_loaded=3))
