@@ -10,11 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-from servectl.cluster.spec import ServectlSettings, absolute_path, not_a_flag, parse_size
+from servectl.cluster.settings import ServectlSettings, absolute_path, not_a_flag, parse_size
 
 HEADER = """# Configuration reference
 
-Generated from `cluster/spec.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
+Generated from `cluster/settings.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
 a unit test fails when this file and the spec diverge.
 
 All keys live in the variable `servectl` of group `all` (under `all.vars`, or in
@@ -51,7 +51,7 @@ def _type_name(annotation: Any) -> str:
     text = str(annotation).replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
-    return text.replace("servectl.cluster.spec.", "").replace("|", "\\|")
+    return text.replace("servectl.cluster.settings.", "").replace("|", "\\|")
 
 
 def _metadata(annotation: Any) -> list[Any]:

@@ -28,12 +28,8 @@ from servectl.cluster.inventory_values import (
     located,
     translate,
 )
-from servectl.cluster.spec import (
-    ClusterSpec,
-    NodeSpec,
-    ServectlSettings,
-    serving_from_settings,
-)
+from servectl.cluster.settings import ServectlSettings
+from servectl.cluster.spec import ClusterSpec, NodeSpec, serving_from_settings
 from servectl.cluster.ssh_route import route_for
 from servectl.cluster.yaml_guard import check_files, check_yaml
 

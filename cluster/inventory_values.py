@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from servectl.cluster.ansible_inventory import PathKey, Resolved
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.launch import flag_table
-from servectl.cluster.spec import ServectlSettings, looks_like_secret
+from servectl.cluster.settings import ServectlSettings, looks_like_secret
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; servectl names containers
 # <cluster>-vllm-<host>, so a host name must fit that alphabet.

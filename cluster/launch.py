@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from servectl.cluster.errors import ConfigError
-from servectl.cluster.spec import ClusterSpec, NodeSpec, SecretRef
+from servectl.cluster.settings import SecretRef
+from servectl.cluster.spec import ClusterSpec, NodeSpec
 
 LABEL_PREFIX = "io.servectl."
 LABEL_CLUSTER = LABEL_PREFIX + "cluster"

@@ -21,7 +21,8 @@ from typing import Any, Protocol, TypeVar
 from servectl.cluster.docker_gw import DockerGateway
 from servectl.cluster.errors import CommandFailed, NodeUnreachable, ServectlError
 from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
-from servectl.cluster.spec import NodeSpec, SshSpec
+from servectl.cluster.settings import SshSpec
+from servectl.cluster.spec import NodeSpec
 from servectl.cluster.ssh import NodeSession, SshPool
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from servectl.cluster.errors import ConfigError
-from servectl.cluster.spec import SecretRef
+from servectl.cluster.settings import SecretRef
 
 
 def resolve_secret(

@@ -29,7 +29,8 @@ from servectl.cluster.errors import CommandFailed, NodeUnreachable
 from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect
 
 if TYPE_CHECKING:
-    from servectl.cluster.spec import NodeSpec, SshSpec
+    from servectl.cluster.settings import SshSpec
+    from servectl.cluster.spec import NodeSpec
 
 log = logging.getLogger(__name__)
 # paramiko's transport thread logs connect failures with tracebacks; with no handler installed

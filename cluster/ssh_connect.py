@@ -19,7 +19,8 @@ from servectl.cluster.errors import HostKeyError, NodeUnreachable
 from servectl.cluster.ssh_route import Hop, Route, route_for
 
 if TYPE_CHECKING:
-    from servectl.cluster.spec import NodeSpec, SshSpec
+    from servectl.cluster.settings import SshSpec
+    from servectl.cluster.spec import NodeSpec
 
 log = logging.getLogger(__name__)
 

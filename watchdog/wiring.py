@@ -18,7 +18,7 @@ from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.operator_lock import cluster_lock_path
 from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.spec import SecretRef
+from servectl.cluster.settings import SecretRef
 from servectl.cluster.ssh_identity import SshIdentity
 from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
 from servectl.watchdog.actuator import ControllerActuator, build_actuator

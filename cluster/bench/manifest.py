@@ -19,7 +19,8 @@ import httpx
 from servectl.cluster.bench.parse import kv_cache_facts
 from servectl.cluster.errors import ServectlError
 from servectl.cluster.launch import plan_cluster
-from servectl.cluster.spec import ClusterSpec, _jsonable, looks_like_secret
+from servectl.cluster.settings import looks_like_secret
+from servectl.cluster.spec import ClusterSpec, _jsonable
 from servectl.node import bench_facts
 
 if TYPE_CHECKING:

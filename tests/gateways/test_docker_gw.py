@@ -10,7 +10,7 @@ import pytest
 from servectl.cluster.docker_gw import DockerGateway
 from servectl.cluster.errors import HostKeyError
 from servectl.cluster.launch import ContainerPlan, Mount
-from servectl.cluster.spec import SecretRef
+from servectl.cluster.settings import SecretRef
 from servectl.cluster.ssh import SshPool
 from servectl.cluster.ssh_connect import SshOptions, SshTarget
 

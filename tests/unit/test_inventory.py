@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory, parse_inventory
-from servectl.cluster.spec import parse_size
+from servectl.cluster.settings import parse_size
 
 HERE = Path(__file__).parent / "inventories"
 ROOT = Path(__file__).resolve().parents[2]

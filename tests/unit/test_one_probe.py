@@ -13,7 +13,7 @@ from servectl.cluster.errors import CommandFailed, ConfigError, ProbeError
 from servectl.cluster.inventory import load_inventory
 from servectl.cluster.metrics_text import sum_by_sample
 from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.spec import SecretRef
+from servectl.cluster.settings import SecretRef
 from servectl.watchdog.probe import (
     Outcome,
     ProbeResult,

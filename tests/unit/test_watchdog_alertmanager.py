@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 from servectl.cluster.errors import ConfigError
-from servectl.cluster.spec import WatchdogSpec
+from servectl.cluster.settings import WatchdogSpec
 from servectl.watchdog.alert import Alerter
 from servectl.watchdog.alertmanager import CATEGORIES, NEVER, alert_identity, fingerprint
 from servectl.watchdog.config import WatchdogConfig

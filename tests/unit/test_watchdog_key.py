@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from servectl.cluster.errors import ConfigError
 from servectl.cluster.inventory import load_inventory
-from servectl.cluster.spec import SecretRef
+from servectl.cluster.settings import SecretRef
 from servectl.watchdog.wiring import build_config, resolve_api_key
 
 ROOT = Path(__file__).resolve().parents[2]

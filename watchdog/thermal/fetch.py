@@ -57,8 +57,7 @@ def fetch_files(
     remote_dir: str | None = None,
 ) -> FetchResult:
     """Copy each node's ``thermal-<node>-YYYYMMDD*.jsonl`` for the window into ``dest_dir``
-    (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel. cluster.ssh is imported
-    here, lazily, so the report itself needs no paramiko."""
+    (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel."""
 
     thermal = getattr(spec, "thermal", None)
     directory: str = remote_dir if remote_dir else getattr(thermal, "dir", REMOTE_DIR)

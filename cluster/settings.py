@@ -1,0 +1,372 @@
+"""The `servectl` settings (under `all.vars.servectl`), validated once: pydantic models with
+`extra="forbid"` and strict types, so a typo or a wrong type is an error at load time, never a
+surprise on a node; and the value parsers they use (sizes, paths, secret-looking values).
+
+`servectl.cluster.spec` builds the frozen `ClusterSpec` from them and the per-host facts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+# --- value parsers -------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt]i?b?|B|b)?\s*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
+
+
+def parse_size(value: Any) -> int:
+    """Parse a byte size: 17179869184, "16GiB", "16Gi", "16G" (binary, as vLLM reads "16G"),
+    "16g" (decimal, as vLLM reads it), "16GB" (decimal, SI)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 16GiB, got a boolean")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("size must be positive")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size such as 16GiB, got {type(value).__name__}")
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a size (examples: 16GiB, 16G, 17179869184)")
+    number, unit = match.group(1), (match.group(2) or "")
+    if "i" in unit.lower():
+        binary = True  # KiB, GiB, Gi
+    elif len(unit) > 1 and unit[-1] in "Bb":
+        binary = False  # kB, GB: SI
+    else:
+        binary = unit[:1].isupper()  # vLLM's human_readable_int: K/M/G/T binary, k/m/g/t decimal
+    prefix = unit[:1].lower() if unit[:1].lower() in "kmgt" else ""
+    key = prefix + ("i" if binary and prefix else "")
+    size = float(number) * _SIZE_UNITS[key]
+    if size <= 0 or size != int(size):
+        raise ValueError(f"{value!r} is not a whole positive number of bytes")
+    return int(size)
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+_SECRET_PATTERNS = [
+    re.compile(r"\bhf_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+]
+_SECRETISH_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY)", re.IGNORECASE)
+
+
+def looks_like_secret(value: str) -> bool:
+    return any(p.search(value) for p in _SECRET_PATTERNS)
+
+
+class _Model(BaseModel):
+    # allow_inf_nan=False: `.inf` or `.nan` as a timeout or interval is never meant
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def not_a_flag(value: str | None) -> str | None:
+    """A value that becomes one argv element must not start with '-': vLLM's parser would read
+    `--trust-remote-code` given as a model path as a flag (argument injection)."""
+    if value is not None and value.startswith("-"):
+        raise ValueError(f"{value!r} starts with '-' and would be read as a flag")
+    return value
+
+
+def absolute_path(value: str | None) -> str | None:
+    """Paths resolved on the nodes and mounted into containers must not depend on a cwd."""
+    not_a_flag(value)
+    if value is not None and not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path (start it with /)")
+    return value
+
+
+NoFlag = Annotated[str, AfterValidator(not_a_flag)]
+AbsPath = Annotated[str, AfterValidator(absolute_path)]
+
+
+# --- serving settings --------------------------------------------------------------------------
+
+
+class ModelSpec(_Model):
+    path: AbsPath = Field(
+        min_length=1, description="Model directory on every node (and in the container)."
+    )
+    served_name: NoFlag = Field(min_length=1, description="Name clients use in the `model` field.")
+    quantization: NoFlag | None = Field(
+        None, description="vLLM --quantization, e.g. compressed-tensors."
+    )
+    tokenizer: NoFlag | None = Field(None, description="Tokenizer path if not the model directory.")
+
+
+SPEC_METHODS = (
+    "dflash",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "deepseek_mtp",
+    "draft_model",
+    "ngram",
+    "suffix",
+)
+
+
+class DrafterSpec(_Model):
+    method: Literal[
+        "dflash", "eagle", "eagle3", "mtp", "deepseek_mtp", "draft_model", "ngram", "suffix"
+    ] = Field(description="vLLM speculative method.")
+    path: AbsPath | None = Field(
+        None, description="Drafter model directory (not needed for ngram/suffix/mtp)."
+    )
+    num_speculative_tokens: int = Field(ge=1, le=16, description="Draft length k.")
+    prompt_lookup_min: int | None = Field(
+        None, ge=1, le=64, description="ngram only: shortest n-gram matched in the prompt."
+    )
+    prompt_lookup_max: int | None = Field(
+        None, ge=1, le=64, description="ngram only: longest n-gram matched in the prompt."
+    )
+
+    @model_validator(mode="after")
+    def _lookup(self) -> DrafterSpec:
+        lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
+        if self.method != "ngram" and lookup != (None, None):
+            raise ValueError("prompt_lookup_min/max apply to method ngram only")
+        if None not in lookup and lookup[0] > lookup[1]:  # type: ignore[operator]
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+
+class ParallelSpec(_Model):
+    tensor: int = Field(ge=1, le=1024, description="Tensor-parallel size: nodes x gpus_per_node.")
+    gpus_per_node: int = Field(1, ge=1, le=16, description="GPUs on each node.")
+    backend: Literal["native", "ray"] = Field(
+        "native", description="native: vLLM --nnodes/--headless; ray: ray start + ray backend."
+    )
+    master_port: int = Field(
+        29501, ge=1, le=65535, description="torch.distributed / Ray port on the head."
+    )
+
+
+class KvCacheSpec(_Model):
+    dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"] = Field(
+        "auto", description="vLLM --kv-cache-dtype."
+    )
+    memory: ByteSize | None = Field(
+        None, description="KV cache per GPU (--kv-cache-memory-bytes), e.g. 16GiB."
+    )
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return self.memory
+
+
+class SecretRef(_Model):
+    """Where a secret lives: an env var on the control machine or a root-only file on each node.
+    Never the value itself."""
+
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = Field(None, pattern=r"^/")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env: NAME or file: /absolute/path")
+        return self
+
+
+class SecretsSpec(_Model):
+    hf_token: SecretRef | None = Field(
+        None, description="Hugging Face token (container env HF_TOKEN)."
+    )
+    api_key: SecretRef | None = Field(
+        None, description="API key clients must send (container env VLLM_API_KEY)."
+    )
+
+
+class SshSpec(_Model):
+    known_hosts: str | None = Field(
+        None,
+        description="known_hosts file for every hop (default: UserKnownHostsFile from "
+        "ansible_ssh_common_args, else ~/.ssh/known_hosts).",
+    )
+    connect_timeout_s: float = Field(5.0, ge=0.5, le=120, description="SSH connect timeout.")
+    allow_unknown_hosts: bool = Field(
+        False, description="Accept unknown host keys (not recommended)."
+    )
+
+
+class WatchdogSpec(_Model):
+    interval_s: float = Field(120, ge=1, le=86400, description="Seconds between probes.")
+    timeout_s: float = Field(120, ge=1, le=3600, description="Probe timeout.")
+    failures: int = Field(
+        3, ge=1, le=100, description="Consecutive counted failures before a restart."
+    )
+    boot_deadline_s: float = Field(
+        2400, ge=10, le=86400, description="Boot grace after a restart (extended by progress)."
+    )
+    max_restarts: int = Field(2, ge=0, le=100, description="Automatic restarts allowed per window.")
+    restart_window_s: float = Field(
+        21600, ge=1, le=30 * 86400, description="Window for max_restarts (>= boot_deadline_s)."
+    )
+    alert_command: list[str] | None = Field(
+        None, description="argv run once per incident (JSON on stdin)."
+    )
+    alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
+    alert_webhook_format: Literal["servectl", "alertmanager"] = Field(
+        "servectl",
+        description="Body of the webhook POST: servectl's incident record, or Alertmanager's "
+        "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
+    )
+    metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
+    metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
+    state_dir: AbsPath = Field(
+        "/var/lib/servectl/watchdog", description="State, lock and event log."
+    )
+
+    @field_validator("restart_window_s")
+    @classmethod
+    def _window_covers_a_boot(cls, value: float, info: ValidationInfo) -> float:
+        # max_restarts per window is the restart budget; a window shorter than one boot lets
+        # every restart leave the window before the next, so the budget would never run out
+        deadline = info.data.get("boot_deadline_s")
+        if deadline is not None and value < deadline:
+            raise ValueError(
+                f"{value:g} s is shorter than boot_deadline_s ({deadline:g} s), so "
+                f"max_restarts would never be reached; make it at least {deadline:g}"
+            )
+        return value
+
+
+class ThermalSpec(_Model):
+    interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
+    dir: AbsPath = Field(
+        "/var/log/servectl/thermal", description="Where each node's agent writes samples."
+    )
+    disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
+    metrics_host: str = Field("127.0.0.1", description="Listen address of the agent's /metrics.")
+    metrics_port: int = Field(9411, ge=1, le=65535, description="Port of the agent's /metrics.")
+    alert_margin_c: float = Field(
+        10, ge=0, description="Alert when a zone is this close to its critical trip."
+    )
+    # Zone roles (issue 20): every GB10 zone reports type "acpitz", so the report cannot tell
+    # the GPU zone from the P-cores without a map. No public source documents GB10's zone
+    # layout (docs/reference thermal.md), so there is no default: `servectl thermal zones`
+    # helps write one. Keys: a zone index ("3"), a zone name ("thermal_zone3") or a type.
+    zone_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description='Zone index, name or type -> role name, e.g. {"3": "P-cores", "5": "GPU zone"}.',
+    )
+
+
+class BenchSpec(_Model):
+    client_image: NoFlag | None = Field(
+        None, description="Image of the CPU-only benchmark client (default: the serving image)."
+    )
+    num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
+    output_len: int = Field(512, ge=1, description="Output tokens per request (--ignore-eos).")
+
+
+class EvalSpec(_Model):
+    """`servectl eval` (lm-evaluation-harness from the client container)."""
+
+    num_concurrent: int = Field(16, ge=1, le=256, description="Concurrent requests per task.")
+    client_image: str | None = Field(
+        None, description="Client image with lm_eval 0.4.13 (default: the bench client image)."
+    )
+    hf_cache: str | None = Field(
+        None, description="Head-side HF cache with pre-fetched datasets (mounted as HF_HOME)."
+    )
+
+
+class ServectlSettings(_Model):
+    """Everything under `all.vars.servectl` in the inventory."""
+
+    cluster_name: str = Field(
+        "servectl", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="Label and name prefix."
+    )
+    image: NoFlag = Field(
+        min_length=1, description="Serving container image (the custom vLLM build)."
+    )
+    vllm_version: str = Field(
+        pattern=r"^\d+\.\d+\.\d+$", description="vLLM version inside the image."
+    )
+    model: ModelSpec
+    drafter: DrafterSpec | None = Field(None, description="Speculative drafter; null for none.")
+    parallel: ParallelSpec
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    max_model_len: int | None = Field(None, ge=1, description="--max-model-len.")
+    enforce_eager: bool = Field(
+        False, description="--enforce-eager (no CUDA graphs, no torch.compile)."
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="--default-chat-template-kwargs, e.g. {enable_thinking: false}.",
+    )
+    gpu_clock_cap_mhz: int | None = Field(
+        None, ge=200, le=5000, description="GPU clock cap applied via NVML."
+    )
+    host: str = Field("127.0.0.1", description="Address the head's API server listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="API port on the head.")
+    shm_size: str = Field(
+        "10g", pattern=r"^\d+[bkmg]?$", description="Container /dev/shm size (docker syntax)."
+    )
+    ipc_mode: Literal["host", "private"] = Field(
+        "host",
+        description="Container IPC namespace: host (the node's /dev/shm) or private (its own, "
+        "shm_size). Use private when several 'nodes' share one kernel (the lab's real engine).",
+    )
+    gpus: Literal["all", "none"] = Field("all", description="GPU request of the serving container.")
+    env: dict[str, str | int] = Field(
+        default_factory=dict, description="Extra container environment."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` flags.")
+    secrets: SecretsSpec = SecretsSpec()
+    ssh: SshSpec = SshSpec()
+    watchdog: WatchdogSpec = WatchdogSpec()
+    thermal: ThermalSpec = ThermalSpec()
+    bench: BenchSpec = BenchSpec()
+    eval: EvalSpec = EvalSpec()
+
+    @field_validator("host")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)") from exc
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if _SECRETISH_NAME.search(name):
+                raise ValueError(
+                    f"{name} looks like a secret: reference it under servectl.secrets instead"
+                )
+        return value
