@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from servectl.cluster.bench.plan import DEFAULT_PROMPTS
 from servectl.cluster.errors import LabError
 from servectl.cluster.lab import host
 from servectl.cluster.lab.paths import StepCallback, no_steps
@@ -33,7 +34,6 @@ from servectl.cluster.lab.paths import StepCallback, no_steps
 CLIENT_REPO = "servectl-lab/vllm-client"
 CLIENT_LATEST = f"{CLIENT_REPO}:latest"
 VLLM_VENV = Path(os.environ.get("SERVECTL_LAB_VLLM_VENV", "/opt/servectl-vllm-0.33.0"))
-PROMPTS = Path(__file__).resolve().parents[2] / "bench" / "prompts" / "ko-mixed-20.jsonl"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 TOKENIZER_NOTE = (
     "client token counts come from a 2k-entry byte-level BPE trained on the shipped prompts; "
@@ -107,14 +107,17 @@ def ensure_lab_tokenizer(
     model_dir: Path,
     cache: Path,
     venv: Path = VLLM_VENV,
-    prompts: Path = PROMPTS,
+    prompts: Path = DEFAULT_PROMPTS,
     on_step: StepCallback = no_steps,
 ) -> bool:
     """Train (once, cached) and install the tokenizer into `model_dir`. False if the vLLM venv
     (which has `tokenizers`) is absent here: the lab then keeps its placeholder tokenizer."""
     python = venv / "bin" / "python"
-    if not python.exists() or not prompts.is_file():
-        on_step("tokenizer", f"WARNING: no {python} or {prompts}: placeholder tokenizer kept")
+    if not prompts.is_file():
+        # a broken checkout, not a machine without vLLM: say so instead of serving a placeholder
+        raise LabError(f"the lab tokenizer's prompt set {prompts} is missing")
+    if not python.exists():
+        on_step("tokenizer", f"WARNING: no {python}: placeholder tokenizer kept")
         return False
     key = _digest(prompts.read_bytes(), _TRAIN.encode(), json.dumps(SPECIAL).encode())
     cached = cache / "bench-tokenizer" / key
