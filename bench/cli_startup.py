@@ -1,10 +1,10 @@
-"""Print what the `servectl` command line costs to start, and the share of it spent importing the
+"""Print what the `tpwarden` command line costs to start, and the share of it spent importing the
 command groups' own modules (bench, decide, eval, the morning report, rollout), which the CLI now
 imports at its top instead of inside each command.
 
     python bench/cli_startup.py [--runs 7]
 
-Not a timed test: each run is a fresh `python -X importtime -c 'import servectl.cluster.cli'`;
+Not a timed test: each run is a fresh `python -X importtime -c 'import tpwarden.cluster.cli'`;
 it prints the median total and the median share of those modules, measured in the same runs.
 """
 
@@ -17,19 +17,19 @@ import sys
 
 # the modules a command group imports that the CLI used to defer
 GROUPS = (
-    "servectl.cluster.bench",
-    "servectl.cluster.decide",
-    "servectl.cluster.eval",
-    "servectl.cluster.morning",
-    "servectl.cluster.rollout",
-    "servectl.watchdog.thermal.plot",
+    "tpwarden.cluster.bench",
+    "tpwarden.cluster.decide",
+    "tpwarden.cluster.eval",
+    "tpwarden.cluster.morning",
+    "tpwarden.cluster.rollout",
+    "tpwarden.watchdog.thermal.plot",
 )
 
 
 def one_run() -> tuple[float, float]:
     """(total seconds, seconds under the GROUPS modules) of one cold CLI import."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import servectl.cluster.cli"],
+        [sys.executable, "-X", "importtime", "-c", "import tpwarden.cluster.cli"],
         capture_output=True,
         text=True,
         check=True,
@@ -63,7 +63,7 @@ def main() -> None:
     total = statistics.median(t for t, _ in runs)
     groups = statistics.median(g for _, g in runs)
     share = statistics.median(g / t for t, g in runs)
-    print(f"import servectl.cluster.cli: median {total:.3f} s over {args.runs} runs")
+    print(f"import tpwarden.cluster.cli: median {total:.3f} s over {args.runs} runs")
     print(f"  of which the command groups' modules: {groups:.3f} s ({share:.1%} of the start-up)")
 
 

@@ -28,9 +28,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.sim: the simulator harness
 
-from servectl.cluster.decide.client import LogprobClient  # noqa: E402
-from servectl.cluster.decide.core import Decider, Item  # noqa: E402
-from servectl.cluster.decide.stats import latency_summary  # noqa: E402
+from tpwarden.cluster.decide.client import LogprobClient  # noqa: E402
+from tpwarden.cluster.decide.core import Decider, Item  # noqa: E402
+from tpwarden.cluster.decide.stats import latency_summary  # noqa: E402
 
 
 def load_stream(url: str, model: str, stop: threading.Event, n: int) -> None:

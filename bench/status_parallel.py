@@ -1,6 +1,6 @@
 """Print `status` wall time for every node in parallel vs a sequential per-node baseline.
 
-    python bench/status_parallel.py -i /var/lib/servectl-lab/inventory.yml [--runs 3]
+    python bench/status_parallel.py -i /var/lib/tpwarden-lab/inventory.yml [--runs 3]
 
 Not a timed test: it prints figures and the ratio measured in the same run.
 """
@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
         with Controller(spec, node_timeout_s=10) as ctl:
             t0 = time.monotonic()
             for node in spec.nodes:
-                ctl.docker(node).list_servectl(spec.name)
+                ctl.docker(node).list_tpwarden(spec.name)
                 ctl.collector(node, ["show"])
             ctl._server_status(10.0)  # noqa: SLF001 - same server checks as status()
             seq.append(time.monotonic() - t0)

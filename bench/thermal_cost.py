@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import generate_latest  # noqa: E402
-from servectl.node.thermal.agent import ThermalAgent  # noqa: E402
-from servectl.node.thermal.metrics import MetricsServer, ThermalCollector  # noqa: E402
-from servectl.node.thermal.writer import DurableWriter  # noqa: E402
-from servectl.node.thermal.zones import SysfsZoneReader  # noqa: E402
-from servectl.watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs  # noqa: E402
+from tpwarden.node.thermal.agent import ThermalAgent  # noqa: E402
+from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector  # noqa: E402
+from tpwarden.node.thermal.writer import DurableWriter  # noqa: E402
+from tpwarden.node.thermal.zones import SysfsZoneReader  # noqa: E402
+from tpwarden.watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 
@@ -169,7 +169,7 @@ def main() -> int:
         ne = bench_node_exporter(root, args.samples)
     print(f"thermal agent: {a['samples']} samples at {args.interval * 1000:g} ms interval in {a['wall_s']:.1f} s "
           f"(7 zones + 4 hwmon sensors, fake GPU, fsync per record)")  # fmt: skip
-    print(f"{'':38}{'servectl agent':>18}{'node_exporter':>18}")
+    print(f"{'':38}{'tpwarden agent':>18}{'node_exporter':>18}")
     ne_cpu = f"{ne['cpu_per_scrape_ms']:.3f}" if isinstance(ne, dict) else "-"
     ne_rss = f"{ne['peak_rss_mib']:.1f}" if isinstance(ne, dict) else "-"
     rows = [

@@ -10,7 +10,7 @@ anything), while N load threads send long completions. Two figures:
 
 Example (lab, time-scaled):
     python bench/watchdog_detection.py http://127.0.0.1:8000 --timeout 5 --interval 1 \
-        --load 8 --load-s 60 --fault servectl lab fault hang --fault-wait 120
+        --load 8 --load-s 60 --fault tpwarden lab fault hang --fault-wait 120
 
 Cadence mode (no cluster needed): the real daemon loop (`Watchdog.start()`: `Cadence`, steady
 clock, real `Prober` over HTTP) against a local stand-in server whose completions hang while
@@ -29,11 +29,11 @@ import threading
 import time
 
 import httpx
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.observation import Observation
-from servectl.watchdog.policy import Policy, detection_window_s
-from servectl.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
-from servectl.watchdog.probe import Outcome, Prober
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.observation import Observation
+from tpwarden.watchdog.policy import Policy, detection_window_s
+from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
+from tpwarden.watchdog.probe import Outcome, Prober
 
 
 def load_worker(cfg: WatchdogConfig, model: str, prompt_words: int, stop: threading.Event) -> None:
@@ -141,12 +141,12 @@ class _StandIn:
 
 def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[float, float]:
     """One hang under the real daemon loop; returns (detection s, bound s), both unscaled."""
-    from servectl.watchdog.alert import Alerter
-    from servectl.watchdog.daemon import Watchdog
-    from servectl.watchdog.events import EventLog
-    from servectl.watchdog.policy_state import PolicyState
-    from servectl.watchdog.runtime import SteadyClock
-    from servectl.watchdog.state import StateStore
+    from tpwarden.watchdog.alert import Alerter
+    from tpwarden.watchdog.daemon import Watchdog
+    from tpwarden.watchdog.events import EventLog
+    from tpwarden.watchdog.policy_state import PolicyState
+    from tpwarden.watchdog.runtime import SteadyClock
+    from tpwarden.watchdog.state import StateStore
 
     server = _StandIn()
     i, t = interval_s / scale, timeout_s / scale

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.yaml_guard import MAX_DEPTH
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.yaml_guard import MAX_DEPTH
 
 log = logging.getLogger(__name__)
 
 Loc = tuple[str | None, int | None]  # (file, line)
-PathKey = tuple[Any, ...]  # ("servectl", "model", "path") or ("node3", "ansible_port")
+PathKey = tuple[Any, ...]  # ("tpwarden", "model", "path") or ("node3", "ansible_port")
 
 HOST_VARS = (
     "ansible_host",
@@ -41,22 +41,22 @@ HOST_VARS = (
     "ansible_ssh_extra_args",
     "ansible_become",
     "vllm_host_ip",
-    # read by `servectl prometheus config` (and by the unit templates)
-    "servectl_thermal_metrics_host",
-    "servectl_thermal_metrics_port",
-    "servectl_watchdog_host",
+    # read by `tpwarden prometheus config` (and by the unit templates)
+    "tpwarden_thermal_metrics_host",
+    "tpwarden_thermal_metrics_port",
+    "tpwarden_watchdog_host",
 )
 
 
 @dataclass(kw_only=True)
 class Resolved:
-    """An inventory as Ansible resolves it, reduced to what servectl reads."""
+    """An inventory as Ansible resolves it, reduced to what tpwarden reads."""
 
     source: str
     groups: dict[str, list[str]]  # head/workers -> host names, in inventory order
     host_vars: dict[str, dict[str, Any]]  # host -> HOST_VARS present for it (templated)
-    settings: Any  # the servectl value of group all (templated), None if absent
-    settings_by_host: dict[str, Any]  # host -> its servectl value, when it differs from all's
+    settings: Any  # the tpwarden value of group all (templated), None if absent
+    settings_by_host: dict[str, Any]  # host -> its tpwarden value, when it differs from all's
     locs: dict[PathKey, Loc] = field(default_factory=dict)
 
     def loc(self, path: PathKey) -> Loc:
@@ -73,7 +73,7 @@ class Resolved:
 
 
 def resolve(source: Path) -> Resolved:
-    """Load `source` (file or directory) through Ansible and template what servectl uses."""
+    """Load `source` (file or directory) through Ansible and template what tpwarden uses."""
     engine = _Engine(source)
     with engine.quiet():
         return engine.resolve()
@@ -104,7 +104,7 @@ class _Engine:
     def quiet(self) -> Iterator[None]:
         """Ansible's Display is a process-wide singleton that prints; shadow its methods on the
         instance for the duration of one load (the library never prints)."""
-        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
+        # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
         from ansible.utils.display import Display
 
         display = Display()
@@ -118,7 +118,7 @@ class _Engine:
                 display.__dict__.pop(name, None)
 
     def resolve(self) -> Resolved:
-        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
+        # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
@@ -153,9 +153,9 @@ class _Engine:
             for name in resolved.groups["head"] + resolved.groups["workers"]:
                 hvars = variables.get_vars(host=inventory.get_host(name), include_hostvars=False)
                 self._host(resolved, name, hvars, loader)
-            if "servectl" in all_vars:
+            if "tpwarden" in all_vars:
                 resolved.settings = self._template(
-                    resolved, ("servectl",), all_vars["servectl"], all_vars, loader
+                    resolved, ("tpwarden",), all_vars["tpwarden"], all_vars, loader
                 )
             same = _canonical(resolved.settings)
             resolved.settings_by_host = {
@@ -198,16 +198,16 @@ class _Engine:
             if key in hvars:
                 picked[key] = self._template(resolved, (name, key), hvars[key], hvars, loader)
         resolved.host_vars[name] = picked
-        if "servectl" in hvars:
+        if "tpwarden" in hvars:
             locs_before = dict(resolved.locs)
-            value = self._template(resolved, (name, "servectl"), hvars["servectl"], hvars, loader)
+            value = self._template(resolved, (name, "tpwarden"), hvars["tpwarden"], hvars, loader)
             resolved.locs = {**resolved.locs, **locs_before}
             resolved.settings_by_host[name] = value
 
     def _template(
         self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any
     ) -> Any:
-        # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
+        # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
         from ansible.template import Templar
 
         templar = Templar(loader=loader, variables=variables)
@@ -242,7 +242,7 @@ class _Engine:
 def _setup_vault(loader: Any) -> None:
     """Vault passwords from the usual Ansible settings (ansible.cfg, ANSIBLE_VAULT_PASSWORD_FILE,
     ANSIBLE_VAULT_IDENTITY_LIST); never prompts."""
-    # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
+    # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
     from ansible import constants as C
     from ansible.cli import CLI
     from ansible.parsing.vault import VaultSecretsContext
@@ -265,7 +265,7 @@ def _setup_vault(loader: Any) -> None:
 
 
 def _origin(value: Any) -> Loc | None:
-    # deferred: Ansible comes with servectl[control]; a node (the watchdog) never loads it
+    # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
     from ansible._internal._datatag._tags import Origin
 
     origin = Origin.get_tag(value)

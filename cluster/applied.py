@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.durable import atomic_write_json, default_state_dir, json_bytes, read_json
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.inventory import build_spec
-from servectl.cluster.inventory_plain import export_resolved, resolved_from_text
+from tpwarden.cluster.durable import atomic_write_json, default_state_dir, json_bytes, read_json
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.inventory import build_spec
+from tpwarden.cluster.inventory_plain import export_resolved, resolved_from_text
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +103,14 @@ def write_local(plan: AppliedPlan, paths: list[str]) -> None:
 def write_head(plan: AppliedPlan, session: Any, wd_state_dir: str) -> bool:
     """Copy the record to the head node's watchdog state dir (if there is one). Never raises
     for the node: a record that could not be copied is logged (the head's watchdog then keeps
-    the previous plan; `servectl watchdog status` shows which hash it follows)."""
+    the previous plan; `tpwarden watchdog status` shows which hash it follows)."""
     remote = os.path.join(wd_state_dir, APPLIED_NAME)
     try:
         if session.run(["test", "-d", wd_state_dir], timeout=10).rc != 0:
             return False
         session.put_atomic(json_bytes(plan.to_json()), remote, timeout=10)
         return True
-    except ServectlError as exc:
+    except TpwardenError as exc:
         log.warning("could not record the applied plan on the head node: %s", exc)
         return False
 

@@ -1,8 +1,8 @@
 """vLLM boot progress: log lines -> events -> one boot state, with an ETA from earlier boots.
 
 Pure apart from `BootHistory` (a JSON-lines file on the control machine). What a line means lives
-in `servectl.cluster.boot_rules` (regexes after vLLM's format strings, fatal lines, root cause)
-and `servectl.cluster.vllm_log` (the prefix grammar); this module folds events into a
+in `tpwarden.cluster.boot_rules` (regexes after vLLM's format strings, fatal lines, root cause)
+and `tpwarden.cluster.vllm_log` (the prefix grammar); this module folds events into a
 `BootProgress` whose single `phase` is the verdict: READY and FAILED are phases, so a boot is
 never both. Once READY, later lines only add notes: a client asking for an unknown model logs
 ERROR on a healthy server. Before READY a boot fails only on what ends it (an uncaught
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servectl.cluster.boot_history import estimate_eta
-from servectl.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
-from servectl.cluster.boot_rules import BootEvent, Cause, parse_line, root_cause
+from tpwarden.cluster.boot_history import estimate_eta
+from tpwarden.cluster.boot_phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
+from tpwarden.cluster.boot_rules import BootEvent, Cause, parse_line, root_cause
 
 MAX_NOTES = 30
 # A traceback whose first frame is one of these reached the top of its process: `vllm serve`

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.boot_phase import TIMED_PHASES, BootPhase
-from servectl.cluster.durable import append_jsonl, default_state_dir, read_jsonl
+from tpwarden.cluster.boot_phase import TIMED_PHASES, BootPhase
+from tpwarden.cluster.durable import append_jsonl, default_state_dir, read_jsonl
 
 
 def estimate_eta(

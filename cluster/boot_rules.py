@@ -1,6 +1,6 @@
 """What one vLLM log line means for a boot, and which exception in a crash is the root cause.
 
-`parse_line` turns a raw line (any prefix form, see `servectl.cluster.vllm_log`) into events:
+`parse_line` turns a raw line (any prefix form, see `tpwarden.cluster.vllm_log`) into events:
 progress (phase changes, shard counts...), `note` (a non-fatal ERROR or WARNING), `exception`
 (a Python exception line), `traceback` (start of a traceback) and `fatal` (the engine's own
 "failed to start" / "initialization failed" lines, a worker that died).
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.cluster.boot_phase import BootPhase
-from servectl.cluster.vllm_log import LogLine, parse_prefix
+from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.vllm_log import LogLine, parse_prefix
 
 
 @dataclass(frozen=True, kw_only=True)

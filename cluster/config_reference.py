@@ -1,5 +1,5 @@
 """Render the configuration reference (docs/configuration.md) from the typed spec itself, so the
-documentation cannot drift from what the loader accepts. `python -m servectl.cluster.config_reference`."""
+documentation cannot drift from what the loader accepts. `python -m tpwarden.cluster.config_reference`."""
 
 from __future__ import annotations
 
@@ -10,27 +10,27 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-from servectl.cluster.settings import ServectlSettings, absolute_path, not_a_flag, parse_size
+from tpwarden.cluster.settings import TpwardenSettings, absolute_path, not_a_flag, parse_size
 
 HEADER = """# Configuration reference
 
-Generated from `cluster/settings.py` by `python -m servectl.cluster.config_reference > docs/configuration.md`;
+Generated from `cluster/settings.py` by `python -m tpwarden.cluster.config_reference > docs/configuration.md`;
 a unit test fails when this file and the spec diverge.
 
-All keys live in the variable `servectl` of group `all` (under `all.vars`, or in
+All keys live in the variable `tpwarden` of group `all` (under `all.vars`, or in
 `group_vars/all.yml` beside the inventory); Ansible resolves the inventory (YAML or INI, a file
-or a directory, group_vars/host_vars, vault, templates) and servectl validates the result.
+or a directory, group_vars/host_vars, vault, templates) and tpwarden validates the result.
 Unknown keys are errors.
 Per-host keys (on each host of groups `head` and `workers`): `ansible_host`, `ansible_port`,
 `ansible_user`, `ansible_ssh_private_key_file`, `ansible_become`, `ansible_ssh_common_args` /
 `ansible_ssh_extra_args` (ProxyJump, ProxyCommand, UserKnownHostsFile), and `vllm_host_ip` (the address
-vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`), `servectl_thermal_metrics_host` /
-`servectl_thermal_metrics_port` (this node's thermal /metrics listener, overriding
-`thermal.metrics_host` / `thermal.metrics_port`; the provisioned unit and `servectl prometheus
-config` read the same two), and on the head `servectl_watchdog_host` (where the watchdog runs: a
+vLLM and NCCL use on that node; exported as `VLLM_HOST_IP`), `tpwarden_thermal_metrics_host` /
+`tpwarden_thermal_metrics_port` (this node's thermal /metrics listener, overriding
+`thermal.metrics_host` / `thermal.metrics_port`; the provisioned unit and `tpwarden prometheus
+config` read the same two), and on the head `tpwarden_watchdog_host` (where the watchdog runs: a
 node's name, or a name that is no node, e.g. `control`, for elsewhere; the head by default).
-Provisioning's own `servectl_*` variables (install prefix, checks, secrets' sources) are listed in
-`playbooks/roles/servectl/defaults/main.yml`; any group or host variable overrides them.
+Provisioning's own `tpwarden_*` variables (install prefix, checks, secrets' sources) are listed in
+`playbooks/roles/tpwarden/defaults/main.yml`; any group or host variable overrides them.
 
 | key | type | default | meaning |
 |---|---|---|---|
@@ -51,7 +51,7 @@ def _type_name(annotation: Any) -> str:
     text = str(annotation).replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
-    return text.replace("servectl.cluster.settings.", "").replace("|", "\\|")
+    return text.replace("tpwarden.cluster.settings.", "").replace("|", "\\|")
 
 
 def _metadata(annotation: Any) -> list[Any]:
@@ -71,7 +71,7 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def rows(model: type[BaseModel] = ServectlSettings, prefix: str = "servectl") -> list[str]:
+def rows(model: type[BaseModel] = TpwardenSettings, prefix: str = "tpwarden") -> list[str]:
     out = []
     for name, info in model.model_fields.items():
         key = f"{prefix}.{name}"
@@ -95,7 +95,7 @@ def render() -> str:
     return HEADER + "\n".join(rows()) + "\n"
 
 
-def all_keys(model: type[BaseModel] = ServectlSettings, prefix: str = "servectl") -> list[str]:
+def all_keys(model: type[BaseModel] = TpwardenSettings, prefix: str = "tpwarden") -> list[str]:
     keys = []
     for name, info in model.model_fields.items():
         keys.append(f"{prefix}.{name}")

@@ -4,7 +4,7 @@ Host-key checking over ssh://: docker-py's own paramiko adapter (`SSHHTTPAdapter
 `load_system_host_keys()` (only ~/.ssh/known_hosts) with `RejectPolicy`, reads identity files
 only from ~/.ssh/config, and connects without a timeout, in its constructor. None of that can be
 pointed at the inventory's known_hosts file. So we hand docker-py the paramiko client our SSH
-gateway already connected and verified (`servectl.cluster.ssh.NodeSession`): a small adapter subclass
+gateway already connected and verified (`tpwarden.cluster.ssh.NodeSession`): a small adapter subclass
 overrides the two hooks that create and connect the client. Checks are never disabled, the
 docker API rides on the same verified SSH transport as every other command (one connection per
 node), and a dropped connection reconnects through the gateway, which verifies the key again.
@@ -30,20 +30,20 @@ import paramiko
 import requests
 from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
 from docker.types import DeviceRequest, Mount
-from servectl.cluster.errors import DockerError, NodeUnreachable
+from tpwarden.cluster.errors import DockerError, NodeUnreachable
 
 if TYPE_CHECKING:
-    from servectl.cluster.launch import ContainerPlan
-    from servectl.cluster.ssh import NodeSession
+    from tpwarden.cluster.launch import ContainerPlan
+    from tpwarden.cluster.ssh import NodeSession
 
 log = logging.getLogger(__name__)
 
-LABEL_CLUSTER = "io.servectl.cluster"
-LABEL_COMPONENT = "io.servectl.component"
-LABEL_NODE = "io.servectl.node"
-LABEL_ROLE = "io.servectl.role"
-LABEL_RANK = "io.servectl.rank"
-LABEL_HASH = "io.servectl.config-hash"
+LABEL_CLUSTER = "io.tpwarden.cluster"
+LABEL_COMPONENT = "io.tpwarden.component"
+LABEL_NODE = "io.tpwarden.node"
+LABEL_ROLE = "io.tpwarden.role"
+LABEL_RANK = "io.tpwarden.rank"
+LABEL_HASH = "io.tpwarden.config-hash"
 _BOOTSTRAP_API_VERSION = "1.41"
 
 
@@ -305,12 +305,12 @@ class DockerGateway:
             self.api.close()
 
     # -- queries ----------------------------------------------------------------------------
-    def list_servectl(
+    def list_tpwarden(
         self,
         cluster: str | None = None,
         component: str = "vllm",
     ) -> list[ContainerInfo]:
-        """Every servectl container of this node (any state), found by labels. The node label
+        """Every tpwarden container of this node (any state), found by labels. The node label
         matters where several nodes share one engine (the lab) and is harmless elsewhere."""
         labels = [f"{LABEL_COMPONENT}={component}", f"{LABEL_NODE}={self.node}"]
         if cluster:

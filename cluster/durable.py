@@ -1,4 +1,4 @@
-"""Durable files: the one atomic writer and the one JSON-lines writer of servectl.
+"""Durable files: the one atomic writer and the one JSON-lines writer of tpwarden.
 
 * `atomic_write_bytes` / `atomic_write_text` / `atomic_write_json`: readers see the old file or
   the new one, never a torn one, and the new one survives a power cut once the call returns.
@@ -31,12 +31,12 @@ StrPath = str | os.PathLike[str]
 
 
 def default_state_dir() -> Path:
-    """$SERVECTL_STATE_DIR, else $XDG_STATE_HOME/servectl, else ~/.local/state/servectl."""
-    base = os.environ.get("SERVECTL_STATE_DIR")
+    """$TPWARDEN_STATE_DIR, else $XDG_STATE_HOME/tpwarden, else ~/.local/state/tpwarden."""
+    base = os.environ.get("TPWARDEN_STATE_DIR")
     if base:
         return Path(base)
     xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(xdg) / "servectl"
+    return Path(xdg) / "tpwarden"
 
 
 # ---- atomic whole-file writes -----------------------------------------------------------------
@@ -86,7 +86,7 @@ def atomic_write_text(path: StrPath, text: str, *, mode: int = 0o600, sync: bool
 
 
 def json_bytes(data: Any) -> bytes:
-    """The encoding of servectl's JSON state files (`atomic_write_json`): indented by one, keys
+    """The encoding of tpwarden's JSON state files (`atomic_write_json`): indented by one, keys
     sorted, ASCII, newline-terminated. Also what is copied to a node for a remote state file."""
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
@@ -107,7 +107,7 @@ def read_json(path: StrPath) -> Any | None:
 
 # ---- JSON lines ---------------------------------------------------------------------------------
 def json_line(record: Mapping[str, Any], *, sort_keys: bool = True) -> bytes:
-    """One record as one line of servectl's JSON-lines files (`default=str` for timestamps and
+    """One record as one line of tpwarden's JSON-lines files (`default=str` for timestamps and
     paths); `sort_keys=False` keeps the caller's key order (the watchdog's `ts`, `kind` first)."""
     return (json.dumps(dict(record), sort_keys=sort_keys, default=str) + "\n").encode()
 

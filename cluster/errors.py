@@ -7,13 +7,13 @@ one of these, so callers and the CLI handle a small, known set of failures.
 from __future__ import annotations
 
 
-class ServectlError(Exception):
-    """Root of every error servectl raises on purpose."""
+class TpwardenError(Exception):
+    """Root of every error tpwarden raises on purpose."""
 
     exit_code = 1
 
 
-class ConfigError(ServectlError):
+class ConfigError(TpwardenError):
     """Invalid inventory or setting. Names the file, line, key and a fix; nothing has run."""
 
     exit_code = 2
@@ -47,7 +47,7 @@ class ConfigError(ServectlError):
         return text
 
 
-class NodeUnreachable(ServectlError):
+class NodeUnreachable(TpwardenError):
     """A node could not be reached (connect refused, timeout, DNS, auth, unknown host key)."""
 
     def __init__(self, node: str, reason: str) -> None:
@@ -60,7 +60,7 @@ class HostKeyError(NodeUnreachable):
     """The node's SSH host key is unknown or changed: refused, never auto-accepted."""
 
 
-class CommandFailed(ServectlError):
+class CommandFailed(TpwardenError):
     """A command on a node ran and exited non-zero."""
 
     def __init__(self, node: str, argv: list[str] | tuple[str, ...], rc: int, stderr: str = ""):
@@ -74,17 +74,17 @@ class CommandFailed(ServectlError):
         )
 
 
-class DockerError(ServectlError):
+class DockerError(TpwardenError):
     """The Docker engine refused or failed a request."""
 
 
-class NvmlError(ServectlError):
+class NvmlError(TpwardenError):
     """NVML (the GPU management library) failed in a way that is not a normal 'not supported'."""
 
 
-class ProbeError(ServectlError):
+class ProbeError(TpwardenError):
     """An HTTP probe of the server could not be made or understood."""
 
 
-class LabError(ServectlError):
+class LabError(TpwardenError):
     """The simulated lab could not be set up, changed or torn down."""

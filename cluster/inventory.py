@@ -1,9 +1,9 @@
 """Ansible inventory -> `ClusterSpec`, validated once.
 
 The inventory is an ordinary Ansible inventory, resolved by Ansible's own engine
-(`servectl.cluster.ansible_inventory`): YAML or INI, a file or a directory, group_vars/ and
+(`tpwarden.cluster.ansible_inventory`): YAML or INI, a file or a directory, group_vars/ and
 host_vars/ beside it, vault, Jinja templating. Group `head` holds exactly one host, group
-`workers` the others; the serving settings are the variable `servectl` of group `all` (under
+`workers` the others; the serving settings are the variable `tpwarden` of group `all` (under
 `all.vars` or in `group_vars/all.yml`). Every error names the file, the line the value came
 from, the key and a fix, and is raised before anything touches a node.
 """
@@ -18,20 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from servectl.cluster.ansible_inventory import Resolved, resolve
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory_plain import read_resolved
-from servectl.cluster.inventory_values import (
+from tpwarden.cluster.ansible_inventory import Resolved, resolve
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory_plain import read_resolved
+from tpwarden.cluster.inventory_values import (
     check_extra_args,
     check_host_name,
     check_strings,
     located,
     translate,
 )
-from servectl.cluster.settings import ServectlSettings
-from servectl.cluster.spec import ClusterSpec, NodeSpec, serving_from_settings
-from servectl.cluster.ssh_route import route_for
-from servectl.cluster.yaml_guard import check_files, check_yaml
+from tpwarden.cluster.settings import TpwardenSettings
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec, serving_from_settings
+from tpwarden.cluster.ssh_route import route_for
+from tpwarden.cluster.yaml_guard import check_files, check_yaml
 
 # Flag tables of `vllm serve`, one per vLLM version (also read by launch.flag_table).
 _FLAG_TABLES = Path(__file__).parent / "data"
@@ -63,7 +63,7 @@ def parse_inventory(text: str, path: str = "<inventory>") -> ClusterSpec:
     group_vars/ and host_vars/ beside `path` apply to it as they would to the file."""
     check_yaml(text, path)
     home = Path(path).parent if path != "<inventory>" else None
-    with tempfile.TemporaryDirectory(prefix="servectl-inv-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-inv-") as tmp:
         name = Path(path).name if home else "inventory.yml"
         if not name.endswith((".yml", ".yaml")):
             name += ".yml"
@@ -94,9 +94,9 @@ def build_spec(inv: Resolved, path: str) -> ClusterSpec:
     """Resolved Ansible variables -> the typed spec, with every cross-field check."""
     head, workers = _topology(inv, path)
     raw = _settings(inv, path)
-    check_strings(inv, raw, ("servectl",))
+    check_strings(inv, raw, ("tpwarden",))
     try:
-        settings = ServectlSettings.model_validate(raw)
+        settings = TpwardenSettings.model_validate(raw)
     except ValidationError as exc:
         raise translate(inv, raw, exc) from None
     _cross_checks(inv, raw, settings)
@@ -106,7 +106,7 @@ def build_spec(inv: Resolved, path: str) -> ClusterSpec:
     if settings.parallel.tensor != expected:
         raise located(
             inv,
-            ("servectl", "parallel", "tensor"),
+            ("tpwarden", "parallel", "tensor"),
             f"tensor size {settings.parallel.tensor} does not match {len(nodes)} nodes x "
             f"{settings.parallel.gpus_per_node} GPU(s) per node",
             hint=f"set it to {expected} or change the node list",
@@ -160,22 +160,22 @@ def _settings(inv: Resolved, path: str) -> dict[str, Any]:
     for host in inv.settings_by_host:
         raise located(
             inv,
-            (host, "servectl"),
-            f"servectl is set for {host} outside group all",
-            key="servectl",
-            hint="servectl settings belong to group all: all.vars.servectl or group_vars/all.yml",
+            (host, "tpwarden"),
+            f"tpwarden is set for {host} outside group all",
+            key="tpwarden",
+            hint="tpwarden settings belong to group all: all.vars.tpwarden or group_vars/all.yml",
         )
     raw = inv.settings
     if raw is None:
         raise ConfigError(
-            "missing the servectl settings",
+            "missing the tpwarden settings",
             file=path,
-            key="servectl",
-            hint="set servectl under all.vars or in group_vars/all.yml; copy the block from "
+            key="tpwarden",
+            hint="set tpwarden under all.vars or in group_vars/all.yml; copy the block from "
             "inventory.example.yml",
         )
     if not isinstance(raw, dict):
-        raise located(inv, ("servectl",), "must be a mapping", key="servectl")
+        raise located(inv, ("tpwarden",), "must be a mapping", key="tpwarden")
     return raw
 
 
@@ -185,26 +185,26 @@ def known_vllm_versions() -> list[str]:
     return sorted(p.stem.removeprefix("vllm_serve_flags_") for p in names)
 
 
-def _cross_checks(inv: Resolved, raw: dict[str, Any], s: ServectlSettings) -> None:
+def _cross_checks(inv: Resolved, raw: dict[str, Any], s: TpwardenSettings) -> None:
     known = known_vllm_versions()
     if s.vllm_version not in known:
         # The plan checks every rendered flag against this version's own parser; without its
         # table nothing could be checked, so refuse rather than start an unchecked argv.
         raise located(
             inv,
-            ("servectl", "vllm_version"),
+            ("tpwarden", "vllm_version"),
             f"vLLM {s.vllm_version} has no flag table",
-            key="servectl.vllm_version",
+            key="tpwarden.vllm_version",
             hint=f"one of {', '.join(known)}, or make its table with "
             "tools/vllm/dump_serve_flags.py from that version's parser",
         )
     if s.port == s.parallel.master_port:
-        where = ("servectl", "port") if "port" in raw else ("servectl", "parallel", "master_port")
+        where = ("tpwarden", "port") if "port" in raw else ("tpwarden", "parallel", "master_port")
         raise located(
             inv,
             where,
             f"port {s.port} is also parallel.master_port",
-            key="servectl.port",
+            key="tpwarden.port",
             hint="the API port and the rendezvous port must differ",
         )
     if (
@@ -214,9 +214,9 @@ def _cross_checks(inv: Resolved, raw: dict[str, Any], s: ServectlSettings) -> No
     ):
         raise located(
             inv,
-            ("servectl", "drafter"),
+            ("tpwarden", "drafter"),
             f"drafter.path is required for method {s.drafter.method}",
-            key="servectl.drafter.path",
+            key="tpwarden.drafter.path",
             hint="point it at the drafter's model directory",
         )
 
@@ -296,13 +296,13 @@ def _thermal_metrics(
 ) -> tuple[str | None, int | None]:
     """Per-host override of the thermal agent's /metrics address (the unit template reads the
     same two host vars)."""
-    host = hvars.get("servectl_thermal_metrics_host")
-    port = hvars.get("servectl_thermal_metrics_port")
+    host = hvars.get("tpwarden_thermal_metrics_host")
+    port = hvars.get("tpwarden_thermal_metrics_port")
     if host is not None and (not isinstance(host, str) or not host or host.startswith("-")):
         raise located(
             inv,
-            (name, "servectl_thermal_metrics_host"),
-            f"servectl_thermal_metrics_host {host!r} is not a listen address",
+            (name, "tpwarden_thermal_metrics_host"),
+            f"tpwarden_thermal_metrics_host {host!r} is not a listen address",
             hint="an address of this node (or 0.0.0.0), not starting with '-'",
         )
     if isinstance(port, str) and port.isdigit():
@@ -312,17 +312,17 @@ def _thermal_metrics(
     ):
         raise located(
             inv,
-            (name, "servectl_thermal_metrics_port"),
-            f"servectl_thermal_metrics_port {port!r} is not a port (1-65535)",
+            (name, "tpwarden_thermal_metrics_port"),
+            f"tpwarden_thermal_metrics_port {port!r} is not a port (1-65535)",
         )
     return host, port
 
 
 def _watchdog_host(inv: Resolved, head: str) -> str | None:
-    value = inv.host_vars.get(head, {}).get("servectl_watchdog_host")
+    value = inv.host_vars.get(head, {}).get("tpwarden_watchdog_host")
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise located(
-            inv, (head, "servectl_watchdog_host"), "servectl_watchdog_host must be a name"
+            inv, (head, "tpwarden_watchdog_host"), "tpwarden_watchdog_host must be a name"
         )
     return value
 

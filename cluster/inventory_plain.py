@@ -1,6 +1,6 @@
 """Inventories without Ansible: what the watchdog on a node reads, and how it is written.
 
-Nodes never install Ansible. `servectl provision` therefore copies to the watchdog host an
+Nodes never install Ansible. `tpwarden provision` therefore copies to the watchdog host an
 inventory that the control machine already resolved through Ansible (`export_resolved`): one
 YAML file, every variable final (group_vars, host_vars, vault and templates applied). On a node,
 `read_resolved` reads such a file with the YAML bounds of `yaml_guard` and no templating; the
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servectl.cluster.ansible_inventory import HOST_VARS, Resolved
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.ansible_inventory import HOST_VARS, Resolved
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.spec import ClusterSpec
 
-HEADER = "# Resolved by servectl from {source} (Ansible applied); do not edit, re-provision.\n"
+HEADER = "# Resolved by tpwarden from {source} (Ansible applied); do not edit, re-provision.\n"
 
 
 def export_resolved(spec: ClusterSpec) -> str:
@@ -44,7 +44,7 @@ def export_resolved(spec: ClusterSpec) -> str:
                 "head": {"hosts": {spec.head.name: host(spec.head)}},
                 "workers": {"hosts": {n.name: host(n) for n in spec.workers}},
             },
-            "vars": {"servectl": spec.settings.model_dump(mode="json")},
+            "vars": {"tpwarden": spec.settings.model_dump(mode="json")},
         }
     }
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
@@ -58,7 +58,7 @@ def read_resolved(path: Path) -> Resolved:
         raise ConfigError(
             "without Ansible, only a single YAML inventory file can be read",
             file=str(path),
-            hint="install servectl[control] (Ansible) or provision to copy a resolved inventory",
+            hint="install tpwarden[control] (Ansible) or provision to copy a resolved inventory",
         )
     try:
         text = path.read_text(encoding="utf-8")
@@ -78,7 +78,7 @@ def resolved_from_text(text: str, source: str) -> Resolved:
         raise ConfigError(
             "without Ansible, only a single YAML file starting with `all:` can be read",
             file=source,
-            hint="install servectl[control] (Ansible) or provision to copy a resolved inventory",
+            hint="install tpwarden[control] (Ansible) or provision to copy a resolved inventory",
         )
     all_vars = root.get("vars") or {}
     children = root.get("children") or {}
@@ -86,7 +86,7 @@ def resolved_from_text(text: str, source: str) -> Resolved:
         source=source,
         groups={},
         host_vars={},
-        settings=all_vars.get("servectl"),
+        settings=all_vars.get("tpwarden"),
         settings_by_host={},
     )
     for group in ("head", "workers"):
@@ -98,7 +98,7 @@ def resolved_from_text(text: str, source: str) -> Resolved:
             merged = {**all_vars, **group_vars, **(hvars or {})}
             if "{{" in str(merged):
                 raise ConfigError(
-                    "templates need Ansible", file=source, hint="install servectl[control]"
+                    "templates need Ansible", file=source, hint="install tpwarden[control]"
                 )
             resolved.host_vars[str(name)] = {k: merged[k] for k in HOST_VARS if k in merged}
     return resolved

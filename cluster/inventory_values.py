@@ -1,7 +1,7 @@
 """Checks on the values of a resolved inventory, and errors located at the line they came from.
 
 Split from `inventory.py`: these are the rules about *values* (what may reach a command line,
-what a secret looks like, which `vllm serve` flags servectl manages), the other module is about
+what a secret looks like, which `vllm serve` flags tpwarden manages), the other module is about
 *structure* (groups, hosts, where settings live).
 """
 
@@ -14,39 +14,39 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from servectl.cluster.ansible_inventory import PathKey, Resolved
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.launch import flag_table
-from servectl.cluster.settings import ServectlSettings, looks_like_secret
+from tpwarden.cluster.ansible_inventory import PathKey, Resolved
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.launch import flag_table
+from tpwarden.cluster.settings import TpwardenSettings, looks_like_secret
 
-# Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; servectl names containers
+# Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; tpwarden names containers
 # <cluster>-vllm-<host>, so a host name must fit that alphabet.
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
-# `vllm serve` options that servectl renders itself from a setting (by argparse dest, so aliases
+# `vllm serve` options that tpwarden renders itself from a setting (by argparse dest, so aliases
 # such as -tp are caught too). Giving one in extra_args would override or contradict it.
 MANAGED_FLAGS = {
-    "model": "servectl.model.path",
-    "tensor_parallel_size": "servectl.parallel.tensor",
-    "nnodes": "the head and workers groups (servectl sets it)",
-    "node_rank": "the head and workers groups (servectl sets it)",
-    "master_addr": "the head's vllm_host_ip (servectl sets it)",
-    "master_port": "servectl.parallel.master_port",
-    "headless": "the workers group (servectl sets it)",
-    "distributed_executor_backend": "servectl.parallel.backend",
-    "quantization": "servectl.model.quantization",
-    "tokenizer": "servectl.model.tokenizer",
-    "speculative_config": "servectl.drafter",
-    "kv_cache_dtype": "servectl.kv_cache.dtype",
-    "kv_cache_memory_bytes": "servectl.kv_cache.memory",
-    "max_model_len": "servectl.max_model_len",
-    "enforce_eager": "servectl.enforce_eager",
-    "served_model_name": "servectl.model.served_name",
-    "default_chat_template_kwargs": "servectl.chat_template_kwargs",
-    "host": "servectl.host",
-    "port": "servectl.port",
+    "model": "tpwarden.model.path",
+    "tensor_parallel_size": "tpwarden.parallel.tensor",
+    "nnodes": "the head and workers groups (tpwarden sets it)",
+    "node_rank": "the head and workers groups (tpwarden sets it)",
+    "master_addr": "the head's vllm_host_ip (tpwarden sets it)",
+    "master_port": "tpwarden.parallel.master_port",
+    "headless": "the workers group (tpwarden sets it)",
+    "distributed_executor_backend": "tpwarden.parallel.backend",
+    "quantization": "tpwarden.model.quantization",
+    "tokenizer": "tpwarden.model.tokenizer",
+    "speculative_config": "tpwarden.drafter",
+    "kv_cache_dtype": "tpwarden.kv_cache.dtype",
+    "kv_cache_memory_bytes": "tpwarden.kv_cache.memory",
+    "max_model_len": "tpwarden.max_model_len",
+    "enforce_eager": "tpwarden.enforce_eager",
+    "served_model_name": "tpwarden.model.served_name",
+    "default_chat_template_kwargs": "tpwarden.chat_template_kwargs",
+    "host": "tpwarden.host",
+    "port": "tpwarden.port",
 }
-SECRET_FLAGS = {"api_key": "servectl.secrets.api_key"}
+SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key"}
 
 
 def dotted(path: PathKey) -> str:
@@ -103,20 +103,20 @@ def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
                     inv,
                     here,
                     "value looks like a secret written inline",
-                    hint="store it in a file or env var and reference it under servectl.secrets",
+                    hint="store it in a file or env var and reference it under tpwarden.secrets",
                 )
 
 
-def check_extra_args(inv: Resolved, settings: ServectlSettings) -> None:
+def check_extra_args(inv: Resolved, settings: TpwardenSettings) -> None:
     """Parse extra_args with the flag table of this vLLM version (as `plan` does), refusing
-    unknown flags, stray values, flags servectl manages, and secrets on the command line."""
+    unknown flags, stray values, flags tpwarden manages, and secrets on the command line."""
     table = flag_table(settings.vllm_version)
     if table is None:
         return  # `plan` warns that argv is unchecked for an unrecorded version
     args = settings.extra_args
     i = 0
     while i < len(args):
-        token, where = args[i], ("servectl", "extra_args", i)
+        token, where = args[i], ("tpwarden", "extra_args", i)
         if not token.startswith("-"):
             raise located(
                 inv,
@@ -146,7 +146,7 @@ def check_extra_args(inv: Resolved, settings: ServectlSettings) -> None:
             raise located(
                 inv,
                 where,
-                f"{flag} is managed by servectl",
+                f"{flag} is managed by tpwarden",
                 hint=f"set {MANAGED_FLAGS[dest]} instead",
             )
         i += 1
@@ -168,11 +168,11 @@ def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> Confi
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
     loc = _real_path(raw, loc)
-    path = ("servectl", *loc)
+    path = ("tpwarden", *loc)
     kind = err["type"]
     hint: str | None
     if kind == "extra_forbidden":
-        fields = _fields_at(ServectlSettings, loc[:-1])
+        fields = _fields_at(TpwardenSettings, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
         return located(inv, path, "unknown key", hint=hint)
@@ -186,7 +186,7 @@ def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> Confi
         hint = "see inventory.example.yml for the expected form"
     elif kind == "finite_number":
         hint = "use a finite number of seconds"
-    if kind == "string_type" and dotted(path).startswith("servectl.env."):
+    if kind == "string_type" and dotted(path).startswith("tpwarden.env."):
         hint = 'environment values are strings: quote it, e.g. "0"'
     return located(inv, path, message, hint=hint)
 

@@ -13,11 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.settings import SecretRef
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.settings import SecretRef
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
-LABEL_PREFIX = "io.servectl."
+LABEL_PREFIX = "io.tpwarden."
 LABEL_CLUSTER = LABEL_PREFIX + "cluster"
 LABEL_COMPONENT = LABEL_PREFIX + "component"
 LABEL_NODE = LABEL_PREFIX + "node"
@@ -280,7 +280,7 @@ def _check_flags(
             raise ConfigError(
                 f"vLLM {version} `vllm serve` has no flag {flag}",
                 file=source,
-                key="servectl.extra_args",
+                key="tpwarden.extra_args",
                 hint="check the flag's spelling for this vLLM version",
             )
         i += 1

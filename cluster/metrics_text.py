@@ -1,6 +1,6 @@
 """THE `/metrics` parser: Prometheus text -> sample values summed over label sets.
 
-One parser for every reader of a vLLM `/metrics` page (`servectl status`'s gauges, the bench's
+One parser for every reader of a vLLM `/metrics` page (`tpwarden status`'s gauges, the bench's
 spec-decode counters, the watchdog's progress snapshot): prometheus_client's own
 `text_string_to_metric_families`, so names, labels, escapes and `NaN`/`+Inf` are read exactly
 as the exporter wrote them. Pure; tested on pages captured from real servers.

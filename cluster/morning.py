@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from servectl.watchdog.thermal.report import FieldReport, build_report, report_to_json
+from tpwarden.watchdog.thermal.report import FieldReport, build_report, report_to_json
 
 ANSWERING = ("ok", "busy")  # probe verdicts that mean the server answered or made progress
 PROBE_GAP_FACTOR = 2.5  # probe records further apart than this many median intervals: a gap
@@ -227,7 +227,7 @@ def summarize_evals(
     since: float | None = None,
     until: float | None = None,
 ) -> tuple[EvalSummary, ...]:
-    """`servectl eval` run directories (same runs dir as bench) that started in the window."""
+    """`tpwarden eval` run directories (same runs dir as bench) that started in the window."""
     out = []
     for manifest, table in runs:
         started = iso_ts(manifest.get("started_at"))

@@ -8,8 +8,8 @@ from datetime import tzinfo
 from html import escape
 from typing import Any
 
-from servectl.cluster.morning import MorningReport, headline
-from servectl.watchdog.thermal.localtime import local, span_text
+from tpwarden.cluster.morning import MorningReport, headline
+from tpwarden.watchdog.thermal.localtime import local, span_text
 
 DASH = "-"
 
@@ -179,7 +179,7 @@ def morning_html(rep: MorningReport, tz: tzinfo, plot_png: bytes | None = None) 
     ]
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
-        f"<title>servectl night report</title><style>{CSS}</style></head><body>"
+        f"<title>tpwarden night report</title><style>{CSS}</style></head><body>"
         + "\n".join(parts)
         + "</body></html>\n"
     )

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.durable import read_jsonl
-from servectl.cluster.morning import MorningReport, build_morning, iso_ts
-from servectl.node.thermal.writer import read_records
-from servectl.watchdog.events import read_events
-from servectl.watchdog.thermal.export import files_in
+from tpwarden.cluster.durable import read_jsonl
+from tpwarden.cluster.morning import MorningReport, build_morning, iso_ts
+from tpwarden.node.thermal.writer import read_records
+from tpwarden.watchdog.events import read_events
+from tpwarden.watchdog.thermal.export import files_in
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The one builder of what is zipped for the nodes: the collector and the thermal agent.
 
-A node zipapp holds exactly the import closure of its entry module within servectl, read with
+A node zipapp holds exactly the import closure of its entry module within tpwarden, read with
 `ast` from the package's sources (function-level imports included, ``if TYPE_CHECKING:`` blocks
 not: they never run), with minimal package ``__init__`` stubs (a package's own ``__init__`` is
 not node code), the pure-Python third-party packages the app names, and a ``__main__`` that
@@ -10,7 +10,7 @@ import creeping into node code is caught here as well as by import-linter's ``no
 contract. The bytes are reproducible (sorted entries, fixed timestamps), so the sha256 says
 whether a node runs the current build.
 
-Standard library only (and servectl's errors): it reads sources, it imports none of them.
+Standard library only (and tpwarden's errors): it reads sources, it imports none of them.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from servectl.cluster.errors import ServectlError
+from tpwarden.cluster.errors import TpwardenError
 
-PACKAGE = "servectl"
+PACKAGE = "tpwarden"
 _STAMP = (2020, 1, 1, 0, 0, 0)
 _SHEBANG = b"#!/usr/bin/env python3\n"
-_STUB = '"""servectl (node-side subset)."""\n'
+_STUB = '"""tpwarden (node-side subset)."""\n'
 
 
-class NodeZipappError(ServectlError):
+class NodeZipappError(TpwardenError):
     """A node app's code imports what the node cannot have, or its sources cannot be found."""
 
 
@@ -63,9 +63,9 @@ class NodeApp:
 # psutil: optional, /proc/meminfo stands in (cluster.memory).
 _NODE_PYTHON = frozenset({"pynvml", "psutil"})
 
-COLLECTOR = NodeApp(entry="servectl.node.collector", on_node=_NODE_PYTHON)
+COLLECTOR = NodeApp(entry="tpwarden.node.collector", on_node=_NODE_PYTHON)
 THERMAL_AGENT = NodeApp(
-    entry="servectl.node.thermal.app",
+    entry="tpwarden.node.thermal.app",
     bundled=(Bundled(name="prometheus_client", skip=frozenset({"twisted", "django", "aiohttp"})),),
     on_node=_NODE_PYTHON,
 )
@@ -78,8 +78,8 @@ class BuiltZipapp(NamedTuple):
 
 @functools.cache
 def _locate(module: str) -> tuple[Path, bool] | None:
-    """(source file, is a package) of a servectl module; None when the name is no module
-    (``servectl.x.mod.name``). Locating imports the parent packages, never the module."""
+    """(source file, is a package) of a tpwarden module; None when the name is no module
+    (``tpwarden.x.mod.name``). Locating imports the parent packages, never the module."""
     if module == PACKAGE:
         return Path(), True  # the namespace package: no source of its own
     parent = _locate(module.rpartition(".")[0])
@@ -127,7 +127,7 @@ def imports_of(source: str, module: str, is_package: bool = False) -> set[str]:
 
 
 def node_closure(app: NodeApp) -> dict[str, Path]:
-    """servectl module name -> source file, for the entry and all it imports (packages are
+    """tpwarden module name -> source file, for the entry and all it imports (packages are
     stubbed, so they are not in it). Raises NodeZipappError on an import the node lacks."""
     allowed = {b.name for b in app.bundled} | app.on_node
     found: dict[str, Path] = {}
@@ -153,7 +153,7 @@ def node_closure(app: NodeApp) -> dict[str, Path]:
                     todo.append(name)
                 continue
             parent = _locate(name.rpartition(".")[0])
-            if parent is not None and parent[1]:  # `from servectl.x import y`, y no module
+            if parent is not None and parent[1]:  # `from tpwarden.x import y`, y no module
                 raise NodeZipappError(f"{module} imports {name}: the node has only stub packages")
     return found
 

@@ -1,8 +1,8 @@
 """The nodes connector: how cluster control reaches each node, and the one seam its tests fake.
 
 `NodeConnector` holds one SSH session and one Docker gateway per node for the duration of one
-servectl command, runs the collector zipapp on a node, and fans a call out over nodes on daemon
-threads. Everything above it (`servectl.cluster.control.controller` and its parts) takes a `Nodes`, so a
+tpwarden command, runs the collector zipapp on a node, and fans a call out over nodes on daemon
+threads. Everything above it (`tpwarden.cluster.control.controller` and its parts) takes a `Nodes`, so a
 test hands in a fake that answers from dicts (as pyinfra tests its operations on a fake host).
 """
 
@@ -18,12 +18,12 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from servectl.cluster.docker_gw import DockerGateway
-from servectl.cluster.errors import CommandFailed, NodeUnreachable, ServectlError
-from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
-from servectl.cluster.settings import SshSpec
-from servectl.cluster.spec import NodeSpec
-from servectl.cluster.ssh import NodeSession, SshPool
+from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
+from tpwarden.cluster.node_zipapp import COLLECTOR, build_node_zipapp
+from tpwarden.cluster.settings import SshSpec
+from tpwarden.cluster.spec import NodeSpec
+from tpwarden.cluster.ssh import NodeSession, SshPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,7 +42,7 @@ class Nodes(Protocol):
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
-    ) -> dict[str, T | ServectlError]: ...
+    ) -> dict[str, T | TpwardenError]: ...
 
     def close(self) -> None: ...
 
@@ -58,10 +58,10 @@ class NodeConnector:
 
     def __init__(self, ssh: SshSpec, *, nvml_lib: str | None = None) -> None:
         self.pool = SshPool(ssh)
-        self.nvml_lib = nvml_lib or os.environ.get("SERVECTL_NVML_LIB")
+        self.nvml_lib = nvml_lib or os.environ.get("TPWARDEN_NVML_LIB")
         self._docker: dict[str, DockerGateway] = {}
         self._docker_lock = threading.Lock()
-        self._tmp = tempfile.TemporaryDirectory(prefix="servectl-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="tpwarden-")
         self._collector: Path | None = None
         self._collector_lock = threading.Lock()  # fan-out threads must not build it twice
 
@@ -95,7 +95,7 @@ class NodeConnector:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
         with self._collector_lock:
             if self._collector is None:
-                dest = Path(self._tmp.name) / "servectl-collector.pyz"
+                dest = Path(self._tmp.name) / "tpwarden-collector.pyz"
                 self._collector = build_node_zipapp(COLLECTOR, dest).path
         extra = ["--nvml-lib", self.nvml_lib] if self.nvml_lib else []
         result = self.session(node).run_script(
@@ -117,21 +117,21 @@ class NodeConnector:
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
-    ) -> dict[str, T | ServectlError]:
+    ) -> dict[str, T | TpwardenError]:
         return fan_out(nodes, fn, timeout)
 
 
 def fan_out(
     nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
-) -> dict[str, T | ServectlError]:
+) -> dict[str, T | TpwardenError]:
     """Run `fn(node)` on every node in parallel; errors and timeouts become values."""
-    results: dict[str, T | ServectlError] = {}
+    results: dict[str, T | TpwardenError] = {}
     if not nodes:
         return results
     # One daemon thread per node, not a ThreadPoolExecutor: the interpreter joins executor
-    # workers at exit, so a node frozen mid-call kept `servectl status` alive after it had
+    # workers at exit, so a node frozen mid-call kept `tpwarden status` alive after it had
     # printed. A daemon thread blocked on a dead node is abandoned when the command ends.
-    futures = {daemon_call(fn, n, f"servectl-{n.name}"): n for n in nodes}
+    futures = {daemon_call(fn, n, f"tpwarden-{n.name}"): n for n in nodes}
     done, _ = wait(futures, timeout=timeout)
     for fut, node in futures.items():
         if fut not in done:
@@ -139,11 +139,11 @@ def fan_out(
             continue
         try:
             results[node.name] = fut.result()
-        except ServectlError as e:
+        except TpwardenError as e:
             results[node.name] = e
         except Exception as e:  # noqa: BLE001 - one node's bug must not hide the others
             log.exception("%s: unexpected error", node.name)
-            results[node.name] = ServectlError(f"{node.name}: {type(e).__name__}: {e}")
+            results[node.name] = TpwardenError(f"{node.name}: {type(e).__name__}: {e}")
     return results
 
 

@@ -1,14 +1,14 @@
 """One actor at a time: the cluster lock an operator's restart, a rollout and a watchdog restart
 share, the watchdog hold that goes with it, and the record of an intentional `down`.
 
-* `cluster_lock_path(spec)`: the flock the watchdog takes around its restarts. `servectl restart`
-  and `servectl rollout` hold it for their whole duration, so a second one is refused naming who
+* `cluster_lock_path(spec)`: the flock the watchdog takes around its restarts. `tpwarden restart`
+  and `tpwarden rollout` hold it for their whole duration, so a second one is refused naming who
   holds it, and a watchdog restart meanwhile is skipped (it verifies in boot grace instead).
 * While it holds the lock, an operator action also holds the watchdog (hold.json, where a
   watchdog reads it: this machine and the head node), so the watchdog does not judge a server
   that is being restarted on purpose.
-* `servectl down` leaves a hold of kind "down": the watchdog sees an intentional stop and does
-  not restart until `servectl up` (or `restart`) clears it.
+* `tpwarden down` leaves a hold of kind "down": the watchdog sees an intentional stop and does
+  not restart until `tpwarden up` (or `restart`) clears it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from servectl.cluster.errors import ServectlError
-from servectl.watchdog.state import FileLock, WatchdogLocked
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.state import FileLock, WatchdogLocked
 
 DOWN_HOLD_S = 7 * 24 * 3600.0  # the longest hold the watchdog accepts; `up` ends it sooner
 
 
-class ClusterBusy(ServectlError):
+class ClusterBusy(TpwardenError):
     """Another operator action (or a watchdog restart) holds the cluster lock."""
 
     exit_code = 2
@@ -83,7 +83,7 @@ def one_actor(
 
 def mark_down(holder: Holder, who: str, clock: Callable[[], float] = time.time) -> None:
     """Record an intentional stop where the watchdog reads it (a hold of kind "down")."""
-    holder.hold(f"servectl down by {who}", clock() + DOWN_HOLD_S, kind="down")
+    holder.hold(f"tpwarden down by {who}", clock() + DOWN_HOLD_S, kind="down")
 
 
 def clear_down(holder: Holder) -> None:

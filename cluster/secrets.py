@@ -1,4 +1,4 @@
-"""Secret resolution: a `SecretRef` (env var or file) -> its value, the one way servectl does it.
+"""Secret resolution: a `SecretRef` (env var or file) -> its value, the one way tpwarden does it.
 
 Where the file is read depends on who asks, so the reader is injected: cluster control reads a
 node's root-only file over SFTP, the watchdog reads it where it runs (the head node). The value
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.settings import SecretRef
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.settings import SecretRef
 
 
 def resolve_secret(

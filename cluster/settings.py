@@ -1,8 +1,8 @@
-"""The `servectl` settings (under `all.vars.servectl`), validated once: pydantic models with
+"""The `tpwarden` settings (under `all.vars.tpwarden`), validated once: pydantic models with
 `extra="forbid"` and strict types, so a typo or a wrong type is an error at load time, never a
 surprise on a node; and the value parsers they use (sizes, paths, secret-looking values).
 
-`servectl.cluster.spec` builds the frozen `ClusterSpec` from them and the per-host facts.
+`tpwarden.cluster.spec` builds the frozen `ClusterSpec` from them and the per-host facts.
 """
 
 from __future__ import annotations
@@ -235,15 +235,15 @@ class WatchdogSpec(_Model):
         None, description="argv run once per incident (JSON on stdin)."
     )
     alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
-    alert_webhook_format: Literal["servectl", "alertmanager"] = Field(
-        "servectl",
-        description="Body of the webhook POST: servectl's incident record, or Alertmanager's "
+    alert_webhook_format: Literal["tpwarden", "alertmanager"] = Field(
+        "tpwarden",
+        description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
         "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
     )
     metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
     state_dir: AbsPath = Field(
-        "/var/lib/servectl/watchdog", description="State, lock and event log."
+        "/var/lib/tpwarden/watchdog", description="State, lock and event log."
     )
 
     @field_validator("restart_window_s")
@@ -263,7 +263,7 @@ class WatchdogSpec(_Model):
 class ThermalSpec(_Model):
     interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
     dir: AbsPath = Field(
-        "/var/log/servectl/thermal", description="Where each node's agent writes samples."
+        "/var/log/tpwarden/thermal", description="Where each node's agent writes samples."
     )
     disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
     metrics_host: str = Field("127.0.0.1", description="Listen address of the agent's /metrics.")
@@ -273,7 +273,7 @@ class ThermalSpec(_Model):
     )
     # Zone roles (issue 20): every GB10 zone reports type "acpitz", so the report cannot tell
     # the GPU zone from the P-cores without a map. No public source documents GB10's zone
-    # layout (docs/reference thermal.md), so there is no default: `servectl thermal zones`
+    # layout (docs/reference thermal.md), so there is no default: `tpwarden thermal zones`
     # helps write one. Keys: a zone index ("3"), a zone name ("thermal_zone3") or a type.
     zone_roles: dict[str, str] = Field(
         default_factory=dict,
@@ -290,7 +290,7 @@ class BenchSpec(_Model):
 
 
 class EvalSpec(_Model):
-    """`servectl eval` (lm-evaluation-harness from the client container)."""
+    """`tpwarden eval` (lm-evaluation-harness from the client container)."""
 
     num_concurrent: int = Field(16, ge=1, le=256, description="Concurrent requests per task.")
     client_image: str | None = Field(
@@ -301,11 +301,11 @@ class EvalSpec(_Model):
     )
 
 
-class ServectlSettings(_Model):
-    """Everything under `all.vars.servectl` in the inventory."""
+class TpwardenSettings(_Model):
+    """Everything under `all.vars.tpwarden` in the inventory."""
 
     cluster_name: str = Field(
-        "servectl", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="Label and name prefix."
+        "tpwarden", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="Label and name prefix."
     )
     image: NoFlag = Field(
         min_length=1, description="Serving container image (the custom vLLM build)."
@@ -367,6 +367,6 @@ class ServectlSettings(_Model):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
             if _SECRETISH_NAME.search(name):
                 raise ValueError(
-                    f"{name} looks like a secret: reference it under servectl.secrets instead"
+                    f"{name} looks like a secret: reference it under tpwarden.secrets instead"
                 )
         return value

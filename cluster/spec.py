@@ -1,7 +1,7 @@
 """The typed cluster spec: what the inventory says, validated once.
 
-`servectl.cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`:
-the `servectl` settings (`servectl.cluster.settings`, pydantic, strict) and the per-host facts
+`tpwarden.cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`:
+the `tpwarden` settings (`tpwarden.cluster.settings`, pydantic, strict) and the per-host facts
 (address, SSH user, `vllm_host_ip`) as `NodeSpec`s.
 """
 
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from servectl.cluster.settings import (
+from tpwarden.cluster.settings import (
     DrafterSpec,
     KvCacheSpec,
     ModelSpec,
     ParallelSpec,
     SecretsSpec,
-    ServectlSettings,
     SshSpec,
     ThermalSpec,
+    TpwardenSettings,
     WatchdogSpec,
 )
 
@@ -39,8 +39,8 @@ class NodeSpec:
     become: bool = False
     # ansible_ssh_common_args + ansible_ssh_extra_args: where ProxyJump/ProxyCommand come from
     ssh_args: str | None = None
-    # Host vars servectl_thermal_metrics_host/_port: this node's agent /metrics address when it
-    # differs from servectl.thermal (e.g. nodes sharing one network namespace, as in the lab).
+    # Host vars tpwarden_thermal_metrics_host/_port: this node's agent /metrics address when it
+    # differs from tpwarden.thermal (e.g. nodes sharing one network namespace, as in the lab).
     thermal_metrics_host: str | None = None
     thermal_metrics_port: int | None = None
 
@@ -78,9 +78,9 @@ class ClusterSpec:
     watchdog: WatchdogSpec
     thermal: ThermalSpec
     source_file: str
-    settings: ServectlSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    # servectl_watchdog_host: where the watchdog runs (a node name, or a name outside the
-    # inventory such as "control": the machine running servectl); None: the head
+    settings: TpwardenSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    # tpwarden_watchdog_host: where the watchdog runs (a node name, or a name outside the
+    # inventory such as "control": the machine running tpwarden); None: the head
     watchdog_host: str | None = None
 
     @property
@@ -151,7 +151,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def serving_from_settings(s: ServectlSettings) -> ServingSpec:
+def serving_from_settings(s: TpwardenSettings) -> ServingSpec:
     return ServingSpec(
         image=s.image,
         vllm_version=s.vllm_version,
@@ -175,7 +175,7 @@ def serving_from_settings(s: ServectlSettings) -> ServingSpec:
 
 def thermal_metrics_address(thermal: Any, node: Any) -> tuple[str, int]:
     """Where ``node``'s thermal agent serves /metrics: its host vars
-    (servectl_thermal_metrics_host/_port), else servectl.thermal.metrics_host/_port."""
+    (tpwarden_thermal_metrics_host/_port), else tpwarden.thermal.metrics_host/_port."""
     host = getattr(node, "thermal_metrics_host", None) or thermal.metrics_host
     port = getattr(node, "thermal_metrics_port", None) or thermal.metrics_port
     return host, port

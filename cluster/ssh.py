@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import paramiko
-from servectl.cluster.errors import CommandFailed, NodeUnreachable
-from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.errors import CommandFailed, NodeUnreachable
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
 
 if TYPE_CHECKING:
-    from servectl.cluster.settings import SshSpec
-    from servectl.cluster.spec import NodeSpec
+    from tpwarden.cluster.settings import SshSpec
+    from tpwarden.cluster.spec import NodeSpec
 
 log = logging.getLogger(__name__)
 # paramiko's transport thread logs connect failures with tracebacks; with no handler installed
@@ -356,7 +356,7 @@ class NodeSession:
         `interpreter` (e.g. `["python3"]`) runs the file through a program instead of its
         shebang. Never a heredoc: the field report lost an hour to one.
         """
-        tmp = self.run(["mktemp", "-d", "/tmp/servectl.XXXXXXXX"], timeout=30, check=True)
+        tmp = self.run(["mktemp", "-d", "/tmp/tpwarden.XXXXXXXX"], timeout=30, check=True)
         tmpdir = tmp.stdout.strip()
         remote = posixpath.join(tmpdir, os.path.basename(local_path))
         try:
@@ -370,7 +370,7 @@ class NodeSession:
 
 
 class SshPool:
-    """One `NodeSession` per node for the duration of one servectl command.
+    """One `NodeSession` per node for the duration of one tpwarden command.
 
     Use as a context manager; `close()` closes every connection. Constructing it connects to
     nothing: sessions connect lazily on first use.

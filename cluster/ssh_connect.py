@@ -1,6 +1,6 @@
 """Opening one verified SSH connection to a node, through its jump hosts if it has any.
 
-Split from `servectl.cluster.ssh` (which runs commands and moves files over the connection):
+Split from `tpwarden.cluster.ssh` (which runs commands and moves files over the connection):
 where to connect (`SshTarget`, `SshOptions`), how host keys are checked, and the route a
 connection takes (ProxyJump hops as direct-tcpip channels, or a ProxyCommand).
 """
@@ -15,12 +15,12 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import paramiko
-from servectl.cluster.errors import HostKeyError, NodeUnreachable
-from servectl.cluster.ssh_route import Hop, Route, route_for
+from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
+from tpwarden.cluster.ssh_route import Hop, Route, route_for
 
 if TYPE_CHECKING:
-    from servectl.cluster.settings import SshSpec
-    from servectl.cluster.spec import NodeSpec
+    from tpwarden.cluster.settings import SshSpec
+    from tpwarden.cluster.spec import NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _connect_one(
     route_known_hosts: str | None,
 ) -> paramiko.SSHClient:
     client = factory()
-    # one setting: servectl.ssh.known_hosts, else UserKnownHostsFile from the ssh args, else
+    # one setting: tpwarden.ssh.known_hosts, else UserKnownHostsFile from the ssh args, else
     # the user's ~/.ssh/known_hosts
     chosen = o.known_hosts or route_known_hosts
     known_hosts = chosen or os.path.expanduser("~/.ssh/known_hosts")

@@ -1,7 +1,7 @@
 """The SSH identity of whoever acts on the cluster from where it runs (the provisioned watchdog).
 
 The applied plan carries the control machine's SSH settings: its private key
-(`ansible_ssh_private_key_file`) and its known_hosts (`servectl.ssh.known_hosts`, or
+(`ansible_ssh_private_key_file`) and its known_hosts (`tpwarden.ssh.known_hosts`, or
 `UserKnownHostsFile` in the ssh args). On the watchdog host those paths do not exist, or are
 someone else's; provisioning gives the watchdog a key of its own, authorized on every node, and
 a known_hosts file with every node's host keys (playbooks/roles/units/tasks/watchdog_ssh.yml).
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from servectl.cluster.spec import ClusterSpec
+    from tpwarden.cluster.spec import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def with_ssh_identity(
 
     Jump hosts: a hop takes its key from the ssh_config entry that names it on this machine,
     else the node's (`ssh_connect.connect`), so without such an entry every hop uses `key_file`
-    too. `servectl.ssh.known_hosts` already wins over `UserKnownHostsFile` in the ssh args for
+    too. `tpwarden.ssh.known_hosts` already wins over `UserKnownHostsFile` in the ssh args for
     every hop, so `known_hosts` covers the jump hosts (their keys must be in it).
     """
     if not key_file and not known_hosts:

@@ -2,7 +2,7 @@
 
 Ansible runs OpenSSH, which honours `-o ProxyJump=...` in `ansible_ssh_common_args` and the
 user's `~/.ssh/config`; paramiko reads neither. This module turns both into a `Route` (pure
-parsing, tested without a network); `servectl.cluster.ssh` then opens each jump host's verified
+parsing, tested without a network); `tpwarden.cluster.ssh` then opens each jump host's verified
 connection and a `direct-tcpip` channel through it as the socket of the next hop.
 """
 
@@ -34,7 +34,7 @@ class Route:
 
 def parse_ssh_args(text: str | None) -> dict[str, str]:
     """`-o Key=Value`, `-oKey=Value`, `-o "Key Value"` and `-J hops` -> {lowercase key: value}.
-    Other options are ignored (servectl does not pass them to anything)."""
+    Other options are ignored (tpwarden does not pass them to anything)."""
     options: dict[str, str] = {}
     if not text:
         return options

@@ -1,7 +1,7 @@
-"""`servectl status`: observations per node and for the server, and a pure verdict.
+"""`tpwarden status`: observations per node and for the server, and a pure verdict.
 
 `derive_verdict` is a pure function of the observations (design principle 5). The gathering
-lives in `servectl.cluster.control.status.gather_status`, which fills these types in parallel.
+lives in `tpwarden.cluster.control.status.gather_status`, which fills these types in parallel.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def derive_verdict(
 
 
 def server_gauges(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    """The gauges `status` shows, from `servectl.cluster.metrics_text.sum_by_sample`; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
+    """The gauges `status` shows, from `tpwarden.cluster.metrics_text.sum_by_sample`; KV usage under its pre-0.10 name (`gpu_cache_usage_perc`)
     too."""
     kv = metrics.get("vllm:kv_cache_usage_perc", metrics.get("vllm:gpu_cache_usage_perc"))
     return {

@@ -1,4 +1,4 @@
-"""`servectl status` as text cells for a terminal of a given width: a pure view of ClusterStatus.
+"""`tpwarden status` as text cells for a terminal of a given width: a pure view of ClusterStatus.
 
 Operators read status over SSH from a phone at night. A table whose cells wrap letter by letter
 ("runni / ng") is unreadable exactly when it matters, so the layout degrades by dropping and
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus
-from servectl.node.thermal.roles import zone_role
+from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus
+from tpwarden.node.thermal.roles import zone_role
 
 DASH = "-"
 HASH_CHARS = 8  # enough to tell two config hashes apart; the full one is in --json

@@ -1,4 +1,4 @@
-"""The watchdog follows the applied plan (`servectl.cluster.applied`), not an inventory copy.
+"""The watchdog follows the applied plan (`tpwarden.cluster.applied`), not an inventory copy.
 
 `initial_plan()` picks what the daemon starts on: the applied plan when there is one (the
 provisioned watchdog has nothing else), else the inventory. `PlanFollower` is called by the
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from servectl.cluster.applied import AppliedPlan, read_applied
-from servectl.watchdog.daemon import PlanChange
+from tpwarden.cluster.applied import AppliedPlan, read_applied
+from tpwarden.watchdog.daemon import PlanChange
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,14 @@ def plan_key(plan: AppliedPlan | None) -> tuple[str, str] | None:
 def wait_for_applied(
     path: str, poll_s: float = 10.0, sleep: Callable[[float], None] = time.sleep
 ) -> AppliedPlan:
-    """A provisioned watchdog before the first `servectl up`: nothing runs, nothing to watch."""
+    """A provisioned watchdog before the first `tpwarden up`: nothing runs, nothing to watch."""
     said = False
     while True:
         plan = read_applied(path)
         if plan is not None:
             return plan
         if not said:
-            log.info("no applied plan at %s yet: waiting for `servectl up`", path)
+            log.info("no applied plan at %s yet: waiting for `tpwarden up`", path)
             said = True
         sleep(poll_s)
 

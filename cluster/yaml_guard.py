@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.errors import ConfigError
 
 MAX_FILE_BYTES = 1 << 20  # one inventory file; the example is 2.5 KB
 MAX_TOTAL_BYTES = 8 << 20

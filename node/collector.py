@@ -1,6 +1,6 @@
 """The node-side collector: run on a node by `python3`, print one JSON document.
 
-It is shipped as a zipapp (`servectl.cluster.node_zipapp.COLLECTOR`: this module's import
+It is shipped as a zipapp (`tpwarden.cluster.node_zipapp.COLLECTOR`: this module's import
 closure, i.e. `cluster/errors.py`, `node/gpu.py` (the same NVML gateway the toolkit tests) and
 `node/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
 private temp dir (`NodeSession.run_script`). Only the standard library and pynvml are needed on
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servectl.node.memory import read_node_memory
+from tpwarden.node.memory import read_node_memory
 
 COLLECTOR_VERSION = 1
 
@@ -47,7 +47,7 @@ def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, 
 
 def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
     try:
-        from servectl.node import gpu  # imported lazily: pynvml may be absent on the node
+        from tpwarden.node import gpu  # imported lazily: pynvml may be absent on the node
     except ImportError as e:
         return {
             "nvml": {
@@ -66,7 +66,7 @@ def _milli(path: Path) -> float | None:
 
 
 def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
-    """ACPI thermal zones for `servectl status`: name, type, °C and the critical trip. A zone
+    """ACPI thermal zones for `tpwarden status`: name, type, °C and the critical trip. A zone
     that cannot be read gets ``temp_c`` None and a reason; one bad zone never spoils the list
     (the thermal agent's sysfs gateway does the same for the night's samples)."""
     base = Path(root)
@@ -119,8 +119,8 @@ def check_paths(paths: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = None) -> int:
     """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
-    ap = argparse.ArgumentParser(prog="servectl-collector")
-    ap.add_argument("--nvml-lib", default=os.environ.get("SERVECTL_NVML_LIB"))
+    ap = argparse.ArgumentParser(prog="tpwarden-collector")
+    ap.add_argument("--nvml-lib", default=os.environ.get("TPWARDEN_NVML_LIB"))
     sub = ap.add_subparsers(dest="action", required=True)
     sub.add_parser("show")
     cap = sub.add_parser("cap")
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
                 else:
                     nvml.reset_clocks()
                 # deferred: pynvml may be absent on the node (see _gpu_facts)
-                from servectl.node import gpu
+                from tpwarden.node import gpu
 
                 doc.update(gpu.collect_json(nvml))
             else:

@@ -1,4 +1,4 @@
-"""The NVML gateway: the only module in servectl that imports ``pynvml`` (nvidia-ml-py).
+"""The NVML gateway: the only module in tpwarden that imports ``pynvml`` (nvidia-ml-py).
 
 Everything NVML answers is translated here, once:
 
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
 import pynvml
-from servectl.cluster.errors import NvmlError
+from tpwarden.cluster.errors import NvmlError
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +396,7 @@ class Nvml:
             except pynvml.NVMLError_NoPermission as exc:
                 raise NvmlError(
                     f"cannot {what} on GPU {index}: NVML answered NO_PERMISSION; "
-                    "setting clocks needs root (run servectl's clock step as root or via sudo)"
+                    "setting clocks needs root (run tpwarden's clock step as root or via sudo)"
                 ) from exc
             except pynvml.NVMLError_NotSupported as exc:
                 raise NvmlError(f"cannot {what} on GPU {index}: not supported by this GPU") from exc

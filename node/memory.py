@@ -1,7 +1,7 @@
 """The node's memory, which on GB10 is also the GPU's (unified: NVML answers Not Supported).
 
 psutil.virtual_memory() is the source wherever psutil can be imported: in the node venv that
-provisioning installs (servectl's dependencies) and so in the provisioned thermal agent. The two
+provisioning installs (tpwarden's dependencies) and so in the provisioned thermal agent. The two
 zipapps (status collector, `thermal start` agent) run on the node's own ``python3``, which has
 psutil only when the distribution's package is installed (Debian: python3-psutil); psutil is a
 C extension and cannot travel inside a zipapp. There, and only there, /proc/meminfo is read the

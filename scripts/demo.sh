@@ -27,16 +27,16 @@ esac
 # --- end engine choice ---
 bash scripts/setup.sh
 
-S=(.venv/bin/servectl)
+S=(.venv/bin/tpwarden)
 PY=.venv/bin/python
-LAB=${SERVECTL_LAB_ROOT:-/var/lib/servectl-lab}
+LAB=${TPWARDEN_LAB_ROOT:-/var/lib/tpwarden-lab}
 INV=$LAB/inventory.yml
 DEMO=$LAB/demo
-WD=$LAB/watchdog   # the lab inventory's watchdog.state_dir: `servectl status` shows it
+WD=$LAB/watchdog   # the lab inventory's watchdog.state_dir: `tpwarden status` shows it
 mkdir -p "$DEMO"
 step() { printf '\n\033[1;36m== %s\033[0m\n' "$*"; }
 say() { printf '\033[2m   %s\033[0m\n' "$*"; }
-run() { printf '\033[1m$ servectl %s\033[0m\n' "$*"; "${S[@]}" "$@"; }
+run() { printf '\033[1m$ tpwarden %s\033[0m\n' "$*"; "${S[@]}" "$@"; }
 # wait_for SECONDS DESCRIPTION PYTHON-EXPRESSION-THAT-EXITS-0-WHEN-TRUE
 wait_for() {
   local t=$1 what=$2 code=$3 end=$((SECONDS + $1))
@@ -47,8 +47,8 @@ wait_for() {
 }
 
 # The lab is one per machine: do not run the demo while the lab tests hold it.
-exec 9>/run/lock/servectl-lab.lock
-flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/servectl-lab.lock)" >&2; exit 1; }
+exec 9>/run/lock/tpwarden-lab.lock
+flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/tpwarden-lab.lock)" >&2; exit 1; }
 
 # A watchdog left from an earlier demo run is stopped, and its state cleared: each demo starts
 # with the full restart budget.
@@ -58,7 +58,7 @@ step "1/9 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14
 run lab up --engine "$ENGINE"
 say "inventory for the lab: $INV (same schema as inventory.example.yml)"
 
-step "2/9 Provision with Ansible: servectl installed offline on every node, the thermal agent and the clock cap as systemd units"
+step "2/9 Provision with Ansible: tpwarden installed offline on every node, the thermal agent and the clock cap as systemd units"
 run provision -i "$INV"
 
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)   # the thermal agents sample from here on
@@ -67,7 +67,7 @@ step "3/9 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow i
 run plan -i "$INV" | tail -n 4
 run up -i "$INV" --replace --timeout "$BOOT_WAIT"
 
-step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from servectl.cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
+step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
 setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null 9>&- &  # 9: the lab lock stays with this script
 echo $! >"$WD/pid"
@@ -80,7 +80,7 @@ step "5/9 Fault: the worker rank on node3 is lost (its container paused). /healt
 run lab fault pause node3
 "$PY" - "$INV" <<'EOF'
 import sys, httpx
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory import load_inventory
 base = load_inventory(sys.argv[1]).api_base
 print(f"   GET {base}/health -> {httpx.get(base + '/health', timeout=5).status_code}")
 try:
@@ -110,12 +110,12 @@ say "plot: $DEMO/thermal.png   samples: $DEMO/thermal.csv"
 step "9/9 Where to look next"
 cat <<EOF
    The lab and the watchdog are still running. Try:
-     servectl status -i $INV --watch
-     servectl lab fault --help                    (cut a node off, heat a GPU, fill a log disk, ...)
-     servectl rollout -i $INV --set drafter.num_speculative_tokens=7 --bench quick --yes
-     servectl bench sweep -i $INV --concurrency 1,4,8
-     servectl thermal watch -i $INV
+     tpwarden status -i $INV --watch
+     tpwarden lab fault --help                    (cut a node off, heat a GPU, fill a log disk, ...)
+     tpwarden rollout -i $INV --set drafter.num_speculative_tokens=7 --bench quick --yes
+     tpwarden bench sweep -i $INV --concurrency 1,4,8
+     tpwarden thermal watch -i $INV
      docs/runbook.md                              (symptom by symptom, rehearsable here)
    Stop everything:
-     servectl lab down       (the watchdog, the server, the thermal agents and the nodes; caches stay)
+     tpwarden lab down       (the watchdog, the server, the thermal agents and the nodes; caches stay)
 EOF

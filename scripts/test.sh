@@ -7,18 +7,18 @@ bash scripts/setup.sh
 
 # The test run owns the machine: what an earlier demo left running (its watchdog, the serving
 # containers, the thermal agents, the lab nodes) would fight the lab tests for ports and for the
-# server. `servectl lab down` stops all of it. The lab lock says whether another run (tests or
+# server. `tpwarden lab down` stops all of it. The lab lock says whether another run (tests or
 # the demo) is using the lab right now: then refuse at once rather than fail halfway.
-LAB_LOCK=${SERVECTL_LAB_LOCK:-/run/lock/servectl-lab.lock}
+LAB_LOCK=${TPWARDEN_LAB_LOCK:-/run/lock/tpwarden-lab.lock}
 mkdir -p "$(dirname "$LAB_LOCK")"
 if ! flock -n "$LAB_LOCK" true; then
   echo "the lab is in use by another run (it holds $LAB_LOCK); wait for it or stop it" >&2
   exit 1
 fi
-if .venv/bin/servectl lab status >/dev/null 2>&1 \
-   || [ -s "${SERVECTL_LAB_ROOT:-/var/lib/servectl-lab}/watchdog/watchdog.lock" ]; then
-  echo "==> stopping what an earlier demo left running (servectl lab down)"
-  flock -n "$LAB_LOCK" .venv/bin/servectl lab down
+if .venv/bin/tpwarden lab status >/dev/null 2>&1 \
+   || [ -s "${TPWARDEN_LAB_ROOT:-/var/lib/tpwarden-lab}/watchdog/watchdog.lock" ]; then
+  echo "==> stopping what an earlier demo left running (tpwarden lab down)"
+  flock -n "$LAB_LOCK" .venv/bin/tpwarden lab down
 fi
 echo "==> ruff"
 .venv/bin/ruff check .

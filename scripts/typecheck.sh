@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# mypy over the installed package, `servectl.cluster`, `servectl.node` and `servectl.watchdog`.
+# mypy over the installed package, `tpwarden.cluster`, `tpwarden.node` and `tpwarden.watchdog`.
 # The editable install maps those names to cluster/, node/ and watchdog/ with an import hook that mypy
 # cannot follow (it reads files, it imports nothing), so mypy reads them through a link tree,
-# build/typecheck/servectl/{cluster,node,watchdog} -> the repository's folders: the same module names
+# build/typecheck/tpwarden/{cluster,node,watchdog} -> the repository's folders: the same module names
 # the code imports, the settings in pyproject's [tool.mypy]. Extra arguments go to mypy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tree=build/typecheck/servectl
+tree=build/typecheck/tpwarden
 mkdir -p "$tree"
 ln -sfn ../../../cluster "$tree/cluster"
 ln -sfn ../../../watchdog "$tree/watchdog"
 ln -sfn ../../../node "$tree/node"
-exec env MYPYPATH=build/typecheck .venv/bin/mypy -p servectl.cluster -p servectl.node -p servectl.watchdog "$@"
+exec env MYPYPATH=build/typecheck .venv/bin/mypy -p tpwarden.cluster -p tpwarden.node -p tpwarden.watchdog "$@"

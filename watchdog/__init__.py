@@ -1,1 +1,1 @@
-"""servectl's watching half: the probe watchdog and the thermal agent."""
+"""tpwarden's watching half: the probe watchdog and the thermal agent."""

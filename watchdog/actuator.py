@@ -1,8 +1,8 @@
-"""The watchdog's real actuator: cluster control (`servectl.cluster.control.controller.Controller`).
+"""The watchdog's real actuator: cluster control (`tpwarden.cluster.control.controller.Controller`).
 
-`ControllerActuator` is the `servectl.watchdog.daemon.Actuator` the daemon is given by
+`ControllerActuator` is the `tpwarden.watchdog.daemon.Actuator` the daemon is given by
 injection (`build_actuator` is the one place that binds the watchdog to cluster control). A
-restart is run as a detached child process, the restart job (`servectl.watchdog.restart_job`),
+restart is run as a detached child process, the restart job (`tpwarden.watchdog.restart_job`),
 that reports one JSON line; `result_doc` and `raise_unless_applied` are the two ends of that
 contract.
 """
@@ -16,24 +16,24 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from servectl.cluster.boot import BootProgress
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.errors import ProbeError, ServectlError
-from servectl.cluster.ssh_identity import SshIdentity
-from servectl.watchdog.observation import BootReading
+from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import ProbeError, TpwardenError
+from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.watchdog.observation import BootReading
 
 RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
 EVIDENCE_LOG_LINES = 50
 EVIDENCE_MAX_CHARS = 8000  # per node, and for the /metrics snapshot
-WATCHDOG_WHO = "servectl-watchdog"  # `who` of the watchdog's restarts in events.jsonl
-RESTART_JOB_MODULE = "servectl.watchdog.restart_job"  # run as `python -m RESTART_JOB_MODULE`
+WATCHDOG_WHO = "tpwarden-watchdog"  # `who` of the watchdog's restarts in events.jsonl
+RESTART_JOB_MODULE = "tpwarden.watchdog.restart_job"  # run as `python -m RESTART_JOB_MODULE`
 
 
 class ControllerActuator:
-    """`servectl.watchdog.daemon.Actuator` over `servectl.cluster.control.controller.Controller`.
+    """`tpwarden.watchdog.daemon.Actuator` over `tpwarden.cluster.control.controller.Controller`.
 
-    * `restart()` is exactly an operator's `servectl restart --no-wait`: `Controller.restart()`
-      (same plan, same `events.jsonl` record, who=servectl-watchdog), run in a detached child
+    * `restart()` is exactly an operator's `tpwarden restart --no-wait`: `Controller.restart()`
+      (same plan, same `events.jsonl` record, who=tpwarden-watchdog), run in a detached child
       process (its own session) that this one waits for. A daemon killed with -9 mid-restart
       therefore never leaves a half-applied plan: the job finishes the restart, and the next
       daemon finds `restart_in_progress` and only verifies it in boot grace.
@@ -94,13 +94,13 @@ class ControllerActuator:
         try:
             out, err = proc.communicate(timeout=RESTART_JOB_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise ServectlError(
+            raise TpwardenError(
                 f"restart job (pid {proc.pid}) still running after {RESTART_JOB_TIMEOUT_S:g}s"
             ) from None
         try:
             doc = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            raise ServectlError(
+            raise TpwardenError(
                 f"restart job exited {proc.returncode} without a result: {err.strip()[-500:]}"
             ) from None
         raise_unless_applied(doc)
@@ -164,14 +164,14 @@ def result_doc(result: Any, spec: Any) -> dict[str, Any]:
 
 
 def raise_unless_applied(doc: dict[str, Any]) -> None:
-    """ServectlError naming every node that failed, unless the restart job's `doc` says ok."""
+    """TpwardenError naming every node that failed, unless the restart job's `doc` says ok."""
     if doc.get("ok"):
         return
     if doc.get("error"):
-        raise ServectlError(f"restart failed: {doc['error']}")
+        raise TpwardenError(f"restart failed: {doc['error']}")
     bad = [f"{n}: {o['message']}" for n, o in doc.get("outcomes", {}).items() if not o["ok"]]
     bad += [f"{n}: not started (an earlier wave failed)" for n in doc.get("missing", [])]
-    raise ServectlError("restart failed on " + "; ".join(bad))
+    raise TpwardenError("restart failed on " + "; ".join(bad))
 
 
 def build_actuator(
@@ -181,7 +181,7 @@ def build_actuator(
     identity: SshIdentity = SshIdentity(),
 ) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
-    cluster control keeps events.jsonl/boots.jsonl (default: servectl's, as for an operator);
+    cluster control keeps events.jsonl/boots.jsonl (default: tpwarden's, as for an operator);
     `applied_path`: the applied plan a restart replays; `identity`: the SSH key and known_hosts
     of the host the watchdog runs on, in place of the plan's (which are the control machine's)."""
     return ControllerActuator(spec, control_state_dir, applied_path, identity)

@@ -1,8 +1,8 @@
 """Alert hooks: an argv command (incident JSON on stdin, never a shell) and/or a webhook POST.
 
-The webhook body is servectl's incident record (format `servectl`), or the same incident as
+The webhook body is tpwarden's incident record (format `tpwarden`), or the same incident as
 Alertmanager's webhook payload (format `alertmanager`, see alertmanager.py) for receivers that
-an Alertmanager already feeds. The command always gets servectl's record.
+an Alertmanager already feeds. The command always gets tpwarden's record.
 
 The policy decides *when* (once per incident and kind); this module only delivers. Delivery
 failures are reported back as a list of problems, never raised into the watchdog loop.
@@ -18,13 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
-from servectl.watchdog.alertmanager import alertmanager_payload
+from tpwarden.watchdog.alertmanager import alertmanager_payload
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[..., subprocess.CompletedProcess[bytes]]
 Poster = Callable[..., Any]
-WEBHOOK_FORMATS = ("servectl", "alertmanager")
+WEBHOOK_FORMATS = ("tpwarden", "alertmanager")
 
 
 class Alerter:
@@ -38,7 +38,7 @@ class Alerter:
         timeout_s: float = 30.0,
         runner: Runner = subprocess.run,
         poster: Poster = httpx.post,
-        webhook_format: str = "servectl",
+        webhook_format: str = "tpwarden",
         clock: Callable[[], float] = time.time,
     ) -> None:
         if isinstance(command, str):

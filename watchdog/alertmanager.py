@@ -1,5 +1,5 @@
-"""servectl's own alerts in Alertmanager's webhook format, so they can feed a receiver that an
-Alertmanager already feeds (`servectl.watchdog.alert_webhook_format: alertmanager`).
+"""tpwarden's own alerts in Alertmanager's webhook format, so they can feed a receiver that an
+Alertmanager already feeds (`tpwarden.watchdog.alert_webhook_format: alertmanager`).
 
 The format is the JSON body Alertmanager's `webhook_config` POSTs, payload version "4":
 https://prometheus.io/docs/alerting/latest/configuration/#webhook_config (receiver, status,
@@ -8,7 +8,7 @@ commonLabels, commonAnnotations, externalURL, version, groupKey, truncatedAlerts
 https://docs.rs/crate/alertmanager-webhook-types/latest/source/assets/sample-v4-payload.json
 
 An incident is one firing alert. Where the event is the one a Prometheus rule in
-`monitoring/servectl-rules.yml` also sees (gave up, held, blind), the alertname and severity are
+`monitoring/tpwarden-rules.yml` also sees (gave up, held, blind), the alertname and severity are
 the rule's, so one receiver route and one silence cover both paths.
 """
 
@@ -17,25 +17,25 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-RECEIVER = "servectl-watchdog"
+RECEIVER = "tpwarden-watchdog"
 NEVER = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert that has not resolved
 
 # incident category -> (alertname, severity, runbook anchor in docs/runbook.md)
 CATEGORIES: dict[str, tuple[str, str, str]] = {
-    "gave_up": ("ServectlWatchdogGaveUp", "critical", "watchdog-gave-up"),
-    "budget_exhausted": ("ServectlWatchdogHeld", "warning", "watchdog-held"),
-    "misconfig": ("ServectlWatchdogBlind", "warning", "watchdog-is-blind"),
-    "hold_expired": ("ServectlWatchdogHoldExpired", "warning", "watchdog-hold-expired"),
+    "gave_up": ("TpwardenWatchdogGaveUp", "critical", "watchdog-gave-up"),
+    "budget_exhausted": ("TpwardenWatchdogHeld", "warning", "watchdog-held"),
+    "misconfig": ("TpwardenWatchdogBlind", "warning", "watchdog-is-blind"),
+    "hold_expired": ("TpwardenWatchdogHoldExpired", "warning", "watchdog-hold-expired"),
     "restart_failed": (
-        "ServectlWatchdogRestartFailed",
+        "TpwardenWatchdogRestartFailed",
         "critical",
         "nothing-answers-a-container-exited",
     ),
-    "restarted": ("ServectlWatchdogRestarted", "warning", "requests-hang-but-health-says-200"),
-    "busy_ceiling": ("ServectlServerBusy", "warning", "requests-hang-but-health-says-200"),
-    "unwritable": ("ServectlWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
+    "restarted": ("TpwardenWatchdogRestarted", "warning", "requests-hang-but-health-says-200"),
+    "busy_ceiling": ("TpwardenServerBusy", "warning", "requests-hang-but-health-says-200"),
+    "unwritable": ("TpwardenWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
     "plan_unusable": (
-        "ServectlWatchdogPlanUnusable",
+        "TpwardenWatchdogPlanUnusable",
         "warning",
         "which-config-does-the-watchdog-restart",
     ),
@@ -48,7 +48,7 @@ def alert_identity(category: str) -> tuple[str, str, str]:
         name, severity, anchor = CATEGORIES[category]
         return name, severity, f"docs/runbook.md#{anchor}"
     camel = "".join(part.capitalize() for part in category.split("_"))
-    return f"ServectlWatchdog{camel}", "warning", "docs/runbook.md"
+    return f"TpwardenWatchdog{camel}", "warning", "docs/runbook.md"
 
 
 def fingerprint(labels: dict[str, str]) -> str:
@@ -67,7 +67,7 @@ def rfc3339(ts: float) -> str:
 
 
 def alertmanager_payload(incident: dict[str, Any], now: float) -> dict[str, Any]:
-    """The webhook body for one incident (firing; servectl sends no resolved notice)."""
+    """The webhook body for one incident (firing; tpwarden sends no resolved notice)."""
     category = str(incident.get("category") or "unknown")
     name, severity, runbook = alert_identity(category)
     labels = {

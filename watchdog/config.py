@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.errors import ConfigError
 
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
@@ -41,7 +41,7 @@ class WatchdogConfig:
     restart_window_s: float = 21600.0
     alert_command: tuple[str, ...] | None = None
     alert_webhook: str | None = None
-    alert_webhook_format: str = "servectl"  # or "alertmanager" (its webhook payload, version 4)
+    alert_webhook_format: str = "tpwarden"  # or "alertmanager" (its webhook payload, version 4)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9410
     model: str | None = None
@@ -75,8 +75,8 @@ class WatchdogConfig:
             isinstance(self.alert_command, str) or not all(self.alert_command)
         ):
             problems.append(("alert_command", "must be an argv list, never a shell string"))
-        if self.alert_webhook_format not in ("servectl", "alertmanager"):
-            problems.append(("alert_webhook_format", "must be servectl or alertmanager"))
+        if self.alert_webhook_format not in ("tpwarden", "alertmanager"):
+            problems.append(("alert_webhook_format", "must be tpwarden or alertmanager"))
         if not self.state_dir:
             problems.append(("state_dir", "must be set"))
         if problems:

@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from servectl.watchdog.alert import Alerter, Outbox
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon_io import DaemonIO
-from servectl.watchdog.events import EventLog
-from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.observation import BootReading, Observation
-from servectl.watchdog.policy import Policy
-from servectl.watchdog.policy_state import (
+from tpwarden.watchdog.alert import Alerter, Outbox
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon_io import DaemonIO
+from tpwarden.watchdog.events import EventLog
+from tpwarden.watchdog.exporter import WatchdogMetrics
+from tpwarden.watchdog.observation import BootReading, Observation
+from tpwarden.watchdog.policy import Policy
+from tpwarden.watchdog.policy_state import (
     Alert,
     Decision,
     PolicyConfig,
@@ -40,9 +40,9 @@ from servectl.watchdog.policy_state import (
     WatchdogPhase,
     decision_name,
 )
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
-from servectl.watchdog.runtime import Cadence, CallTimedOut, SteadyClock, bounded
-from servectl.watchdog.state import (
+from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
+from tpwarden.watchdog.runtime import Cadence, CallTimedOut, SteadyClock, bounded
+from tpwarden.watchdog.state import (
     FileLock,
     StateStore,
     WatchdogLocked,
@@ -53,14 +53,14 @@ log = logging.getLogger(__name__)
 
 
 class Actuator(Protocol):
-    """Cluster control as the watchdog sees it (implemented in `servectl.cluster.control.controller`)."""
+    """Cluster control as the watchdog sees it (implemented in `tpwarden.cluster.control.controller`)."""
 
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
         """Restart the whole server (all ranks). Raises on failure."""
 
     def boot_progress(self) -> BootReading | None:
         """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown
-        (the real actuator reads it from the head's log: `servectl.watchdog.actuator`)."""
+        (the real actuator reads it from the head's log: `tpwarden.watchdog.actuator`)."""
 
     def collect_evidence(self) -> dict[str, Any]:
         """Last log lines per node (and anything else worth keeping before a restart)."""

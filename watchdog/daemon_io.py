@@ -1,6 +1,6 @@
 """The daemon's side effects that must never stop a decision: event and state writes on a
 full disk (counted, exported, alerted), alert delivery with retries (`Outbox`), and following a
-newly applied plan. A mixin of `Watchdog` (servectl.watchdog.daemon), kept apart for size.
+newly applied plan. A mixin of `Watchdog` (tpwarden.watchdog.daemon), kept apart for size.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import logging
 import os
 from typing import Any
 
-from servectl.cluster.durable import atomic_write_json, read_json
-from servectl.watchdog.policy import Policy
-from servectl.watchdog.policy_state import PolicyConfig, PolicyState
+from tpwarden.cluster.durable import atomic_write_json, read_json
+from tpwarden.watchdog.policy import Policy
+from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
 
-log = logging.getLogger("servectl.watchdog.daemon")
+log = logging.getLogger("tpwarden.watchdog.daemon")
 
 
 class DaemonIO:

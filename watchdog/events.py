@@ -1,5 +1,5 @@
 """The watchdog's event log: `{"ts": clock(), "kind": kind, **fields}` per line, in that key
-order, written by `servectl.cluster.durable.JsonlLog` (one fsynced line per record; a torn last
+order, written by `tpwarden.cluster.durable.JsonlLog` (one fsynced line per record; a torn last
 line is skipped by `read_events()` and ended by the next writer)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.cluster.durable import JsonlLog, scan_jsonl
+from tpwarden.cluster.durable import JsonlLog, scan_jsonl
 
 
 class EventLog:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
-from servectl.cluster.errors import ServectlError
-from servectl.watchdog.policy_state import WatchdogPhase
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.policy_state import WatchdogPhase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 
@@ -18,60 +18,60 @@ class WatchdogMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.probe_latency = Histogram(
-            "servectl_watchdog_probe_latency_seconds",
+            "tpwarden_watchdog_probe_latency_seconds",
             "Completion probe latency (any outcome).",
             buckets=PROBE_BUCKETS,
             registry=r,
         )
         self.probe_total = Counter(
-            "servectl_watchdog_probe_total", "Probes by outcome.", ["outcome"], registry=r
+            "tpwarden_watchdog_probe_total", "Probes by outcome.", ["outcome"], registry=r
         )
         self.verdict_total = Counter(
-            "servectl_watchdog_verdict_total",
+            "tpwarden_watchdog_verdict_total",
             "Probe verdicts (ok, busy, stalled, hard_fail, misconfig, unknown).",
             ["verdict"],
             registry=r,
         )
         self.restarts_total = Counter(
-            "servectl_watchdog_restarts_total", "Automatic restarts started.", ["cause"], registry=r
+            "tpwarden_watchdog_restarts_total", "Automatic restarts started.", ["cause"], registry=r
         )
         self.alerts_total = Counter(
-            "servectl_watchdog_alerts_total", "Alerts raised.", ["category"], registry=r
+            "tpwarden_watchdog_alerts_total", "Alerts raised.", ["category"], registry=r
         )
         self.consecutive_failures = Gauge(
-            "servectl_watchdog_consecutive_failures",
+            "tpwarden_watchdog_consecutive_failures",
             "Consecutive counted probe failures.",
             registry=r,
         )
         self.state = Enum(
-            "servectl_watchdog_state",
+            "tpwarden_watchdog_state",
             "Watchdog policy phase.",
             states=[p.value for p in WatchdogPhase],
             registry=r,
         )
         self.hold = Gauge(
-            "servectl_watchdog_hold",
+            "tpwarden_watchdog_hold",
             "1 while restarts are suppressed (operator or automatic hold).",
             registry=r,
         )
         self.budget_remaining = Gauge(
-            "servectl_watchdog_restart_budget_remaining",
+            "tpwarden_watchdog_restart_budget_remaining",
             "Automatic restarts left in the window.",
             registry=r,
         )
         self.last_success = Gauge(
-            "servectl_watchdog_last_success_timestamp_seconds",
+            "tpwarden_watchdog_last_success_timestamp_seconds",
             "Wall time of the last OK probe.",
             registry=r,
         )
         self.write_errors_total = Counter(
-            "servectl_watchdog_write_errors_total",
+            "tpwarden_watchdog_write_errors_total",
             "Failed writes of the watchdog's own files (state, events); decisions still apply.",
             ["file"],
             registry=r,
         )
         self.alerts_undelivered = Gauge(
-            "servectl_watchdog_alerts_undelivered",
+            "tpwarden_watchdog_alerts_undelivered",
             "Alerts not yet delivered to every hook (retried with backoff).",
             registry=r,
         )
@@ -83,9 +83,9 @@ class WatchdogMetrics:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            raise ServectlError(
+            raise TpwardenError(
                 f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc} "
-                "(another watchdog? set servectl.watchdog.metrics_port)"
+                "(another watchdog? set tpwarden.watchdog.metrics_port)"
             ) from None
         return int(self._server.server_port)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servectl.watchdog.probe import MetricsSnapshot, ProbeResult
+from tpwarden.watchdog.probe import MetricsSnapshot, ProbeResult
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class OperatorHold:
     until: float
     reason: str
     by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `servectl down`)
+    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `tpwarden down`)
 
 
 @dataclass(frozen=True)

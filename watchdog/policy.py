@@ -19,7 +19,7 @@ States (`WatchdogPhase`) and transitions
 | HELD       | automatic hold: restart budget exhausted     | READY on an OK probe; BOOTING on release   |
 | GIVEN_UP   | two consecutive boots missed their deadline  | READY on an OK probe; BOOTING on release   |
 
-Operator hold (`servectl watchdog hold --for 30m`) is an overlay, not a phase: it always has an
+Operator hold (`tpwarden watchdog hold --for 30m`) is an overlay, not a phase: it always has an
 expiry; while it lasts every Restart becomes a `Hold` decision and a passed boot deadline is not
 counted as a failed boot. Probing and counting continue; when it expires the normal rules resume.
 
@@ -70,9 +70,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.policy_state import (
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.watchdog.policy_state import (
     Alert,
     CountFailure,
     Decision,
@@ -85,7 +85,7 @@ from servectl.watchdog.policy_state import (
     Wait,
     WatchdogPhase,
 )
-from servectl.watchdog.verdict import COUNTED, ProbeVerdict, classify
+from tpwarden.watchdog.verdict import COUNTED, ProbeVerdict, classify
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ class Policy:
             d.append(
                 Wait(
                     f"intentional stop by {hold.by or 'an operator'} ({hold.reason}): "
-                    "no restart until `servectl up`"
+                    "no restart until `tpwarden up`"
                 )
             )
             return s, d

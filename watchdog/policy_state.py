@@ -1,6 +1,6 @@
 """What the watchdog's policy keeps and returns: its phase, its state (persisted as state.json),
 its configuration and its decisions. Plain types; the rules that move between them are in
-`servectl.watchdog.policy` (its docstring has the phase table and the counting rules).
+`tpwarden.watchdog.policy` (its docstring has the phase table and the counting rules).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.observation import BootReading
-from servectl.watchdog.probe import MetricsSnapshot
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.observation import BootReading
+from tpwarden.watchdog.probe import MetricsSnapshot
 
 
 class WatchdogPhase(enum.StrEnum):

@@ -18,7 +18,7 @@ A 4xx is not restart-worthy: restarting the server does not fix a wrong key or m
 the server *did* answer. But it blinds the watchdog, so the policy alerts once per incident.
 
 `scrape_metrics()` reads `GET /metrics` (short timeout) and sums the engine counters over all
-label sets; the pure rule that compares two snapshots lives in `servectl.watchdog.policy`.
+label sets; the pure rule that compares two snapshots lives in `tpwarden.watchdog.policy`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from servectl.cluster.metrics_text import sum_by_sample
-from servectl.watchdog.config import WatchdogConfig
+from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.watchdog.config import WatchdogConfig
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class MetricsSnapshot:
 
 def metrics_snapshot(text: str, taken_at: float) -> MetricsSnapshot:
     """Pure: Prometheus text -> snapshot of the watched sample names, summed over labels (read by
-    THE /metrics parser, `servectl.cluster.metrics_text`)."""
+    THE /metrics parser, `tpwarden.cluster.metrics_text`)."""
     try:
         sums = sum_by_sample(text)
     except ValueError as exc:  # the parser gives up on a bad line
@@ -139,7 +139,7 @@ def metrics_snapshot(text: str, taken_at: float) -> MetricsSnapshot:
 
 
 def completion_payload(model: str | None) -> dict[str, Any]:
-    """THE 1-token probe request: `servectl status`, rollouts and the watchdog all send this one
+    """THE 1-token probe request: `tpwarden status`, rollouts and the watchdog all send this one
     and judge the answer with `classify_completion`, so they agree on "healthy"."""
     return {
         "model": model,
@@ -171,7 +171,7 @@ def classify_completion(status: int, body: Any) -> tuple[Outcome, str]:
 
 
 def is_healthy(result: ProbeResult) -> bool:
-    """THE notion of healthy, the same for `servectl status`, `up`'s boot following, rollouts
+    """THE notion of healthy, the same for `tpwarden status`, `up`'s boot following, rollouts
     and the watchdog: a 1-token completion (`completion_payload`) answered within the probe's
     timeout with HTTP 200 and a valid completion body (`choices[0].text`, no error object), that
     is `Outcome.OK`. `/health` or `/v1/models` answering is not enough: both stay 200 while a

@@ -1,11 +1,11 @@
 """The restart job: the watchdog's restart, run as a detached child process.
 
-    python -m servectl.watchdog.restart_job INVENTORY WHY [CONTROL_STATE_DIR]
+    python -m tpwarden.watchdog.restart_job INVENTORY WHY [CONTROL_STATE_DIR]
         [--ssh-key PATH] [--known-hosts PATH]
 
 `ControllerActuator.restart()` starts it in its own session and waits for it, so a daemon
 killed mid-restart never leaves a half-applied plan. It runs `Controller.restart(wait_ready=
-False)` and prints ONE JSON line, the result (`servectl.watchdog.actuator.result_doc`, or
+False)` and prints ONE JSON line, the result (`tpwarden.watchdog.actuator.result_doc`, or
 `{"ok": false, "error": ...}`); the exit status is 0 applied, 1 failed, 2 error.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from servectl.cluster.applied import read_applied
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.ssh_identity import SshIdentity
-from servectl.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
+from tpwarden.cluster.applied import read_applied
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
 
 
 def restart_job(

@@ -20,17 +20,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from servectl.cluster.durable import atomic_write_json, read_json
-from servectl.cluster.errors import ServectlError
-from servectl.watchdog.observation import OperatorHold
-from servectl.watchdog.policy_state import PolicyState
+from tpwarden.cluster.durable import atomic_write_json, read_json
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.observation import OperatorHold
+from tpwarden.watchdog.policy_state import PolicyState
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 
 
-class WatchdogLocked(ServectlError):
+class WatchdogLocked(TpwardenError):
     """Another watchdog already holds this lock."""
 
 

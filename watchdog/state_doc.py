@@ -1,6 +1,6 @@
 """The watchdog's state as one JSON document, read from its state directory (file reads only).
 
-What `servectl watchdog status` and `servectl status` show: the daemon's `state.json`, whether
+What `tpwarden watchdog status` and `tpwarden status` show: the daemon's `state.json`, whether
 a daemon holds the lock, the operator hold and the alerts still waiting to be delivered. Never
 blocks, never writes.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from servectl.cluster.durable import read_json
-from servectl.watchdog.config import hold_path
-from servectl.watchdog.state import StateStore, lock_holder, read_hold
+from tpwarden.cluster.durable import read_json
+from tpwarden.watchdog.config import hold_path
+from tpwarden.watchdog.state import StateStore, lock_holder, read_hold
 
 
 def state_document(state_dir: str, now: float) -> dict[str, Any]:
     """The document for `state_dir` at `now` (a hold that ended before `now` is `hold_expired`).
 
-    `state` is None when the daemon never wrote one. Raises OSError/ValueError/ServectlError
+    `state` is None when the daemon never wrote one. Raises OSError/ValueError/TpwardenError
     when a file is unreadable."""
     sd = state_dir
     state = StateStore(os.path.join(sd, "state.json")).load()

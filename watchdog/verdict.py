@@ -1,7 +1,7 @@
 """Probe verdicts: what one probe (and its /metrics read) says, before any counting.
 
 Pure functions of the observation, the previous /metrics snapshot and `now`; the rules are
-described in `servectl.watchdog.policy` (counting rules). Split from the policy for size.
+described in `tpwarden.watchdog.policy` (counting rules). Split from the policy for size.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import enum
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from servectl.watchdog.observation import Observation
-from servectl.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
+from tpwarden.watchdog.observation import Observation
+from tpwarden.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 
 PolicyStateT = TypeVar("PolicyStateT", bound=Any)
 
@@ -56,7 +56,7 @@ def classify(
         new_flat = m.taken_at if prev is None or progress else flat_since
         s = replace(s, baseline=m, flat_since=new_flat)
     p = obs.probe
-    if is_healthy(p):  # the one notion of healthy, shared with `servectl status`
+    if is_healthy(p):  # the one notion of healthy, shared with `tpwarden status`
         return ProbeVerdict.OK, "probe answered", s
     if p.outcome in (Outcome.REFUSED, Outcome.HTTP_5XX, Outcome.MALFORMED):
         return ProbeVerdict.HARD, f"{p.outcome.value}: {p.detail}", s

@@ -1,7 +1,7 @@
 """What a watchdog watches: its settings, prober and actuator, built from a cluster plan.
 
 `build_config` resolves the probe's target, model, API key and the cluster restart lock from a
-`ClusterSpec`; `watched_plan` picks the plan `servectl watchdog run` starts on (the applied
+`ClusterSpec`; `watched_plan` picks the plan `tpwarden watchdog run` starts on (the applied
 plan, else the inventory) and the `PlanFollower` that rebuilds all three when it changes.
 """
 
@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.applied import AppliedPlan, local_paths, read_applied
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.operator_lock import cluster_lock_path
-from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.settings import SecretRef
-from servectl.cluster.ssh_identity import SshIdentity
-from servectl.cluster.watchdog_plan import PlanFollower, wait_for_applied
-from servectl.watchdog.actuator import ControllerActuator, build_actuator
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import Prober
+from tpwarden.cluster.applied import AppliedPlan, local_paths, read_applied
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.operator_lock import cluster_lock_path
+from tpwarden.cluster.secrets import resolve_secret
+from tpwarden.cluster.settings import SecretRef
+from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.cluster.watchdog_plan import PlanFollower, wait_for_applied
+from tpwarden.watchdog.actuator import ControllerActuator, build_actuator
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.probe import Prober
 
 
 def _read_text(path: str) -> str:

@@ -3,7 +3,7 @@
 A manifest is plain JSON in the run directory. `collect_*` functions do I/O through the
 Controller (SSH, Docker, collector) and httpx; everything else here is pure: the server's
 effective defaults from the plan, secret redaction, the summary facts and the diff that
-`servectl bench compare` prints.
+`tpwarden bench compare` prints.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from servectl.cluster.bench.parse import kv_cache_facts
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.launch import plan_cluster
-from servectl.cluster.settings import looks_like_secret
-from servectl.cluster.spec import ClusterSpec, _jsonable
-from servectl.node import bench_facts
+from tpwarden.cluster.bench.parse import kv_cache_facts
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.settings import looks_like_secret
+from tpwarden.cluster.spec import ClusterSpec, _jsonable
+from tpwarden.node import bench_facts
 
 if TYPE_CHECKING:
-    from servectl.cluster.control.controller import Controller
+    from tpwarden.cluster.control.controller import Controller
 
 MANIFEST_VERSION = 1
 # run on each node as a script (sent over SSH); standard library only
@@ -219,7 +219,7 @@ def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str,
         nv = shown.get("nvml") or {}
         if not nv.get("available", False):
             doc["gpu_reason"] = nv.get("reason") or nv.get("state")
-    except ServectlError as e:
+    except TpwardenError as e:
         doc["gpus"], doc["gpu_reason"] = [], str(e)
     try:
         r = ctl.session(node).run_script(
@@ -229,7 +229,7 @@ def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str,
         for p in facts.get("processes") or []:
             p["argv"] = redact_argv(p.get("argv") or [])
         doc.update(facts)
-    except (ServectlError, ValueError) as e:
+    except (TpwardenError, ValueError) as e:
         doc["processes_reason"] = str(e)
     return doc
 
@@ -254,7 +254,7 @@ def collect_temps(ctl: Controller) -> dict[str, list[dict[str, Any]]]:
         return [_gpu_row(g) for g in ctl.collector(node, ["show"], timeout=30).get("gpus") or []]
 
     return {
-        name: ([] if isinstance(v, ServectlError) else v)
+        name: ([] if isinstance(v, TpwardenError) else v)
         for name, v in ctl.fan_out(list(ctl.spec.nodes), one, timeout=60).items()
     }
 
@@ -264,7 +264,7 @@ def collect_kv_cache(ctl: Controller) -> dict[str, Any]:
     name = plan_cluster(ctl.spec).for_node(head.name).name
     try:
         text = ctl.docker(head).logs(name, tail="all")
-    except ServectlError as e:
+    except TpwardenError as e:
         return {"kv_cache_tokens": None, "kv_cache_gib": None, "reason": str(e)}
     facts = kv_cache_facts(text)
     facts["configured_bytes"] = ctl.spec.serving.kv_cache.memory_bytes

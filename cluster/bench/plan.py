@@ -1,7 +1,7 @@
 """Benchmark plans, pure: the options, the client's node and image, the `vllm bench serve` argv
 per level, the prompt set as ShareGPT JSON, and a `ContainerPlan` per level.
 
-`servectl.cluster.bench.runner` applies them (plan, then apply).
+`tpwarden.cluster.bench.runner` applies them (plan, then apply).
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
-# package data, so an installed servectl has it too (it lived in the checkout's bench/ before)
+# package data, so an installed tpwarden has it too (it lived in the checkout's bench/ before)
 DEFAULT_PROMPTS = Path(__file__).with_name("prompts") / "ko-mixed-20.jsonl"
 CONTAINER_DIR = "/bench"
-LABEL_RUN = "io.servectl.bench-run"
+LABEL_RUN = "io.tpwarden.bench-run"
 
 
-class BenchError(ServectlError):
+class BenchError(TpwardenError):
     """A benchmark could not start or a level failed."""
 
 
@@ -59,7 +59,7 @@ class BenchOptions:
 
 
 def client_image(spec: ClusterSpec, override: str | None = None) -> str:
-    """The CLI flag, else `servectl.bench.client_image` if the inventory has it (read
+    """The CLI flag, else `tpwarden.bench.client_image` if the inventory has it (read
     defensively: the spec does not define it yet), else the serving image."""
     if override:
         return override
@@ -123,7 +123,7 @@ def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) ->
         "--metric-percentiles", "50,90,99",
         "--save-result", "--result-dir", f"{CONTAINER_DIR}/results",
         "--result-filename", f"{name}.json",
-        "--label", f"servectl-{opts.kind}",
+        "--label", f"tpwarden-{opts.kind}",
     ]  # fmt: skip
     if opts.kind == "sweep" and opts.dataset == "random":
         # random tokens: the field report's drafter accepted 10% of them vs 20% on Korean prose

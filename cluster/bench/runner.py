@@ -1,6 +1,6 @@
 """Benchmarks from a CPU-only client container: sweeps, prefill, run directories.
 
-Plan, then apply: the plans are pure (`servectl.cluster.bench.plan`: a `ContainerPlan` per
+Plan, then apply: the plans are pure (`tpwarden.cluster.bench.plan`: a `ContainerPlan` per
 level with the `vllm bench serve` argv); `BenchRunner` applies them
 through the head's Docker gateway: create the container (host network, no GPU request, the
 model directory read-only for `--tokenizer`), copy the prompt file in, start it, wait, copy
@@ -29,9 +29,9 @@ import docker.errors
 import httpx
 import paramiko
 import requests
-from servectl.cluster import __version__
-from servectl.cluster.bench import manifest as bm
-from servectl.cluster.bench.parse import (
+from tpwarden.cluster import __version__
+from tpwarden.cluster.bench import manifest as bm
+from tpwarden.cluster.bench.parse import (
     LevelResult,
     ResultFormatError,
     load_result_text,
@@ -39,7 +39,7 @@ from servectl.cluster.bench.parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.bench.plan import (
+from tpwarden.cluster.bench.plan import (
     CONTAINER_DIR,
     BenchError,
     BenchOptions,
@@ -50,11 +50,11 @@ from servectl.cluster.bench.plan import (
     run_id_for,
     sharegpt_json,
 )
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.docker_gw import DockerGateway, create_kwargs
-from servectl.cluster.durable import atomic_write_text
-from servectl.cluster.errors import DockerError, ServectlError
-from servectl.cluster.launch import ContainerPlan
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
+from tpwarden.cluster.durable import atomic_write_text
+from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.launch import ContainerPlan
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def write_json(path: Path, doc: Any) -> None:
 
 
 def default_runs_dir() -> Path:
-    return Path(os.environ.get("SERVECTL_RUNS_DIR", "runs"))
+    return Path(os.environ.get("TPWARDEN_RUNS_DIR", "runs"))
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class BenchRunner:
         finally:
             manifest["finished_at"] = self.clock().isoformat()
             manifest["completed_levels"] = [o.level for o in run.outcomes]
-            with contextlib.suppress(ServectlError):
+            with contextlib.suppress(TpwardenError):
                 temps = bm.collect_temps(self.ctl)
                 for node, gpus in temps.items():
                     manifest["nodes"].setdefault(node, {})["gpus_end"] = gpus
@@ -178,10 +178,10 @@ class BenchRunner:
         nodes = self.ctl.fan_out(
             list(self.spec.nodes), lambda n: bm.collect_node(self.ctl, n), timeout=120
         )
-        own = ["vllm serve", "vllm bench", "vllm_sim", "servectl"]
+        own = ["vllm serve", "vllm bench", "vllm_sim", "tpwarden"]
         node_docs = {}
         for name, doc in nodes.items():
-            if isinstance(doc, ServectlError):
+            if isinstance(doc, TpwardenError):
                 node_docs[name] = {"error": str(doc)}
             else:
                 doc["gpus_start"] = doc.get("gpus", [])
@@ -191,7 +191,7 @@ class BenchRunner:
             "run_id": run_id,
             "kind": opts.kind,
             "started_at": self.clock().isoformat(),
-            "servectl_version": __version__,
+            "tpwarden_version": __version__,
             "options": opts.to_json(),
             "cluster": bm.cluster_section(self.spec),
             "server": pre["server"],
@@ -324,7 +324,7 @@ def run_client(
         raise DockerError(f"{gw.node}: bench client {plan.name}: {e}") from None
     finally:
         if cid is not None:
-            with contextlib.suppress(ServectlError):
+            with contextlib.suppress(TpwardenError):
                 gw.remove(cid, stop_timeout=5)
 
 

@@ -1,8 +1,8 @@
-"""`servectl`: the command line. A thin layer: it parses arguments, calls the library and renders.
+"""`tpwarden`: the command line. A thin layer: it parses arguments, calls the library and renders.
 
 Examples:
-    servectl inventory check -i inventory.example.yml
-    servectl plan -i inventory.example.yml --json
+    tpwarden inventory check -i inventory.example.yml
+    tpwarden plan -i inventory.example.yml --json
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from servectl.cluster import __version__
-from servectl.cluster.cli.common import (
+from tpwarden.cluster import __version__
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -24,10 +24,10 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.launch import plan_cluster
+from tpwarden.cluster.launch import plan_cluster
 
 app = typer.Typer(
-    name="servectl",
+    name="tpwarden",
     help="Bring up, watch and measure a multi-node vLLM server from one Ansible inventory.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -38,7 +38,7 @@ app.add_typer(inventory_app, name="inventory")
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"servectl {__version__}")
+        console.print(f"tpwarden {__version__}")
         raise typer.Exit()
 
 
@@ -48,7 +48,7 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
 ) -> None:
-    """servectl: one inventory, a tensor-parallel vLLM server on N nodes, kept alive and measured."""
+    """tpwarden: one inventory, a tensor-parallel vLLM server on N nodes, kept alive and measured."""
 
 
 @inventory_app.command("check")
@@ -59,7 +59,7 @@ def inventory_check(
 ) -> None:
     """Validate an inventory; exit 2 with file:line, key and a fix if it is wrong.
 
-    Example: servectl inventory check -i inventory.example.yml
+    Example: tpwarden inventory check -i inventory.example.yml
     """
     spec = load(inventory)
     if as_json:
@@ -86,7 +86,7 @@ def plan(
 ) -> None:
     """Show what would run on every node: container, image, full vLLM argv, env (secrets redacted).
 
-    Example: servectl plan -i inventory.example.yml --json
+    Example: tpwarden plan -i inventory.example.yml --json
     """
     spec = load(inventory)
     cluster_plan = plan_cluster(spec)
@@ -120,7 +120,7 @@ def plan(
 
 
 def _mount_lab_not_installed() -> None:
-    """`servectl lab ...` where the lab is absent: it is a development tool, in the source tree
+    """`tpwarden lab ...` where the lab is absent: it is a development tool, in the source tree
     (`cluster/lab/`, an editable install sees it) and not in the wheel the nodes and operators get."""
 
     @app.command(
@@ -130,7 +130,7 @@ def _mount_lab_not_installed() -> None:
     )
     def _lab(ctx: typer.Context) -> None:
         typer.echo(
-            "error: the lab is not installed: it is a development tool in servectl's source tree "
+            "error: the lab is not installed: it is a development tool in tpwarden's source tree "
             "(cluster/lab/), not in the wheel; clone the repository and run scripts/setup.sh, or "
             "`pip install -e .` from a checkout",
             err=True,
@@ -141,18 +141,18 @@ def _mount_lab_not_installed() -> None:
 def _mount_optional() -> None:
     """Sub-command groups live in their own modules."""
     for module, name in (
-        ("servectl.cluster.cli.lab", "lab"),
-        ("servectl.cluster.cli.watchdog", "watchdog"),
-        ("servectl.cluster.cli.thermal", "thermal"),
-        ("servectl.cluster.cli.bench", "bench"),
-        ("servectl.cluster.cli.decide", "decide"),
-        ("servectl.cluster.cli.eval", "eval"),
-        ("servectl.cluster.cli.prometheus", "prometheus"),
+        ("tpwarden.cluster.cli.lab", "lab"),
+        ("tpwarden.cluster.cli.watchdog", "watchdog"),
+        ("tpwarden.cluster.cli.thermal", "thermal"),
+        ("tpwarden.cluster.cli.bench", "bench"),
+        ("tpwarden.cluster.cli.decide", "decide"),
+        ("tpwarden.cluster.cli.eval", "eval"),
+        ("tpwarden.cluster.cli.prometheus", "prometheus"),
     ):
         try:
             sub = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if name == "lab" and exc.name == "servectl.cluster.lab":
+            if name == "lab" and exc.name == "tpwarden.cluster.lab":
                 _mount_lab_not_installed()
                 continue
             if exc.name != module:
@@ -160,19 +160,19 @@ def _mount_optional() -> None:
             continue
         app.add_typer(sub.app, name=name)
     try:
-        control = importlib.import_module("servectl.cluster.cli.control")
+        control = importlib.import_module("tpwarden.cluster.cli.control")
     except ModuleNotFoundError as exc:
-        if exc.name != "servectl.cluster.cli.control":
+        if exc.name != "tpwarden.cluster.cli.control":
             raise
     else:
         control.register(app)
-    importlib.import_module("servectl.cluster.cli.provision").register(app)
+    importlib.import_module("tpwarden.cluster.cli.provision").register(app)
     # deferred: mounted with the other sub-command groups above, once `app` exists
-    from servectl.cluster.cli import rollout
-    from servectl.cluster.cli.examples import add_examples
+    from tpwarden.cluster.cli import rollout
+    from tpwarden.cluster.cli.examples import add_examples
 
     rollout.register(app)
-    importlib.import_module("servectl.cluster.cli.report").register(app)
+    importlib.import_module("tpwarden.cluster.cli.report").register(app)
     add_examples(app)
 
 

@@ -1,5 +1,5 @@
-"""`python -m servectl.cluster.cli` == `servectl`."""
+"""`python -m tpwarden.cluster.cli` == `tpwarden`."""
 
-from servectl.cluster.cli import app
+from tpwarden.cluster.cli import app
 
-app(prog_name="servectl")
+app(prog_name="tpwarden")

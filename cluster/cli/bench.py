@@ -1,8 +1,8 @@
-"""`servectl bench`: sweeps, prefill, compare. Rendering only; the work is in cluster.bench.
+"""`tpwarden bench`: sweeps, prefill, compare. Rendering only; the work is in cluster.bench.
 
-servectl bench sweep -i inventory.yml --concurrency 1,4,8,16,32 --output-len 512 --ignore-eos
-servectl bench prefill -i inventory.yml --input-len 32k,128k
-servectl bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
+tpwarden bench sweep -i inventory.yml --concurrency 1,4,8,16,32 --output-len 512 --ignore-eos
+tpwarden bench prefill -i inventory.yml --input-len 32k,128k
+tpwarden bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from servectl.cluster.bench.manifest import manifest_diff
-from servectl.cluster.bench.parse import parse_size_token
-from servectl.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
-from servectl.cluster.bench.runner import BenchRunner, compare_rows, load_run
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.bench.manifest import manifest_diff
+from tpwarden.cluster.bench.parse import parse_size_token
+from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
+from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -27,7 +27,7 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control.controller import Controller
+from tpwarden.cluster.control.controller import Controller
 
 app = typer.Typer(
     help="Benchmark the server from a CPU-only client container; compare runs.",
@@ -36,7 +36,7 @@ app = typer.Typer(
 
 RunsDir = Annotated[
     Path | None,
-    typer.Option("--runs-dir", help="Where run directories go (env SERVECTL_RUNS_DIR; ./runs)."),
+    typer.Option("--runs-dir", help="Where run directories go (env TPWARDEN_RUNS_DIR; ./runs)."),
 ]
 ClientImage = Annotated[
     str | None,

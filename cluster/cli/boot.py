@@ -1,6 +1,6 @@
-"""CLI for `servectl boot`: the boot progress bar, boot reports and notes, and `--from-file`
+"""CLI for `tpwarden boot`: the boot progress bar, boot reports and notes, and `--from-file`
 (judge a vLLM log copied from anywhere). `up`, `restart` and `status` reuse the renderers.
-Rendering lives here and only here; the verdict comes from `servectl.cluster.boot`.
+Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boot`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from servectl.cluster.boot import BootNote, BootProgress, read_boot_log
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.boot import BootNote, BootProgress, read_boot_log
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -22,9 +22,9 @@ from servectl.cluster.cli.common import (
     err_console,
     load,
 )
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.control.results import BootResult, ControlEvent
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.results import BootResult, ControlEvent
+from tpwarden.cluster.errors import ConfigError
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
 

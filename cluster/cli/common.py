@@ -21,22 +21,22 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.text import Text
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
 
 console = Console()
 err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_INVENTORY = Path(os.environ.get("SERVECTL_INVENTORY", "inventory.yml"))
+DEFAULT_INVENTORY = Path(os.environ.get("TPWARDEN_INVENTORY", "inventory.yml"))
 
 InventoryOption = Annotated[
     Path,
     typer.Option(
         "--inventory",
         "-i",
-        help="Ansible inventory file (env SERVECTL_INVENTORY).",
+        help="Ansible inventory file (env TPWARDEN_INVENTORY).",
         show_default=True,
     ),
 ]
@@ -58,7 +58,7 @@ def exit_code(code: int) -> int:
 
 
 def handle_errors(func: F) -> F:
-    """Turn servectl errors into one red line and the right exit code, never a traceback."""
+    """Turn tpwarden errors into one red line and the right exit code, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -67,7 +67,7 @@ def handle_errors(func: F) -> F:
         except ConfigError as exc:
             err_console.print(error_line(exc.render()), highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
-        except ServectlError as exc:
+        except TpwardenError as exc:
             err_console.print(error_line(str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(exit_code(exc.exit_code)) from None
 

@@ -13,9 +13,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from servectl.cluster.boot import BootProgress
-from servectl.cluster.cli.boot import BootView, boot, print_notes, report_boot
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.cli.boot import BootView, boot, print_notes, report_boot
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -25,21 +25,21 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.cli.watchdog_view import watchdog_line
-from servectl.cluster.control.controller import Controller, operator_identity
-from servectl.cluster.control.plan import ControlPlan
-from servectl.cluster.control.results import ApplyResult, ControlEvent
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.operator_lock import (
+from tpwarden.cluster.cli.watchdog_view import watchdog_line
+from tpwarden.cluster.control.controller import Controller, operator_identity
+from tpwarden.cluster.control.plan import ControlPlan
+from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.operator_lock import (
     LeasedHolder,
     clear_down,
     cluster_lock_path,
     mark_down,
     one_actor,
 )
-from servectl.cluster.rollout.ports import WatchdogHolder
-from servectl.cluster.status import ClusterStatus
-from servectl.cluster.status_view import REASON_MIN, status_view
+from tpwarden.cluster.rollout.ports import WatchdogHolder
+from tpwarden.cluster.status import ClusterStatus
+from tpwarden.cluster.status_view import REASON_MIN, status_view
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
@@ -125,7 +125,7 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        with one_actor(cluster_lock_path(spec), f"servectl up by {operator_identity()}"):
+        with one_actor(cluster_lock_path(spec), f"tpwarden up by {operator_identity()}"):
             # An operator's `up` ends an intentional stop: the watchdog watches again.
             clear_down(_holder(spec))
             if as_json:
@@ -156,7 +156,7 @@ def down(
         if dry_run or not plan.changes:
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        with one_actor(cluster_lock_path(spec), f"servectl down by {operator_identity()}"):
+        with one_actor(cluster_lock_path(spec), f"tpwarden down by {operator_identity()}"):
             # Recorded before the containers go: the watchdog must never count this stop.
             mark_down(_holder(spec), operator_identity())
             result = ctl.down(plan)
@@ -188,7 +188,7 @@ def restart(
             raise typer.Exit(1)
         # One actor: the cluster lock, and the watchdog held while this restart runs (its release
         # also ends an intentional `down`).
-        what = f"servectl restart by {operator_identity()}: {reason}"
+        what = f"tpwarden restart by {operator_identity()}: {reason}"
         held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
         with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
             if as_json:
@@ -287,7 +287,7 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
     node that cannot be read leaves it out rather than failing the status screen."""
     try:
         return ctl.boot_progress()
-    except ServectlError:
+    except TpwardenError:
         return None
 
 
@@ -372,7 +372,7 @@ def clocks_reset(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOp
 
 
 def register(app: typer.Typer) -> None:
-    """Mount the control commands on the main `servectl` app."""
+    """Mount the control commands on the main `tpwarden` app."""
     for fn in (up, down, restart, status, logs, boot):
         app.command(fn.__name__)(handle_errors(fn))
     app.add_typer(clocks_app, name="clocks")

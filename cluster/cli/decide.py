@@ -1,10 +1,10 @@
-"""`servectl decide`: generation-free decisions from the first token's logprobs.
+"""`tpwarden decide`: generation-free decisions from the first token's logprobs.
 
-servectl decide ask -i inv.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
-servectl decide yesno -i inv.yml "Is the aorta an artery?"
-servectl decide score -i inv.yml "Rate the answer's correctness: ..."
-servectl decide run -i inv.yml --data items.jsonl --runs 2 --permute --json
-servectl decide calibrate -i inv.yml --data validation.jsonl --target-accuracy 0.95
+tpwarden decide ask -i inv.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
+tpwarden decide yesno -i inv.yml "Is the aorta an artery?"
+tpwarden decide score -i inv.yml "Rate the answer's correctness: ..."
+tpwarden decide run -i inv.yml --data items.jsonl --runs 2 --permute --json
+tpwarden decide calibrate -i inv.yml --data validation.jsonl --target-accuracy 0.95
 
 Exit codes: 0 done (a run with some failed items still exits 0, they are counted as errors);
 1 the server or the decision failed (every item failed, label missing, HTTP error); 2 bad input.
@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from servectl.cluster.cli import decide_batch
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.cli import decide_batch
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
     handle_errors,
 )
-from servectl.cluster.cli.decide_common import (
+from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
     KOpt,
@@ -35,7 +35,7 @@ from servectl.cluster.cli.decide_common import (
     ask_one,
     setup,
 )
-from servectl.cluster.decide.core import Item
+from tpwarden.cluster.decide.core import Item
 
 app = typer.Typer(
     help="Decisions from label-token probabilities (max_tokens=1, no text parsing).",
@@ -74,7 +74,7 @@ def ask(
 ) -> None:
     """One multiple-choice question -> probabilities over the labels, decision, margin, verdict.
 
-    Example: servectl decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
+    Example: tpwarden decide ask -i inventory.yml "Which organ pumps blood?" --choice A=Liver --choice B=Heart
     """
 
     item = Item(id="ask", question=question, choices=_choices(choice))
@@ -97,7 +97,7 @@ def yesno(
 ) -> None:
     """P(Yes) vs P(No) from the first token (Yes/yes/YES count together).
 
-    Example: servectl decide yesno -i inventory.yml "Is the aorta an artery?" --json
+    Example: tpwarden decide yesno -i inventory.yml "Is the aorta an artery?" --json
     """
 
     ctx = setup(inventory, path, margin, None, None, True, cue, top_logprobs, False, timeout)
@@ -119,7 +119,7 @@ def score(
 ) -> None:
     """A distribution over integer scores and its expected value.
 
-    Example: servectl decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
+    Example: tpwarden decide score -i inventory.yml "Rate this summary 0-9: ..." --high 9
     """
 
     if not 0 <= low < high:

@@ -1,6 +1,6 @@
-"""`servectl decide run` and `servectl decide calibrate`: batches, run directories, the fit.
+"""`tpwarden decide run` and `tpwarden decide calibrate`: batches, run directories, the fit.
 
-Rendering only; the work is in servectl.cluster.decide (runner, fitted, plots).
+Rendering only; the work is in tpwarden.cluster.decide (runner, fitted, plots).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from servectl.cluster.bench.runner import default_runs_dir, write_json
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.bench.runner import default_runs_dir, write_json
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -21,7 +21,7 @@ from servectl.cluster.cli.common import (
     err_console,
     handle_errors,
 )
-from servectl.cluster.cli.decide_common import (
+from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
     KOpt,
@@ -34,10 +34,10 @@ from servectl.cluster.cli.decide_common import (
     TimeoutOpt,
     setup,
 )
-from servectl.cluster.decide import fitted as fm
-from servectl.cluster.decide import plots, runner
-from servectl.cluster.decide.core import load_items
-from servectl.cluster.durable import read_jsonl
+from tpwarden.cluster.decide import fitted as fm
+from tpwarden.cluster.decide import plots, runner
+from tpwarden.cluster.decide.core import load_items
+from tpwarden.cluster.durable import read_jsonl
 
 DataOpt = Annotated[Path, typer.Option("--data", help="JSONL: id, question, choices, answer?")]
 ConcOpt = Annotated[int, typer.Option("--concurrency", "-c", help="Requests in flight.")]
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decide every item of a JSONL file; accuracy, coverage, holds, flips, latency, bias.
 
-        Example: servectl decide run -i inventory.yml --data items.jsonl --runs 2 --permute --json
+        Example: tpwarden decide run -i inventory.yml --data items.jsonl --runs 2 --permute --json
         """
         if runs < 1 or concurrency < 1:
             raise typer.BadParameter("--runs and --concurrency must be >= 1")
@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
         """Fit a temperature (ECE, reliability diagram) and the margin gate for a target
         accuracy (selective-prediction curve); save both for `decide ask/run`.
 
-        Example: servectl decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
+        Example: tpwarden decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
         """
 
         if (data is None) == (from_run is None):

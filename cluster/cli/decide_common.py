@@ -1,4 +1,4 @@
-"""Options and setup shared by the `servectl decide` commands (inventory -> client, decider,
+"""Options and setup shared by the `tpwarden decide` commands (inventory -> client, decider,
 fitted calibration); rendering of one decision."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from servectl.cluster.cli.common import console, err_console, load
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.decide import fitted as fitted_mod
-from servectl.cluster.decide.client import LogprobClient, max_logprobs_from_args
-from servectl.cluster.decide.core import DEFAULT_MARGIN, Decider
+from tpwarden.cluster.cli.common import console, err_console, load
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.decide import fitted as fitted_mod
+from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
+from tpwarden.cluster.decide.core import DEFAULT_MARGIN, Decider
 
 PathOpt = Annotated[
     str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")
@@ -36,7 +36,7 @@ KOpt = Annotated[
 ThinkOpt = Annotated[bool, typer.Option("--thinking", help="Send enable_thinking true (chat).")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
 RunsDirOpt = Annotated[
-    Path | None, typer.Option("--runs-dir", help="Where run directories go (SERVECTL_RUNS_DIR).")
+    Path | None, typer.Option("--runs-dir", help="Where run directories go (TPWARDEN_RUNS_DIR).")
 ]
 
 
@@ -84,7 +84,7 @@ def setup(
             if fitted.config_hash != spec.config_hash():
                 notes.append(
                     f"calibration fitted under config {fitted.config_hash}, cluster is now "
-                    f"{spec.config_hash()}: refit with `servectl decide calibrate`"
+                    f"{spec.config_hash()}: refit with `tpwarden decide calibrate`"
                 )
             if fitted.path != path:
                 notes.append(f"calibration was fitted on the {fitted.path} path, not {path}")

@@ -1,9 +1,9 @@
-"""`servectl eval`: lm-evaluation-harness runs and comparisons. Rendering only; the work is in
+"""`tpwarden eval`: lm-evaluation-harness runs and comparisons. Rendering only; the work is in
 cluster.eval.
 
-servectl eval run -i inventory.yml --tasks mmlu,kmmlu,kormedmcqa,humaneval,gsm8k --limit 50
-servectl eval run -i inventory.yml --tasks my_mc --include-path tasks/ --dry-run
-servectl eval compare runs/A-eval runs/B-eval
+tpwarden eval run -i inventory.yml --tasks mmlu,kmmlu,kormedmcqa,humaneval,gsm8k --limit 50
+tpwarden eval run -i inventory.yml --tasks my_mc --include-path tasks/ --dry-run
+tpwarden eval compare runs/A-eval runs/B-eval
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from servectl.cluster.bench.runner import default_runs_dir, load_run
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.bench.runner import default_runs_dir, load_run
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -24,11 +24,11 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.eval.plan import EvalOptions
-from servectl.cluster.eval.presets import DEFAULT_NUM_CONCURRENT, EvalError
-from servectl.cluster.eval.results import comparability, compare_scores, eval_differences
-from servectl.cluster.eval.runner import EvalRunner, container_plan, eval_settings
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.eval.plan import EvalOptions
+from tpwarden.cluster.eval.presets import DEFAULT_NUM_CONCURRENT, EvalError
+from tpwarden.cluster.eval.results import comparability, compare_scores, eval_differences
+from tpwarden.cluster.eval.runner import EvalRunner, container_plan, eval_settings
 
 app = typer.Typer(
     help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
@@ -79,7 +79,7 @@ def run(
         str | None, typer.Option(help="Local generate_until tasks to send through chat.")
     ] = None,
     num_concurrent: Annotated[
-        int | None, typer.Option(help="Concurrent requests (inventory servectl.eval; 16).")
+        int | None, typer.Option(help="Concurrent requests (inventory tpwarden.eval; 16).")
     ] = None,
     client_image: Annotated[str | None, typer.Option(help="Client image with lm_eval.")] = None,
     resume: Annotated[
@@ -93,7 +93,7 @@ def run(
 ) -> None:
     """Run lm-eval tasks against the server; one client container per task, resumable.
 
-    Example: servectl eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
+    Example: tpwarden eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
     """
 
     spec = load(inventory)
@@ -154,7 +154,7 @@ def compare(
     """Per-task score deltas, and what changed between the runs' manifests. Refused when the
     runs had different chat-template defaults (thinking) or task paths, unless --force.
 
-    Example: servectl eval compare runs/20260101T000000Z-eval runs/20260115T000000Z-eval
+    Example: tpwarden eval compare runs/20260101T000000Z-eval runs/20260115T000000Z-eval
     """
 
     ma, ta = load_run(run_a)

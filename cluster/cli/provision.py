@@ -1,8 +1,8 @@
-"""`servectl provision`: prepare the nodes and install the agents, through ansible-runner.
+"""`tpwarden provision`: prepare the nodes and install the agents, through ansible-runner.
 
 Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
 summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
-input); the work is in ``servectl.cluster.provision.gateway``.
+input); the work is in ``tpwarden.cluster.provision.gateway``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -24,9 +24,9 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.provision import gateway as prov
+from tpwarden.cluster.provision import gateway as prov
 
-log = logging.getLogger("servectl.provision")
+log = logging.getLogger("tpwarden.provision")
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red"}
 
@@ -82,7 +82,7 @@ def provision(
     tags: Annotated[
         str | None,
         typer.Option(
-            "--tags", help="Only these parts: prereqs,image,model,servectl,secrets,units."
+            "--tags", help="Only these parts: prereqs,image,model,tpwarden,secrets,units."
         ),
     ] = None,
     remove: Annotated[
@@ -99,20 +99,20 @@ def provision(
         Path | None,
         typer.Option(
             "--source",
-            help="servectl source tree for the node wheel (default: this checkout; installed "
+            help="tpwarden source tree for the node wheel (default: this checkout; installed "
             "without one: the installed package, repacked).",
         ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Prepare the nodes (Docker, GPU, image, model) and install servectl, the thermal agent,
+    """Prepare the nodes (Docker, GPU, image, model) and install tpwarden, the thermal agent,
     the watchdog and the clock cap as systemd units, through ansible-runner.
 
     Examples:
-        servectl provision -i inventory.yml
-        servectl provision -i inventory.yml --check
-        servectl provision -i inventory.yml --tags units
-        servectl provision -i inventory.yml --remove
+        tpwarden provision -i inventory.yml
+        tpwarden provision -i inventory.yml --check
+        tpwarden provision -i inventory.yml --tags units
+        tpwarden provision -i inventory.yml --remove
     """
     spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
     request = prov.ProvisionRequest(

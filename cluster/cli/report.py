@@ -1,5 +1,5 @@
-"""`servectl report`: the morning report. Parses options, reads files, renders; the facts come
-from `servectl.cluster.morning` (pure) and the thermal part from the one thermal report."""
+"""`tpwarden report`: the morning report. Parses options, reads files, renders; the facts come
+from `tpwarden.cluster.morning` (pure) and the thermal part from the one thermal report."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from servectl.cluster.bench.runner import default_runs_dir
-from servectl.cluster.cli.common import console, emit_json, err_console, handle_errors, load
-from servectl.cluster.durable import default_state_dir
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.morning import headline, morning_to_json
-from servectl.cluster.morning_html import morning_html, text_lines
-from servectl.cluster.morning_io import Sources, morning_from_files
-from servectl.watchdog.thermal import (
+from tpwarden.cluster.bench.runner import default_runs_dir
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load
+from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.morning import headline, morning_to_json
+from tpwarden.cluster.morning_html import morning_html, text_lines
+from tpwarden.cluster.morning_io import Sources, morning_from_files
+from tpwarden.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from servectl.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
-from servectl.watchdog.thermal.plot import figure_png, thermal_figure
+from tpwarden.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
+from tpwarden.watchdog.thermal.plot import figure_png, thermal_figure
 
 OptPath = Annotated[Path | None, typer.Option()]
 
@@ -51,7 +51,7 @@ def report(
     ] = None,
     runs_dir: Annotated[
         Path | None,
-        typer.Option("--runs-dir", help="Bench run directories (-i: SERVECTL_RUNS_DIR or ./runs)."),
+        typer.Option("--runs-dir", help="Bench run directories (-i: TPWARDEN_RUNS_DIR or ./runs)."),
     ] = None,
     head: Annotated[str | None, typer.Option("--head", help="Head node (with --from-dir).")] = None,
     zone_role: Annotated[
@@ -76,7 +76,7 @@ def report(
         raise ConfigError(str(exc), key="--since/--until/--tz") from None
     roles_map = _zone_roles(zone_role)
     problems: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="servectl-report-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-report-") as tmp:
         if from_dir is not None:
             src = Sources.from_dir(from_dir)
             roles = {head: "head"} if head else None  # others: the role their agent recorded

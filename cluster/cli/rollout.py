@@ -1,12 +1,12 @@
-"""`servectl rollout` and `servectl rollback`: change the launcher config safely.
+"""`tpwarden rollout` and `tpwarden rollback`: change the launcher config safely.
 
 Examples:
-    servectl rollout -i inv.yml --set drafter.num_speculative_tokens=3 --bench quick \\
+    tpwarden rollout -i inv.yml --set drafter.num_speculative_tokens=3 --bench quick \\
         --guard "c=32 aggregate >= -5%"
-    servectl rollout -i inv.yml --resume        # finish a rollout that was interrupted
-    servectl rollout -i inv.yml --abort         # or roll it back
-    servectl rollout history -i inv.yml
-    servectl rollback -i inv.yml [REVISION]
+    tpwarden rollout -i inv.yml --resume        # finish a rollout that was interrupted
+    tpwarden rollout -i inv.yml --abort         # or roll it back
+    tpwarden rollout history -i inv.yml
+    tpwarden rollback -i inv.yml [REVISION]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -30,14 +30,14 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.control.controller import operator_identity
-from servectl.cluster.durable import default_state_dir
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
-from servectl.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
-from servectl.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
-from servectl.cluster.rollout.sequence import (
+from tpwarden.cluster.control.controller import operator_identity
+from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
+from tpwarden.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
+from tpwarden.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
+from tpwarden.cluster.rollout.sequence import (
     TERMINAL,
     Rollout,
     RolloutPorts,
@@ -100,7 +100,7 @@ def rollout(
     ctx: typer.Context,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     set_: Annotated[
-        list[str], typer.Option("--set", help="KEY=VALUE under servectl (repeatable).")
+        list[str], typer.Option("--set", help="KEY=VALUE under tpwarden (repeatable).")
     ] = [],  # noqa: B006
     bench: Annotated[
         str,
@@ -143,7 +143,7 @@ def rollout(
         if not dry_run:
             # Before reading current.json: a second rollout is refused naming the first,
             # rather than mistaking a running rollout for an interrupted one.
-            one_actor_at_a_time.enter_context(_cluster_lock(inventory, "servectl rollout", via))
+            one_actor_at_a_time.enter_context(_cluster_lock(inventory, "tpwarden rollout", via))
         store = _store(inventory)
         guards = [parse_guard(g) for g in guard]
         current = store.current()
@@ -244,14 +244,14 @@ def rollback(
     """Restore a recorded config revision (default: the one before the last rollout) and restart.
     --json needs --yes.
 
-    Example: servectl rollback -i inv.yml
+    Example: tpwarden rollback -i inv.yml
     """
     if as_json and not yes:
         raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
     ports = _ports(inventory, "none", as_json=as_json)
-    with _cluster_lock(inventory, "servectl rollback"):
+    with _cluster_lock(inventory, "tpwarden rollback"):
         result = rollback_to(_store(inventory), ports, str(inventory), revision)
     raise typer.Exit(_render(result, as_json, "rollback"))
 

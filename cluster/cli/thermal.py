@@ -1,7 +1,7 @@
-"""`servectl thermal ...`: the thermal agent on one node and the morning report.
+"""`tpwarden thermal ...`: the thermal agent on one node and the morning report.
 
-Mounted by the lead as ``servectl thermal``. This layer parses options, renders tables and
-sets exit codes; the work lives in ``servectl.watchdog.thermal``.
+Mounted by the lead as ``tpwarden thermal``. This layer parses options, renders tables and
+sets exit codes; the work lives in ``tpwarden.watchdog.thermal``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from servectl.cluster.cli.common import emit_json, load
-from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
-from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
-from servectl.cluster.ssh import SshPool
-from servectl.node.thermal.app import AgentOptions, run_agent
-from servectl.watchdog.thermal.remote import (
+from tpwarden.cluster.cli.common import emit_json, load
+from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
+from tpwarden.cluster.ssh import SshPool
+from tpwarden.node.thermal.app import AgentOptions, run_agent
+from tpwarden.watchdog.thermal.remote import (
     LiveRow,
     StatusRow,
     apply_plan,
@@ -39,9 +39,9 @@ from servectl.watchdog.thermal.remote import (
     status_row,
 )
 
-log = logging.getLogger("servectl.thermal")
+log = logging.getLogger("tpwarden.thermal")
 
-DEFAULT_DIR = "/var/log/servectl/thermal"
+DEFAULT_DIR = "/var/log/tpwarden/thermal"
 _DEFAULT_DIR = Path(DEFAULT_DIR)
 _SYS = Path("/sys")
 
@@ -116,7 +116,7 @@ def _iso(ts: float) -> str:
 
 # -- all nodes: start, stop, status, watch (watchdog.thermal.remote does the work) ----------------
 InvOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory file.")]
-_INV = Path(os.environ.get("SERVECTL_INVENTORY", "inventory.yml"))
+_INV = Path(os.environ.get("TPWARDEN_INVENTORY", "inventory.yml"))
 
 
 def _node_timeout(spec: Any) -> float:
@@ -178,8 +178,8 @@ def start(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Start the agent on every node: the installed servectl-thermal.service if present, else
-    a copied zipapp as the transient unit servectl-thermal-agent (Restart=on-failure)."""
+    """Start the agent on every node: the installed tpwarden-thermal.service if present, else
+    a copied zipapp as the transient unit tpwarden-thermal-agent (Restart=on-failure)."""
     spec = _load_or_exit(inventory, load)
     _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
 
@@ -309,7 +309,7 @@ def watch(
             pass
 
 
-from servectl.cluster.cli import (  # noqa: E402, F401  (register `thermal report` and `zones`)
+from tpwarden.cluster.cli import (  # noqa: E402, F401  (register `thermal report` and `zones`)
     thermal_report,
     thermal_zones,
 )

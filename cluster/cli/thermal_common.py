@@ -1,4 +1,4 @@
-"""What `servectl thermal`'s command modules share: the Typer group and small renderers.
+"""What `tpwarden thermal`'s command modules share: the Typer group and small renderers.
 
 Its own module so that ``thermal_report`` and ``thermal_zones`` need not import ``thermal``,
 which imports them to register their commands (no import cycle).
@@ -11,8 +11,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from servectl.cluster.cli.common import error_line
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.cli.common import error_line
+from tpwarden.cluster.errors import ConfigError
 
 app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 

@@ -1,6 +1,6 @@
-"""`servectl thermal report`: peaks, margins to critical, throttle episodes and gaps over the
+"""`tpwarden thermal report`: peaks, margins to critical, throttle episodes and gaps over the
 thermal agents' files, in the operator's time zone. The facts come from
-``servectl.watchdog.thermal.report`` (the one thermal report; `servectl report` reuses it)."""
+``tpwarden.watchdog.thermal.report`` (the one thermal report; `tpwarden report` reuses it)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from servectl.cluster.cli.common import SCHEMA_VERSION, load
-from servectl.cluster.cli.report import _zone_roles
-from servectl.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
-from servectl.watchdog.thermal import (
+from tpwarden.cluster.cli.common import SCHEMA_VERSION, load
+from tpwarden.cluster.cli.report import _zone_roles
+from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from tpwarden.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_plot
-from servectl.watchdog.thermal.localtime import local, local_iso, parse_tz, parse_window, span_text
-from servectl.watchdog.thermal.report import report_to_json
+from tpwarden.watchdog.thermal.export import report_from_dir, write_csv, write_plot
+from tpwarden.watchdog.thermal.localtime import local, local_iso, parse_tz, parse_window, span_text
+from tpwarden.watchdog.thermal.report import report_to_json
 
 
 @app.command()
@@ -70,7 +70,7 @@ def report(
     zone_roles = _zone_roles(zone_role)
     roles: dict[str, str] | None = None
     unreachable: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="servectl-thermal-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-thermal-") as tmp:
         directory = from_dir
         if inventory is not None:
             spec = _load_or_exit(inventory, load)

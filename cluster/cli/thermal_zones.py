@@ -1,6 +1,6 @@
-"""`servectl thermal zones`: every node's zones with type, current and trip temperatures and
+"""`tpwarden thermal zones`: every node's zones with type, current and trip temperatures and
 how each one moved over the last minutes (from the agents' samples), to help write the
-inventory's `thermal.zone_roles`. Run it after a short load (e.g. `servectl bench sweep
+inventory's `thermal.zone_roles`. Run it after a short load (e.g. `tpwarden bench sweep
 --concurrency 32`) so the zones that follow the GPU or the CPU stand out."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from servectl.cluster.cli.common import emit_json, handle_errors, load
-from servectl.cluster.cli.thermal_common import app
-from servectl.cluster.errors import ConfigError
-from servectl.node.thermal.writer import read_records
-from servectl.watchdog.thermal import (
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load
+from tpwarden.cluster.cli.thermal_common import app
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.node.thermal.writer import read_records
+from tpwarden.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from servectl.watchdog.thermal.export import files_in
-from servectl.watchdog.thermal.survey import survey
+from tpwarden.watchdog.thermal.export import files_in
+from tpwarden.watchdog.thermal.survey import survey
 
 
 def _c(v: float | None) -> str:
@@ -48,7 +48,7 @@ def zones(
     until = time.time()
     since = until - minutes * 60
     roles: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="servectl-zones-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-zones-") as tmp:
         directory = from_dir
         unreachable: dict[str, str] = {}
         if inventory is not None:

@@ -1,14 +1,14 @@
-"""`servectl watchdog ...`: run the probe watchdog, show its state, hold and release it.
+"""`tpwarden watchdog ...`: run the probe watchdog, show its state, hold and release it.
 
 A thin layer: options, rendering (rich), exit codes. The work lives in `watchdog.*`; the daemon
 owns `state.json`, the CLI only writes `hold.json` (atomic) and appends to `events.jsonl`.
 
 Examples:
-    servectl watchdog run -i inventory.yml
-    servectl watchdog status --json
-    servectl watchdog hold --for 30m --reason "k=3 rollout"
-    servectl watchdog release
-    servectl watchdog history --limit 50
+    tpwarden watchdog run -i inventory.yml
+    tpwarden watchdog status --json
+    tpwarden watchdog hold --for 30m --reason "k=3 rollout"
+    tpwarden watchdog release
+    tpwarden watchdog history --limit 50
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from servectl.cluster.cli.common import (
+from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
@@ -33,15 +33,15 @@ from servectl.cluster.cli.common import (
     handle_errors,
     load,
 )
-from servectl.cluster.cli.watchdog_view import iso
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.ssh_identity import SshIdentity
-from servectl.watchdog.config import MAX_HOLD_S, hold_path
-from servectl.watchdog.daemon import build_watchdog
-from servectl.watchdog.events import EventLog, read_events
-from servectl.watchdog.state import write_hold, write_release
-from servectl.watchdog.state_doc import state_document
-from servectl.watchdog.wiring import watched_plan
+from tpwarden.cluster.cli.watchdog_view import iso
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
+from tpwarden.watchdog.daemon import build_watchdog
+from tpwarden.watchdog.events import EventLog, read_events
+from tpwarden.watchdog.state import write_hold, write_release
+from tpwarden.watchdog.state_doc import state_document
+from tpwarden.watchdog.wiring import watched_plan
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -85,7 +85,7 @@ def run(
         typer.Option(
             "--applied",
             help="Follow this applied-plan record (applied.json) instead of an inventory: what "
-            "the provisioned watchdog does. Waits for the first `servectl up` if absent.",
+            "the provisioned watchdog does. Waits for the first `tpwarden up` if absent.",
         ),
     ] = None,
     ssh_key: Annotated[
@@ -173,7 +173,7 @@ def status(
     h = doc["hold"]
     t.add_row("hold", f"until {iso(h['until'])} by {h['by']}: {h['reason']}" if h else "none")
     if h and h["kind"] == "down":
-        t.add_row("", "[bold]intentional stop[/]: no restart until `servectl up`")
+        t.add_row("", "[bold]intentional stop[/]: no restart until `tpwarden up`")
     if doc.get("hold_expired"):
         e = doc["hold_expired"]
         t.add_row("hold expired", f"at {iso(e['until'])} ({e['reason']}), never released")

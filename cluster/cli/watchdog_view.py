@@ -1,6 +1,6 @@
-"""Rendering of the watchdog's state document (`servectl.watchdog.state_doc`) for the CLI.
+"""Rendering of the watchdog's state document (`tpwarden.watchdog.state_doc`) for the CLI.
 
-Shared by `servectl watchdog status` and the watchdog line of `servectl status`.
+Shared by `tpwarden watchdog status` and the watchdog line of `tpwarden status`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from servectl.cluster.errors import ServectlError
-from servectl.watchdog.state_doc import state_document
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.state_doc import state_document
 
 
 def iso(ts: float | None) -> str:
@@ -20,11 +20,11 @@ def iso(ts: float | None) -> str:
 
 
 def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
-    """For `servectl status`: the watchdog's state from `state_dir` on this machine (file reads
+    """For `tpwarden status`: the watchdog's state from `state_dir` on this machine (file reads
     only, never blocks) as (JSON doc or None, one line of text)."""
     try:
         doc = state_document(state_dir, time.time())
-    except (OSError, ValueError, ServectlError) as exc:
+    except (OSError, ValueError, TpwardenError) as exc:
         return None, f"watchdog: state unreadable in {state_dir} ({exc})"
     st = doc["state"]
     if st is None:

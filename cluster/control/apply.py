@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from servectl.cluster.control.plan import Action, ControlPlan, Drift
-from servectl.cluster.control.results import Emit, NodeOutcome
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.launch import ContainerPlan
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.control.plan import Action, ControlPlan, Drift
+from tpwarden.cluster.control.results import Emit, NodeOutcome
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.launch import ContainerPlan
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.secrets import resolve_secret
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 STEP_TIMEOUT_S = 180.0
 
@@ -59,7 +59,7 @@ def apply_plan(
         return f"removed {', '.join(step.remove)}"
 
     for name, r in nodes.fan_out(removing, remove, timeout=STEP_TIMEOUT_S).items():
-        outcomes[name] = NodeOutcome(name, not isinstance(r, ServectlError), str(r))
+        outcomes[name] = NodeOutcome(name, not isinstance(r, TpwardenError), str(r))
     if any(not o.ok for o in outcomes.values()):
         return tuple(outcomes.values())
 
@@ -73,7 +73,7 @@ def apply_plan(
     for wave in plan.waves:
         starting = [by_name[n] for n in wave if plan.step(n).container is not None]
         for name, r in nodes.fan_out(starting, start, timeout=STEP_TIMEOUT_S).items():
-            outcomes[name] = NodeOutcome(name, not isinstance(r, ServectlError), str(r))
+            outcomes[name] = NodeOutcome(name, not isinstance(r, TpwardenError), str(r))
         if any(not o.ok for o in outcomes.values()):
             break
     _exec_after_start(spec, nodes, plan, outcomes, emit)

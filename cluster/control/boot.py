@@ -1,5 +1,5 @@
 """Following the head's boot: its log through the boot phases until a 1-token completion
-answers (`up`, `servectl boot`), and the boot's progress read from the log so far (the
+answers (`up`, `tpwarden boot`), and the boot's progress read from the log so far (the
 watchdog). Time comes from the injected wall clock; waits are bounded by the monotonic one."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from servectl.cluster.boot import BootProgress, BootTracker
-from servectl.cluster.boot_history import BootHistory, phase_durations
-from servectl.cluster.boot_phase import BootPhase
-from servectl.cluster.control.logs import last_log_lines
-from servectl.cluster.control.results import BootResult, Emit
-from servectl.cluster.docker_gw import ContainerInfo, LogStream
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.launch import plan_cluster
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.boot import BootProgress, BootTracker
+from tpwarden.cluster.boot_history import BootHistory, phase_durations
+from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.control.logs import last_log_lines
+from tpwarden.cluster.control.results import BootResult, Emit
+from tpwarden.cluster.docker_gw import ContainerInfo, LogStream
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.spec import ClusterSpec
 
-Observed = Mapping[str, list[ContainerInfo] | ServectlError]
+Observed = Mapping[str, list[ContainerInfo] | TpwardenError]
 Probe = Callable[..., tuple[bool, float | None, str | None]]
 
 
@@ -31,7 +31,7 @@ def dead_containers(observed: Observed) -> list[str]:
     not up. A node that did not answer is not counted: it says nothing about its container."""
     dead = []
     for name, r in observed.items():
-        if isinstance(r, ServectlError):
+        if isinstance(r, TpwardenError):
             continue
         if not r:
             dead.append(f"{name}: container gone")
@@ -69,7 +69,7 @@ class BootFollower:
 
     def head_container(self) -> ContainerInfo | None:
         """The head's serving container as its engine reports it (any state); None if absent."""
-        found = self.nodes.docker(self.spec.head).list_servectl(self.spec.name)
+        found = self.nodes.docker(self.spec.head).list_tpwarden(self.spec.name)
         return (
             max(found, key=lambda c: c.started_at or datetime.min.replace(tzinfo=UTC))
             if found
@@ -102,7 +102,7 @@ class BootFollower:
         name = plan_cluster(self.spec).for_node(head.name).name
         stream = gw.follow_logs(name, tail="all")
         threading.Thread(
-            target=_pump, args=(stream, lines), daemon=True, name="servectl-boot-log"
+            target=_pump, args=(stream, lines), daemon=True, name="tpwarden-boot-log"
         ).start()
         deadline = time.monotonic() + timeout_s
         next_state_check = next_probe = 0.0
@@ -186,7 +186,7 @@ def _pump(stream: LogStream, q: queue.Queue[str | None]) -> None:
     try:
         for line in stream:
             q.put(line)
-    except ServectlError as e:
-        q.put(f"servectl: log stream error: {e}")
+    except TpwardenError as e:
+        q.put(f"tpwarden: log stream error: {e}")
     finally:
         q.put(None)

@@ -1,4 +1,4 @@
-"""GPU clock cap on every node (`servectl clocks`), and the pure reading of the collector's
+"""GPU clock cap on every node (`tpwarden clocks`), and the pure reading of the collector's
 GPU report that pre-flight shares."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from servectl.cluster.control.results import ClockResult
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.control.results import ClockResult
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 
 def set_clocks(

@@ -1,10 +1,10 @@
 """Cluster control: up, down, restart, status, logs, boot following and the clock cap.
 
-`Controller` is the facade one servectl command holds: it plans (pure,
-`servectl.cluster.control.plan`), checks (`preflight`), applies (`apply`),
+`Controller` is the facade one tpwarden command holds: it plans (pure,
+`tpwarden.cluster.control.plan`), checks (`preflight`), applies (`apply`),
 follows the boot (`boot`), gathers status (`status`), reads logs
 (`logs`) and sets clocks (`clocks`). It reaches the nodes through a `Nodes`
-connector (`servectl.cluster.nodes`) and reads time from an injected wall clock, so each part
+connector (`tpwarden.cluster.nodes`) and reads time from an injected wall clock, so each part
 runs in unit tests against a fake. It never prints: it returns typed results
 (`results`) and reports progress through an `on_event` callback.
 """
@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from servectl.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
-from servectl.cluster.applied import revision as applied_revision
-from servectl.cluster.boot import BootProgress
-from servectl.cluster.boot_history import BootHistory
-from servectl.cluster.control.apply import apply_plan, resolve_secrets
-from servectl.cluster.control.boot import BootFollower
-from servectl.cluster.control.clocks import set_clocks
-from servectl.cluster.control.logs import follow_logs, last_log_lines, tail_logs
-from servectl.cluster.control.plan import ControlPlan, Drift, plan_down, plan_restart, plan_up
-from servectl.cluster.control.preflight import preflight
-from servectl.cluster.control.results import (
+from tpwarden.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
+from tpwarden.cluster.applied import revision as applied_revision
+from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.boot_history import BootHistory
+from tpwarden.cluster.control.apply import apply_plan, resolve_secrets
+from tpwarden.cluster.control.boot import BootFollower
+from tpwarden.cluster.control.clocks import set_clocks
+from tpwarden.cluster.control.logs import follow_logs, last_log_lines, tail_logs
+from tpwarden.cluster.control.plan import ControlPlan, Drift, plan_down, plan_restart, plan_up
+from tpwarden.cluster.control.preflight import preflight
+from tpwarden.cluster.control.results import (
     ApplyResult,
     BootResult,
     ClockResult,
@@ -41,16 +41,16 @@ from servectl.cluster.control.results import (
     PreflightReport,
     emitter,
 )
-from servectl.cluster.control.server import ServerEndpoint
-from servectl.cluster.control.status import gather_status
-from servectl.cluster.docker_gw import ContainerInfo, DockerGateway
-from servectl.cluster.durable import JsonlLog, default_state_dir
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
-from servectl.cluster.nodes import NodeConnector, Nodes, is_local
-from servectl.cluster.spec import ClusterSpec, NodeSpec
-from servectl.cluster.ssh import NodeSession, SshPool
-from servectl.cluster.status import ClusterStatus, ServerStatus
+from tpwarden.cluster.control.server import ServerEndpoint
+from tpwarden.cluster.control.status import gather_status
+from tpwarden.cluster.docker_gw import ContainerInfo, DockerGateway
+from tpwarden.cluster.durable import JsonlLog, default_state_dir
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
+from tpwarden.cluster.nodes import NodeConnector, Nodes, is_local
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.ssh import NodeSession, SshPool
+from tpwarden.cluster.status import ClusterStatus, ServerStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,7 +93,7 @@ class Controller:
         state = Path(state_dir) if state_dir else default_state_dir()
         self.state_dir = state
         self.history = BootHistory(state / "boots.jsonl")
-        # What servectl did (restarts, stops), on the control machine: JSON lines, sorted keys.
+        # What tpwarden did (restarts, stops), on the control machine: JSON lines, sorted keys.
         self.events = JsonlLog(state / "events.jsonl")
         self.emit = emitter(on_event)
         self._clock = clock
@@ -150,7 +150,7 @@ class Controller:
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
-    ) -> dict[str, T | ServectlError]:
+    ) -> dict[str, T | TpwardenError]:
         """Run `fn(node)` on every node in parallel; errors and timeouts become values."""
         return self.nodes.fan_out(nodes, fn, timeout)
 
@@ -163,20 +163,20 @@ class Controller:
     def observe(
         self,
         nodes: Sequence[NodeSpec] | None = None,
-    ) -> dict[str, list[ContainerInfo] | ServectlError]:
+    ) -> dict[str, list[ContainerInfo] | TpwardenError]:
         selected = list(nodes or self.spec.nodes)
         return self.fan_out(
             selected,
-            lambda n: self.docker(n).list_servectl(self.spec.name),
+            lambda n: self.docker(n).list_tpwarden(self.spec.name),
             timeout=self.node_timeout_s * 3,
         )
 
     def _observed_or_raise(self) -> dict[str, list[ContainerInfo]]:
         observed = self.observe()
-        errors = [e for e in observed.values() if isinstance(e, ServectlError)]
+        errors = [e for e in observed.values() if isinstance(e, TpwardenError)]
         if errors:
             raise errors[0]
-        return {k: v for k, v in observed.items() if not isinstance(v, ServectlError)}
+        return {k: v for k, v in observed.items() if not isinstance(v, TpwardenError)}
 
     # -- plans ----------------------------------------------------------------------------------
     def cluster_plan(self) -> ClusterPlan:
@@ -197,7 +197,7 @@ class Controller:
         return preflight(self.spec, self.nodes, plan, self.emit)
 
     def resolve_secrets(self, container: ContainerPlan) -> dict[str, str]:
-        """Secret values for one container, read at apply time (see `servectl.cluster.control.apply`)."""
+        """Secret values for one container, read at apply time (see `tpwarden.cluster.control.apply`)."""
         return resolve_secrets(self.spec, self.nodes, container)
 
     def apply(self, plan: ControlPlan) -> tuple[NodeOutcome, ...]:
@@ -224,7 +224,7 @@ class Controller:
         if preflight:
             report = self.preflight(plan)
             if not report.ok:
-                raise ServectlError("pre-flight failed:\n  " + "\n  ".join(report.problems))
+                raise TpwardenError("pre-flight failed:\n  " + "\n  ".join(report.problems))
         outcomes = self.apply(plan)
         if all(o.ok for o in outcomes):
             self.record_applied(action, who)
@@ -302,7 +302,7 @@ class Controller:
         return self.boot_follower.follow(timeout_s=timeout_s, poll_s=poll_s)
 
     def attach_boot(self, timeout_s: float = 2400.0) -> BootResult:
-        """`servectl boot`: replay the head's log so far, then follow it like `up` does."""
+        """`tpwarden boot`: replay the head's log so far, then follow it like `up` does."""
         return self.follow_boot(timeout_s=timeout_s)
 
     def dead_containers(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""The serving containers' logs on every node: a tail (`servectl logs`), a follow that
+"""The serving containers' logs on every node: a tail (`tpwarden logs`), a follow that
 interleaves nodes as lines come, and the last lines a failed boot reports."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from servectl.cluster.docker_gw import LogStream
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.docker_gw import LogStream
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 
 def _node_tail(spec: ClusterSpec, nodes: Nodes, node: NodeSpec, tail: int) -> str:
     gw = nodes.docker(node)
-    return "\n".join(gw.logs(c.id, tail=tail) for c in gw.list_servectl(spec.name))
+    return "\n".join(gw.logs(c.id, tail=tail) for c in gw.list_tpwarden(spec.name))
 
 
 def tail_logs(
@@ -24,7 +24,7 @@ def tail_logs(
     """node -> its containers' last `tail` lines; a node that fails reads `<error>`."""
     selected = [spec.node(node)] if node else list(spec.nodes)
     return {
-        k: (f"<{v}>" if isinstance(v, ServectlError) else v)
+        k: (f"<{v}>" if isinstance(v, TpwardenError) else v)
         for k, v in nodes.fan_out(
             selected, lambda n: _node_tail(spec, nodes, n, tail), timeout=60
         ).items()
@@ -34,7 +34,7 @@ def tail_logs(
 def last_log_lines(spec: ClusterSpec, nodes: Nodes, tail: int = 20) -> dict[str, str]:
     """node -> its containers' last lines, or the error as text; for a failed boot's report."""
     return {
-        k: (str(v) if isinstance(v, ServectlError) else v)
+        k: (str(v) if isinstance(v, TpwardenError) else v)
         for k, v in nodes.fan_out(
             list(spec.nodes), lambda n: _node_tail(spec, nodes, n, tail), timeout=30
         ).items()
@@ -50,7 +50,7 @@ def follow_logs(
     streams: list[LogStream] = []
     for n in selected:
         gw = nodes.docker(n)
-        for c in gw.list_servectl(spec.name):
+        for c in gw.list_tpwarden(spec.name):
             st = gw.follow_logs(c.id, tail=tail)
             streams.append(st)
             threading.Thread(target=_pump_tagged, args=(n.name, st, q), daemon=True).start()
@@ -71,7 +71,7 @@ def _pump_tagged(node: str, stream: LogStream, q: queue.Queue[tuple[str, str | N
     try:
         for line in stream:
             q.put((node, line))
-    except ServectlError as e:
+    except TpwardenError as e:
         q.put((node, f"<{e}>"))
     finally:
         q.put((node, None))

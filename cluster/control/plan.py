@@ -1,6 +1,6 @@
 """Pure planning for `up` / `down`: observed containers + the launch plan -> what to do.
 
-No I/O here: `servectl.cluster.control.controller` gathers the facts (containers by label on each node) and applies
+No I/O here: `tpwarden.cluster.control.controller` gathers the facts (containers by label on each node) and applies
 the plan this module returns, so `--dry-run` is free and every decision is unit-tested.
 """
 
@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from servectl.cluster.errors import ServectlError
+from tpwarden.cluster.errors import TpwardenError
 
 if TYPE_CHECKING:
-    from servectl.cluster.docker_gw import ContainerInfo
-    from servectl.cluster.launch import ClusterPlan, ContainerPlan
+    from tpwarden.cluster.docker_gw import ContainerInfo
+    from tpwarden.cluster.launch import ClusterPlan, ContainerPlan
 
 
-class Drift(ServectlError):
+class Drift(TpwardenError):
     """Containers of another config hash are running; `up` refuses without `replace`."""
 
     exit_code = 3
@@ -29,7 +29,7 @@ class Drift(ServectlError):
         running = ", ".join(f"{n}={h or '?'}" for n, h in sorted(self.nodes.items()))
         super().__init__(
             f"config drift: running {running}, inventory says {wanted}; use "
-            f"`servectl up --replace` or `servectl restart` to apply it"
+            f"`tpwarden up --replace` or `tpwarden restart` to apply it"
         )
 
 

@@ -3,12 +3,12 @@ node (the image, the model and drafter paths, the head's ports, the GPUs and the
 
 from __future__ import annotations
 
-from servectl.cluster.control.clocks import gpu_problems
-from servectl.cluster.control.plan import ControlPlan
-from servectl.cluster.control.results import Emit, PreflightReport
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.control.clocks import gpu_problems
+from tpwarden.cluster.control.plan import ControlPlan
+from tpwarden.cluster.control.results import Emit, PreflightReport
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 PREFLIGHT_TIMEOUT_S = 120.0
 
@@ -41,7 +41,7 @@ def preflight(
             if not found.get(p, {}).get("exists"):
                 problems.append(f"{node.name}: {p} does not exist")
         if node.role == "head" and not head_removed:
-            # Each port where it will be bound: the API on servectl.host, the rendezvous on
+            # Each port where it will be bound: the API on tpwarden.host, the rendezvous on
             # the head's vllm_host_ip.
             for host, port in ((s.host, s.port), (node.vllm_host_ip, s.parallel.master_port)):
                 busy = nodes.collector(node, ["ports", "--host", host, str(port)]).get("ports", {})
@@ -58,7 +58,7 @@ def preflight(
     results = nodes.fan_out(checked, check, timeout=timeout_s)
     problems: list[str] = []
     for name, r in results.items():
-        if isinstance(r, ServectlError):
+        if isinstance(r, TpwardenError):
             problems.append(f"{name}: {r}")
         else:
             problems.extend(r)

@@ -1,6 +1,6 @@
 """What cluster control reports: progress events and the typed results of its actions.
 
-Shared by `servectl.cluster.control.controller` and its parts (preflight, apply, boot, clocks), so that
+Shared by `tpwarden.cluster.control.controller` and its parts (preflight, apply, boot, clocks), so that
 none of them imports the facade.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from servectl.cluster.boot import BootProgress
-from servectl.cluster.control.plan import ControlPlan
+from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.control.plan import ControlPlan
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ import time
 from collections.abc import Mapping
 
 import httpx
-from servectl.cluster.errors import ProbeError, ServectlError
-from servectl.cluster.metrics_text import sum_by_sample
-from servectl.cluster.nodes import Nodes
-from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.spec import ClusterSpec
-from servectl.cluster.status import ServerStatus, server_gauges
-from servectl.watchdog.probe import is_healthy, probe_completion
+from tpwarden.cluster.errors import ProbeError, TpwardenError
+from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.nodes import Nodes
+from tpwarden.cluster.secrets import resolve_secret
+from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.cluster.status import ServerStatus, server_gauges
+from tpwarden.watchdog.probe import is_healthy, probe_completion
 
 
 class ServerEndpoint:
@@ -72,7 +72,7 @@ class ServerEndpoint:
                 what="the API key",
                 where="on this machine",
             )
-        except ServectlError:
+        except TpwardenError:
             return None
 
     def status(self, deadline: float) -> ServerStatus:

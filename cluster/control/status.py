@@ -1,6 +1,6 @@
-"""`servectl status` gathered: every node's container and GPUs and the server's answers, in
+"""`tpwarden status` gathered: every node's container and GPUs and the server's answers, in
 parallel, each bounded by the command's timeout. A node that fails is a row that says why,
-never an exception; the verdict is derived by the pure `servectl.cluster.status`."""
+never an exception; the verdict is derived by the pure `tpwarden.cluster.status`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from servectl.cluster.errors import DockerError, NodeUnreachable, ServectlError
-from servectl.cluster.nodes import Nodes, daemon_call
-from servectl.cluster.spec import ClusterSpec, NodeSpec
-from servectl.cluster.status import (
+from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
+from tpwarden.cluster.nodes import Nodes, daemon_call
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.status import (
     ClusterStatus,
     NodeStatus,
     ServerStatus,
@@ -35,7 +35,7 @@ def node_status(
     """One node's row: its serving container (by labels) and, with `with_gpus`, the
     collector's GPU, thermal-zone and memory report. A GPU report that fails is a reason."""
     t = time.monotonic()
-    containers = nodes.docker(node).list_servectl(spec.name)
+    containers = nodes.docker(node).list_tpwarden(spec.name)
     c = containers[0] if containers else None
     gpus: tuple[Mapping[str, Any], ...] = ()
     gpu_reason = None
@@ -50,7 +50,7 @@ def node_status(
             nv = doc.get("nvml") or {}
             if not nv.get("available", False):
                 gpu_reason = nv.get("reason") or nv.get("state")
-        except ServectlError as e:
+        except TpwardenError as e:
             gpu_reason = str(e)
     want = spec.config_hash()
     return NodeStatus(
@@ -87,7 +87,7 @@ def gather_status(
     # wait, and /health's answer must still make it into the status.
     server_deadline = t0 + min(timeout_s, SERVER_TIMEOUT_S)
     server_future = daemon_call(
-        lambda _n: server_status(server_deadline), spec.head, "servectl-server"
+        lambda _n: server_status(server_deadline), spec.head, "tpwarden-server"
     )
     results = nodes.fan_out(
         list(spec.nodes),

@@ -6,7 +6,7 @@ core       items, prompts, Decision, Decider (one item through the client)
 client     the HTTP gateway (completions and chat; top_logprobs sized to --max-logprobs)
 calibrate  temperature scaling, ECE, bins, margin gate, selective curve (pure)
 stats      Wilson CI, percentiles, flips, position bias (pure)
-fitted     the saved calibration applied by `servectl decide`
+fitted     the saved calibration applied by `tpwarden decide`
 runner     batches with concurrency, summary, run directory and manifest
 plots      reliability diagram and selective curve PNGs (matplotlib, control machine)
 """

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from servectl.cluster.decide.labels import normalise, top_two
+from tpwarden.cluster.decide.labels import normalise, top_two
 
 Example = tuple[Mapping[str, float], str]  # (label logprobs, right label)
 

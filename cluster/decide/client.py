@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from servectl.cluster.decide.labels import DecideError
+from tpwarden.cluster.decide.labels import DecideError
 
 VLLM_DEFAULT_MAX_LOGPROBS = 20
 Path_ = Literal["completions", "chat"]

@@ -16,8 +16,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from servectl.cluster.decide.client import LogprobClient
-from servectl.cluster.decide.labels import (
+from tpwarden.cluster.decide.client import LogprobClient
+from tpwarden.cluster.decide.labels import (
     DecideError,
     Label,
     label_logprobs,
@@ -27,7 +27,7 @@ from servectl.cluster.decide.labels import (
     top_two,
     yes_no_labels,
 )
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.errors import ConfigError
 
 Kind = Literal["choice", "yesno", "score"]
 DEFAULT_CUE = "Answer:"

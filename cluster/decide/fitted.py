@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.bench.runner import write_json
-from servectl.cluster.decide.calibrate import (
+from tpwarden.cluster.bench.runner import write_json
+from tpwarden.cluster.decide.calibrate import (
     CalibrationReport,
     CurvePoint,
     Example,
@@ -22,9 +22,9 @@ from servectl.cluster.decide.calibrate import (
     choose_gate,
     selective_curve,
 )
-from servectl.cluster.decide.labels import normalise, top_two
-from servectl.cluster.durable import default_state_dir
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.decide.labels import normalise, top_two
+from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from servectl.cluster.errors import ServectlError
+from tpwarden.cluster.errors import TpwardenError
 
 # punctuation a label is commonly wrapped in or followed by (after NFKC, so "（Ａ）" is "(A)")
 _OPEN = "([{<\"'"
@@ -24,7 +24,7 @@ _CLOSE = ".):]}>,;\"'"
 _BYTES = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
-class DecideError(ServectlError):
+class DecideError(TpwardenError):
     """A decision could not be made or trusted."""
 
 

@@ -1,6 +1,6 @@
 """PNG figures: the reliability diagram and the selective-prediction curve.
 
-matplotlib is a control-machine dependency (`servectl[control]`); it is imported here only, with
+matplotlib is a control-machine dependency (`tpwarden[control]`); it is imported here only, with
 the non-interactive Agg backend, so the rest of `decide` works on a node without it.
 """
 
@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from servectl.cluster.decide.calibrate import Bin, CurvePoint
-from servectl.cluster.decide.labels import DecideError
+from tpwarden.cluster.decide.calibrate import Bin, CurvePoint
+from tpwarden.cluster.decide.labels import DecideError
 
 
 def _plt():
     try:
-        # deferred: matplotlib comes with servectl[control]; the rest of decide works without it
+        # deferred: matplotlib comes with tpwarden[control]; the rest of decide works without it
         import matplotlib
     except ModuleNotFoundError:
-        raise DecideError("plots need matplotlib: pip install 'servectl[control]'") from None
+        raise DecideError("plots need matplotlib: pip install 'tpwarden[control]'") from None
     matplotlib.use("Agg")
     # deferred: pyplot after choosing the Agg backend (matplotlib.use)
     import matplotlib.pyplot as plt

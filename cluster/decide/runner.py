@@ -2,7 +2,7 @@
 the summary (accuracy on answered items with a Wilson CI, coverage, holds, flips, latency,
 position bias) and the run directory with its manifest.
 
-The manifest reuses `servectl.cluster.bench.manifest` (cluster section with the config hash, the server's
+The manifest reuses `tpwarden.cluster.bench.manifest` (cluster section with the config hash, the server's
 effective defaults from the plan, what the server reports) so decide runs and bench runs are
 explained by the same facts.
 """
@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from servectl.cluster import __version__
-from servectl.cluster.bench import manifest as bm
-from servectl.cluster.bench.plan import run_id_for
-from servectl.cluster.bench.runner import write_json
-from servectl.cluster.decide import stats
-from servectl.cluster.decide.core import Decider, Decision, Item
-from servectl.cluster.decide.labels import DecideError
-from servectl.cluster.durable import atomic_write_text
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster import __version__
+from tpwarden.cluster.bench import manifest as bm
+from tpwarden.cluster.bench.plan import run_id_for
+from tpwarden.cluster.bench.runner import write_json
+from tpwarden.cluster.decide import stats
+from tpwarden.cluster.decide.core import Decider, Decision, Item
+from tpwarden.cluster.decide.labels import DecideError
+from tpwarden.cluster.durable import atomic_write_text
+from tpwarden.cluster.spec import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def manifest(
         "run_id": run_id,
         "kind": "decide",
         "started_at": started_at.isoformat(),
-        "servectl_version": __version__,
+        "tpwarden_version": __version__,
         "versions": {
             "python": platform.python_version(),
             "httpx": httpx.__version__,

@@ -1,10 +1,10 @@
 """The eval client image: the bench client image plus an lm-eval venv, as one cached layer.
 
-Built FROM the client image (``servectl-lab/vllm-client:latest`` in the lab), so a change to
+Built FROM the client image (``tpwarden-lab/vllm-client:latest`` in the lab), so a change to
 that image by its owners only rebuilds this small layer. The venv comes from
 ``tools/lm_eval/install.sh`` on this machine (no network inside the build); it reuses the vLLM
 venv's torch/transformers through a .pth file, so the base must have that venv at the same path.
-Tag: ``servectl-lab/eval-client:<hash of base image id, Dockerfile, install stamp>``.
+Tag: ``tpwarden-lab/eval-client:<hash of base image id, Dockerfile, install stamp>``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from servectl.cluster.eval.presets import LM_EVAL_VERSION, EvalError
+from tpwarden.cluster.eval.presets import LM_EVAL_VERSION, EvalError
 
-EVAL_REPO = "servectl-lab/eval-client"
-EVAL_VENV = Path(os.environ.get("SERVECTL_LMEVAL_VENV", f"/opt/servectl-lmeval-{LM_EVAL_VERSION}"))
+EVAL_REPO = "tpwarden-lab/eval-client"
+EVAL_VENV = Path(os.environ.get("TPWARDEN_LMEVAL_VENV", f"/opt/tpwarden-lmeval-{LM_EVAL_VERSION}"))
 
 DOCKERFILE = """\
 FROM {base}
@@ -32,7 +32,7 @@ RUN cd {venv} \\
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/tmp/hf \\
     PYTHONUNBUFFERED=1
-LABEL io.servectl.eval.inputs={digest}
+LABEL io.tpwarden.eval.inputs={digest}
 ENTRYPOINT []
 CMD ["python", "-m", "lm_eval", "run", "--help"]
 """
@@ -46,7 +46,7 @@ def _image_id(tag: str) -> str | None:
 
 
 def inputs_hash(base_id: str, venv: Path) -> str:
-    stamp = venv / ".servectl-install-stamp"
+    stamp = venv / ".tpwarden-install-stamp"
     h = hashlib.sha256()
     for part in (
         base_id.encode(),

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.cluster.eval.presets import (
+from tpwarden.cluster.eval.presets import (
     DEFAULT_NUM_CONCURRENT,
     RESULTS_DIR,
     TASKS_DIR,

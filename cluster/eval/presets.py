@@ -1,4 +1,4 @@
-"""Pure planning for `servectl eval`: per-task path, stop strings, max length, lm-eval argv.
+"""Pure planning for `tpwarden eval`: per-task path, stop strings, max length, lm-eval argv.
 
 Why each rule exists (the field report's traps):
 - vLLM >= 0.28 rejects more than `VLLM_MAX_STOP_STRINGS` (default 4) stop strings with HTTP 400
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from servectl.cluster.errors import ServectlError
+from tpwarden.cluster.errors import TpwardenError
 
 LM_EVAL_VERSION = "0.4.13"
 DEFAULT_NUM_CONCURRENT = 16
@@ -32,7 +32,7 @@ TASKS_DIR = f"{CONTAINER_DIR}/tasks"
 RESULTS_DIR = f"{CONTAINER_DIR}/results"
 
 
-class EvalError(ServectlError):
+class EvalError(TpwardenError):
     """An eval run could not be planned, started or compared."""
 
 
@@ -46,7 +46,7 @@ class ApiPath(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class TaskPreset:
-    """What servectl knows about a task before asking lm-eval."""
+    """What tpwarden knows about a task before asking lm-eval."""
 
     name: str
     path: ApiPath

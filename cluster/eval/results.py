@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.cluster.bench import manifest as bm
+from tpwarden.cluster.bench import manifest as bm
 
 # The headline metric per task type, in order of preference (lm-eval key = "metric,filter").
 _PRIMARY = ("pass@1", "exact_match", "acc", "acc_norm", "f1")

@@ -5,7 +5,7 @@ Run directory `runs/<UTC stamp>-eval/`: `manifest.json` (server defaults, versio
 hash, the per-task plans, attempts and restarts), `table.json` (rows), `results/<task>.json`
 (lm-eval's own results file), `samples/`, `cache/<task>_rank0.db` (lm-eval's request cache,
 copied out after every attempt), `client/<task>.<attempt>.log`. A task with a results file is
-done; `servectl eval run --resume DIR` reruns only the others, each from its cache.
+done; `tpwarden eval run --resume DIR` reruns only the others, each from its cache.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import docker.errors
 import httpx
 import paramiko
 import requests
-from servectl.cluster import __version__
-from servectl.cluster.bench import manifest as bm
-from servectl.cluster.bench.plan import client_base_url
-from servectl.cluster.bench.plan import client_image as bench_image
-from servectl.cluster.bench.runner import BenchRunner, _untar, container_facts, write_json
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.docker_gw import DockerGateway, create_kwargs
-from servectl.cluster.durable import atomic_write_bytes
-from servectl.cluster.errors import DockerError, ServectlError
-from servectl.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
-from servectl.cluster.eval.presets import (
+from tpwarden.cluster import __version__
+from tpwarden.cluster.bench import manifest as bm
+from tpwarden.cluster.bench.plan import client_base_url
+from tpwarden.cluster.bench.plan import client_image as bench_image
+from tpwarden.cluster.bench.runner import BenchRunner, _untar, container_facts, write_json
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
+from tpwarden.cluster.durable import atomic_write_bytes
+from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
+from tpwarden.cluster.eval.presets import (
     CONTAINER_DIR,
     LM_EVAL_VERSION,
     EvalError,
@@ -44,12 +44,12 @@ from servectl.cluster.eval.presets import (
     preset_for,
     scan_task_yaml,
 )
-from servectl.cluster.eval.results import score_row
-from servectl.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.eval.results import score_row
+from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
-LABEL_RUN = "io.servectl.eval-run"
+LABEL_RUN = "io.tpwarden.eval-run"
 # A file, not an inline `sh -c` string: no quoting of JSON argv through a shell (the field
 # report lost an hour to a heredoc in an ssh one-liner). Local task YAMLs name their data
 # files relative to their folder, so lm-eval runs there.
@@ -67,7 +67,7 @@ _TRANSIENT = (
 
 
 def eval_settings(spec: ClusterSpec) -> Mapping[str, Any]:
-    """`servectl.eval` from the inventory if the spec has it (read defensively)."""
+    """`tpwarden.eval` from the inventory if the spec has it (read defensively)."""
     ev = getattr(spec.settings, "eval", None) if spec.settings is not None else None
     if ev is None:
         return {}
@@ -190,7 +190,7 @@ def run_container(
         raise DockerError(f"{gw.node}: eval client {plan.name}: {e}") from None
     finally:
         if cid is not None:
-            with contextlib.suppress(ServectlError):
+            with contextlib.suppress(TpwardenError):
                 gw.remove(cid, stop_timeout=5)
 
 
@@ -260,7 +260,7 @@ class EvalRunner:
             "run_id": run_id,
             "kind": "eval",
             "started_at": self.clock().isoformat(),
-            "servectl_version": __version__,
+            "tpwarden_version": __version__,
             "lm_eval_version": LM_EVAL_VERSION,
             "options": opts.to_json(),
             "cluster": bm.cluster_section(self.spec),

@@ -1,8 +1,8 @@
 """The lab's benchmark client: a local tokenizer for the lab model and an image with real vLLM.
 
-- ``servectl-lab/vllm-client:<hash>`` (and ``:latest``): the lab base image plus the CPU vLLM
+- ``tpwarden-lab/vllm-client:<hash>`` (and ``:latest``): the lab base image plus the CPU vLLM
   0.33.0 venv that ``tools/vllm/install-cpu.sh`` built on this machine
-  (``/opt/servectl-vllm-0.33.0``), so the real ``vllm bench serve`` runs against the simulator.
+  (``/opt/tpwarden-vllm-0.33.0``), so the real ``vllm bench serve`` runs against the simulator.
   That venv was made by pyenv's CPython 3.11.7; the base image has Debian bookworm's 3.11.2.
   Both are CPython 3.11 on the same glibc (the host is bookworm too), and extension modules
   are built for the cp311 ABI, so the venv is copied as is (same path, so script shebangs
@@ -26,14 +26,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from servectl.cluster.bench.plan import DEFAULT_PROMPTS
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import host
-from servectl.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import host
+from tpwarden.cluster.lab.paths import StepCallback, no_steps
 
-CLIENT_REPO = "servectl-lab/vllm-client"
+CLIENT_REPO = "tpwarden-lab/vllm-client"
 CLIENT_LATEST = f"{CLIENT_REPO}:latest"
-VLLM_VENV = Path(os.environ.get("SERVECTL_LAB_VLLM_VENV", "/opt/servectl-vllm-0.33.0"))
+VLLM_VENV = Path(os.environ.get("TPWARDEN_LAB_VLLM_VENV", "/opt/tpwarden-vllm-0.33.0"))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 TOKENIZER_NOTE = (
     "client token counts come from a 2k-entry byte-level BPE trained on the shipped prompts; "
@@ -53,7 +53,7 @@ RUN cd {venv} \\
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
     VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
-LABEL io.servectl.lab.inputs={digest}
+LABEL io.tpwarden.lab.inputs={digest}
 ENTRYPOINT []
 CMD ["vllm", "bench", "serve", "--help"]
 """
@@ -99,7 +99,7 @@ def tokenizer_config() -> dict:
         "model_max_length": 1048576,
         "clean_up_tokenization_spaces": False,
         "chat_template": CHAT_TEMPLATE,
-        "servectl_note": TOKENIZER_NOTE,
+        "tpwarden_note": TOKENIZER_NOTE,
     }
 
 
@@ -147,7 +147,7 @@ def ensure_lab_tokenizer(
 
 
 def client_inputs_hash(venv: Path, base_tag: str) -> str:
-    stamp = venv / ".servectl-install-stamp"
+    stamp = venv / ".tpwarden-install-stamp"
     return _digest(
         base_tag.encode(),
         DOCKERFILE.encode(),
@@ -163,7 +163,7 @@ def _has_image(tag: str) -> bool:
 def ensure_client_image(
     base_tag: str, cache: Path, venv: Path = VLLM_VENV, on_step: StepCallback = no_steps
 ) -> str | None:
-    """Build ``servectl-lab/vllm-client:<hash>`` if missing; tag ``:latest``. None (with a
+    """Build ``tpwarden-lab/vllm-client:<hash>`` if missing; tag ``:latest``. None (with a
     warning step) when the vLLM venv is not installed on this machine."""
     if not (venv / "bin" / "vllm").exists():
         on_step("image vllm-client", f"WARNING: {venv} missing (tools/vllm/install-cpu.sh)")
@@ -193,7 +193,7 @@ def ensure_client_image(
 
 def ensure_lab_client(paths, base_tag: str, on_step: StepCallback = no_steps) -> str | None:
     """`lab up` hook: the tokenizer in the lab model dir, then the client image. A failure
-    here is a warning (the lab still serves); `servectl bench` then lacks its client."""
+    here is a warning (the lab still serves); `tpwarden bench` then lacks its client."""
     try:
         ensure_lab_tokenizer(paths.model, paths.cache, on_step=on_step)
         return ensure_client_image(base_tag, paths.cache, on_step=on_step)

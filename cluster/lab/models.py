@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servectl.cluster.lab.host import write_atomic
-from servectl.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.cluster.lab.host import write_atomic
+from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
 
 SHARDS = 40
 

@@ -3,7 +3,7 @@
 Each node's root is an overlay (the cached Debian rootfs below, a per-node upper dir above), so a
 node costs a few MiB and starts in about a second. Per node: its own hostname, machine-id, SSH
 host key (generated at every ``lab up``), sshd on 127.0.0.1N:22 (root, lab key only),
-/etc/servectl, /var/lib/servectl, a 16 MiB tmpfs at /var/log/servectl, fake ACPI zones at
+/etc/tpwarden, /var/lib/tpwarden, a 16 MiB tmpfs at /var/log/tpwarden, fake ACPI zones at
 /sys/class/thermal, its GPU state dir and the NVML stand-in, the real pynvml module, the host's
 Docker engine socket and docker CLI, and the lab models dir at the same path as on the host.
 """
@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import host, sensord, sshc
-from servectl.cluster.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import host, sensord, sshc
+from tpwarden.cluster.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
 
 LOG_FS_SIZE = "16m"
 READY_TIMEOUT_S = 120
@@ -75,7 +75,7 @@ def ensure_client_key(paths: LabPaths) -> None:
                 "-N",
                 "",
                 "-C",
-                "servectl-lab",
+                "tpwarden-lab",
                 "-f",
                 str(paths.key),
             ]
@@ -108,7 +108,7 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
         node.merged,
         f"lowerdir={assets.lower},upperdir={node.upper},workdir={node.work}",
     )
-    host.mount("tmpfs", "servectl-lab-log", node.logfs, f"size={LOG_FS_SIZE},mode=0755")
+    host.mount("tmpfs", "tpwarden-lab-log", node.logfs, f"size={LOG_FS_SIZE},mode=0755")
     root = node.merged
     ip = node_ip(node.name)
     _write(root / "etc/hostname", f"{node.name}\n")
@@ -120,14 +120,14 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
         _write(root / "etc/machine-id", uuid.uuid4().hex + "\n")
     _host_key(node)
     _write(
-        root / "etc/ssh/sshd_config.d/servectl-lab.conf",
-        f"# servectl lab: {node.name}\nListenAddress {ip}\nPort 22\n"
+        root / "etc/ssh/sshd_config.d/tpwarden-lab.conf",
+        f"# tpwarden lab: {node.name}\nListenAddress {ip}\nPort 22\n"
         "HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\n",
     )
     _write(root / "root/.ssh/authorized_keys", assets.client_pubkey, 0o600)
     (root / "root/.ssh").chmod(0o700)
-    for sub in ("etc/servectl", "var/lib/servectl", "var/log/servectl"):
+    for sub in ("etc/tpwarden", "var/lib/tpwarden", "var/log/tpwarden"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     _copy(assets.pynvml, root / PYNVML_TARGET)
     if assets.nvml_lib is not None:
@@ -178,7 +178,7 @@ def known_hosts_line(node: NodePaths) -> str:
 def nspawn_argv(node: NodePaths, paths: LabPaths, assets: NodeAssets) -> list[str]:
     binds = [
         f"--bind={node.thermal}:/sys/class/thermal",
-        f"--bind={node.logfs}:/var/log/servectl",
+        f"--bind={node.logfs}:/var/log/tpwarden",
         f"--bind={node.gpu}:{NODE_GPU_DIR}",
         f"--bind={paths.models}:{paths.models}",  # identity mapping: see README
         f"--bind-ro={paths.secrets}:{paths.secrets}",  # identity mapping too

@@ -7,18 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
+from tpwarden.cluster.errors import LabError
 
-DEFAULT_ROOT = Path("/var/lib/servectl-lab")
-ROOT_ENV = "SERVECTL_LAB_ROOT"
+DEFAULT_ROOT = Path("/var/lib/tpwarden-lab")
+ROOT_ENV = "TPWARDEN_LAB_ROOT"
 NODE_NAMES = ("node1", "node2", "node3", "node4")
 HEAD = NODE_NAMES[0]
-CLUSTER_LABEL = "io.servectl.cluster"
-NODE_LABEL = "io.servectl.node"
+CLUSTER_LABEL = "io.tpwarden.cluster"
+NODE_LABEL = "io.tpwarden.node"
 CLUSTER_NAME = "lab"
 # Fixed in-node path the NVML stand-in reads (its default); each node's own state dir is
 # bind-mounted here.
-NODE_GPU_DIR = "/var/lib/servectl-lab/gpu"
+NODE_GPU_DIR = "/var/lib/tpwarden-lab/gpu"
 MODEL_NAME = "GLM-lab-NVFP4"
 DRAFTER_NAME = "GLM-lab-DFlash2"
 
@@ -60,7 +60,7 @@ class NodePaths:
 
     @property
     def logfs(self) -> Path:
-        """A 16 MiB tmpfs, the node's /var/log/servectl (so a full log disk is a real ENOSPC)."""
+        """A 16 MiB tmpfs, the node's /var/log/tpwarden (so a full log disk is a real ENOSPC)."""
         return self.dir / "log"
 
     @property
@@ -92,12 +92,12 @@ class NodePaths:
 
     @property
     def machine(self) -> str:
-        return f"servectl-lab-{self.name}"
+        return f"tpwarden-lab-{self.name}"
 
 
 @dataclass(frozen=True)
 class LabPaths:
-    """The lab's directory layout under one root (default /var/lib/servectl-lab)."""
+    """The lab's directory layout under one root (default /var/lib/tpwarden-lab)."""
 
     root: Path
 

@@ -1,7 +1,7 @@
 """The lab's Prometheus: Debian's /usr/bin/prometheus (2.42) with the scrape config that
-`servectl prometheus config` generates for the lab inventory (cluster/prometheus_config.py).
+`tpwarden prometheus config` generates for the lab inventory (cluster/prometheus_config.py).
 
-Listens on loopback (LISTEN_DEFAULT; ``SERVECTL_LAB_PROMETHEUS_LISTEN`` or ``lab up
+Listens on loopback (LISTEN_DEFAULT; ``TPWARDEN_LAB_PROMETHEUS_LISTEN`` or ``lab up
 --prometheus-listen`` change it), stores under ``<lab root>/prometheus/data``, scrapes and
 evaluates every 2 s (the lab's thermal interval is 1 s, the watchdog's 2 s). Started by
 ``lab up`` (its own process group, like sensord), stopped by ``lab down``.
@@ -16,15 +16,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import host
-from servectl.cluster.lab.paths import LabPaths, StepCallback, no_steps
-from servectl.cluster.prometheus_config import PromOptions, build_config, render_yaml
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import host
+from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.cluster.prometheus_config import PromOptions, build_config, render_yaml
 
 BINARY = "/usr/bin/prometheus"
 LISTEN_DEFAULT = "127.0.0.1:9090"
-LISTEN_ENV = "SERVECTL_LAB_PROMETHEUS_LISTEN"
+LISTEN_ENV = "TPWARDEN_LAB_PROMETHEUS_LISTEN"
 INTERVAL_S = 2.0
 READY_TIMEOUT_S = 60.0
 

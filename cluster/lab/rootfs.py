@@ -14,9 +14,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
-from servectl.cluster.lab import host
-from servectl.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.lab import host
+from tpwarden.cluster.lab.paths import StepCallback, no_steps
 
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 _BUILD_TIMEOUT_S = 1800
@@ -58,7 +58,7 @@ NODE_ROOTFS = RootfsSpec(
         "dbus",
         "procps",
         "iproute2",
-    ),  # python3-venv: `servectl provision` installs servectl into a venv (offline)
+    ),  # python3-venv: `tpwarden provision` installs tpwarden into a venv (offline)
 )
 
 # The Docker base image: what the vLLM simulator needs, nothing more.

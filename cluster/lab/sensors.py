@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
-from servectl.cluster.durable import atomic_write_text
+from tpwarden.cluster.durable import atomic_write_text
 
 GPU = "gpu"  # HeatOverride.target for the GPU sensor; zones are addressed by index
 CRITICAL_TRIP_MC = 104800
@@ -284,7 +284,7 @@ def write_gpu_state(
         for k in CLOCK_KEYS:
             merged.setdefault(k, "0")
         body = "".join(f"{k}={v}\n" for k, v in merged.items())
-        header = "# servectl lab GPU state (see cluster/lab/nvml/nvml_stub.c)\n"
+        header = "# tpwarden lab GPU state (see cluster/lab/nvml/nvml_stub.c)\n"
         _atomic_write(path, header + body, durable=True)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
-from servectl.cluster.errors import LabError
+from tpwarden.cluster.errors import LabError
 
 
 @dataclass(frozen=True)

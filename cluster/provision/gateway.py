@@ -1,14 +1,14 @@
-"""Provisioning: run the playbooks (``playbooks/``, installed as ``servectl.playbooks``) through
+"""Provisioning: run the playbooks (``playbooks/``, installed as ``tpwarden.playbooks``) through
 ansible-runner's Python API.
 
 The one gateway to Ansible. A `ProvisionRequest` is checked and turned into runner arguments
 (`prepare`, pure apart from reading the paths it is given and the installed metadata); `run`
 executes them with an event callback per task result and returns a typed `ProvisionResult` built
 from the runner's stats. Every run leaves ansible-runner's artifact directory (status, rc,
-stdout, job events) under ``~/.local/state/servectl/provision/<ident>``; its id is logged.
+stdout, job events) under ``~/.local/state/tpwarden/provision/<ident>``; its id is logged.
 
-The playbooks ship inside the package, so an installed servectl provisions without a checkout:
-the nodes' servectl wheel is then repacked from the installed distribution (`repack`)
+The playbooks ship inside the package, so an installed tpwarden provisions without a checkout:
+the nodes' tpwarden wheel is then repacked from the installed distribution (`repack`)
 instead of built from the source tree.
 
 The library never prints: progress goes to the ``on_event`` callback, the CLI renders it.
@@ -28,22 +28,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.inventory_plain import export_resolved
-from servectl.cluster.provision import repack as provision_repack
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory_plain import export_resolved
+from tpwarden.cluster.provision import repack as provision_repack
 
 log = logging.getLogger(__name__)
 
 # ansible-runner needs the playbooks as a directory on disk: a regular install and an editable one
 # (which maps the package to the checkout's folder) both have one; a zipped import has not, and
 # then prepare() reports the playbook missing
-_PLAYBOOKS = resources.files("servectl.playbooks")
+_PLAYBOOKS = resources.files("tpwarden.playbooks")
 PLAYBOOK_DIR = _PLAYBOOKS if isinstance(_PLAYBOOKS, Path) else Path(str(_PLAYBOOKS))
 # The source tree the nodes' wheel is built from; None when installed (repacked from the install)
 SOURCE_DIR = provision_repack.source_checkout()
-TAGS = ("prereqs", "image", "model", "servectl", "secrets", "units")
-STATE_ROOT = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "servectl"
+TAGS = ("prereqs", "image", "model", "tpwarden", "secrets", "units")
+STATE_ROOT = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "tpwarden"
 
 TaskStatus = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 _EVENT_STATUS: dict[str, TaskStatus] = {
@@ -54,7 +54,7 @@ _EVENT_STATUS: dict[str, TaskStatus] = {
 }
 
 
-class ProvisionError(ServectlError):
+class ProvisionError(TpwardenError):
     """ansible-runner could not run the playbook at all (not: a task failed)."""
 
 
@@ -71,7 +71,7 @@ class ProvisionRequest:
     extra_vars_files: tuple[Path, ...] = ()
     vault_password_file: Path | None = None
     state_root: Path = STATE_ROOT / "provision"
-    wheelhouse_cache: Path = Path.home() / ".cache/servectl/wheelhouse"
+    wheelhouse_cache: Path = Path.home() / ".cache/tpwarden/wheelhouse"
     ident: str | None = None
 
     @property
@@ -177,7 +177,7 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
     if not playbook.is_file():
         raise ConfigError(
             f"playbook {playbook} is missing",
-            hint="reinstall servectl: the playbooks ship inside it (servectl/playbooks)",
+            hint="reinstall tpwarden: the playbooks ship inside it (tpwarden/playbooks)",
         )
     if request.source_dir is None:
         try:
@@ -188,7 +188,7 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
             ) from None
     elif not (request.source_dir / "pyproject.toml").is_file():
         raise ConfigError(
-            f"{request.source_dir} is not a servectl source tree (no pyproject.toml)",
+            f"{request.source_dir} is not a tpwarden source tree (no pyproject.toml)",
             key="--source",
             hint="the node wheelhouse is built from the source",
         )
@@ -211,10 +211,10 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
         "inventory": str(inventory),
         "ident": ident,
         "extravars": {
-            # "": no source tree; the wheelhouse role then repacks the installed servectl
-            "servectl_source_dir": str(request.source_dir.resolve()) if request.source_dir else "",
-            "servectl_control_python": python,
-            "servectl_wheelhouse_cache": str(request.wheelhouse_cache),
+            # "": no source tree; the wheelhouse role then repacks the installed tpwarden
+            "tpwarden_source_dir": str(request.source_dir.resolve()) if request.source_dir else "",
+            "tpwarden_control_python": python,
+            "tpwarden_wheelhouse_cache": str(request.wheelhouse_cache),
         },
         "envvars": {
             "ANSIBLE_CONFIG": str(request.playbook_dir / "ansible.cfg"),
@@ -283,7 +283,7 @@ def run(
     try:
         import ansible_runner  # deferred: optional (the `control` extra); nodes have no Ansible
     except ImportError:  # only the control machine needs Ansible
-        raise ServectlError("provisioning needs Ansible: pip install 'servectl[control]'") from None
+        raise TpwardenError("provisioning needs Ansible: pip install 'tpwarden[control]'") from None
 
     prepared = prepare(request)
     prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -293,7 +293,7 @@ def run(
     resolved = prepared.private_data_dir / "resolved-inventory.yml"
     resolved.write_text(export_resolved(load_inventory(request.inventory)), encoding="utf-8")
     resolved.chmod(0o600)
-    prepared.kwargs["extravars"]["servectl_inventory_source"] = str(resolved)
+    prepared.kwargs["extravars"]["tpwarden_inventory_source"] = str(resolved)
     failures: list[TaskEvent] = []
 
     def handler(raw: dict[str, Any]) -> bool:

@@ -1,7 +1,7 @@
-"""servectl's own wheel for the nodes when there is no source tree: repacked from the installed
+"""tpwarden's own wheel for the nodes when there is no source tree: repacked from the installed
 distribution.
 
-A control machine set up with ``pip install 'servectl[control]'`` has no checkout to build the
+A control machine set up with ``pip install 'tpwarden[control]'`` has no checkout to build the
 nodes' wheel from, and pip keeps no copy of the wheel it installed (its cache is optional, keyed by
 download URL, and may be pruned or disabled). What pip does keep is exact: the installed files and
 their RECORD (path, sha256 and size of every file, copied from the wheel's own RECORD). A wheel is
@@ -15,8 +15,8 @@ a zip of those files and its ``.dist-info``, so it is rebuilt from them:
 * entries in a fixed order with a fixed timestamp: the same installed files give the same wheel
   bytes, so a second provisioning run has nothing to install.
 
-Standard library only (it runs in any environment servectl is installed in). A checkout keeps
-building from source (``wheelhouse.build_servectl_wheel``); `source_checkout` tells
+Standard library only (it runs in any environment tpwarden is installed in). A checkout keeps
+building from source (``wheelhouse.build_tpwarden_wheel``); `source_checkout` tells
 which case this is.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-DIST_NAME = "servectl"
+DIST_NAME = "tpwarden"
 # Written by pip when it installs, not part of the wheel (RECORD is rewritten)
 _INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01: the earliest time a zip entry can hold
@@ -54,9 +54,9 @@ class Entry:
 
 
 def source_checkout() -> Path | None:
-    """The servectl checkout this code runs from (an editable install or the tree itself), or
-    None when servectl is installed (no ``pyproject.toml`` beside the package's folders)."""
-    cluster = resources.files("servectl.cluster")
+    """The tpwarden checkout this code runs from (an editable install or the tree itself), or
+    None when tpwarden is installed (no ``pyproject.toml`` beside the package's folders)."""
+    cluster = resources.files("tpwarden.cluster")
     if not isinstance(cluster, Path):  # a zipped import: certainly no checkout
         return None
     root = cluster.resolve().parent
@@ -64,19 +64,19 @@ def source_checkout() -> Path | None:
 
 
 def installed_distribution(name: str = DIST_NAME) -> md.Distribution:
-    """The installed distribution whose files are the servectl running here. Not merely the first
-    one named servectl on sys.path: a checkout's ``servectl.egg-info`` or a second environment
+    """The installed distribution whose files are the tpwarden running here. Not merely the first
+    one named tpwarden on sys.path: a checkout's ``tpwarden.egg-info`` or a second environment
     may shadow it. A checkout (editable install) is refused: it is built from source instead."""
     root = source_checkout()
     if root is not None:
         raise RepackError(
-            f"servectl runs from the checkout {root} (an editable install): build the nodes' "
+            f"tpwarden runs from the checkout {root} (an editable install): build the nodes' "
             "wheel from that source (--source)"
         )
-    running = Path(str(resources.files("servectl.cluster") / "__init__.py")).resolve()
+    running = Path(str(resources.files("tpwarden.cluster") / "__init__.py")).resolve()
     for dist in md.distributions(name=name):
         for item in dist.files or ():
-            if item.as_posix() == "servectl/cluster/__init__.py":
+            if item.as_posix() == "tpwarden/cluster/__init__.py":
                 if Path(str(item.locate())).resolve() == running:
                     return dist
     raise RepackError(f"no installed {name} distribution owns {running}: install it from a wheel")
@@ -104,7 +104,7 @@ def wheel_entries(dist: md.Distribution) -> list[Entry]:
         got = _record_hash(path.read_bytes())
         if got != item.hash.value:
             raise RepackError(
-                f"{path} differs from the installed release (RECORD): reinstall servectl, or "
+                f"{path} differs from the installed release (RECORD): reinstall tpwarden, or "
                 "provision from a checkout (--source)"
             )
         executable = bool(path.stat().st_mode & stat.S_IXUSR)
@@ -142,16 +142,16 @@ def repack(dist: md.Distribution, out: Path, epoch: int) -> Path:
     entries = wheel_entries(dist)
     digest = installed_digest(entries)
     out.mkdir(parents=True, exist_ok=True)
-    done = out / f".servectl-installed-{digest}"
+    done = out / f".tpwarden-installed-{digest}"
     if done.is_file() and (out / done.read_text().strip()).is_file():
         return out / done.read_text().strip()
     target = out / wheel_filename(dist, entries)
     tmp = target.with_name(target.name + ".part")
     _write_wheel(tmp, entries, epoch)
-    for old in out.glob("servectl-*.whl"):
+    for old in out.glob("tpwarden-*.whl"):
         old.unlink()
     tmp.replace(target)
-    for old in out.glob(".servectl-*"):
+    for old in out.glob(".tpwarden-*"):
         old.unlink()
     done.write_text(target.name + "\n")
     return target

@@ -3,9 +3,9 @@
 The nodes have no package index, and the field's nodes (aarch64 Grace, CPython 3.x) need not
 match the control machine (often x86_64). So the wheelhouse is built *for the target*:
 
-* servectl's own wheel, built from a copy of the source tree with ``SOURCE_DATE_EPOCH`` fixed, so
+* tpwarden's own wheel, built from a copy of the source tree with ``SOURCE_DATE_EPOCH`` fixed, so
   the same source gives the same bytes (and a second provisioning run has nothing to install);
-  with no source tree (servectl installed from a wheel), repacked from the installed distribution
+  with no source tree (tpwarden installed from a wheel), repacked from the installed distribution
   (`repack`), its dependencies read from the installed metadata and pinned to the
   versions this control machine runs;
 * its runtime dependencies, resolved here (markers evaluated for the target, versions pinned to
@@ -16,8 +16,8 @@ match the control machine (often x86_64). So the wheelhouse is built *for the ta
 
 Run on the control machine (the playbook does, delegated to localhost)::
 
-    python -m servectl.cluster.provision.wheelhouse --python-version 3.11 --machine aarch64 \
-        --glibc 2.39 [--source /path/to/servectl] --cache ~/.cache/servectl/wheelhouse
+    python -m tpwarden.cluster.provision.wheelhouse --python-version 3.11 --machine aarch64 \
+        --glibc 2.39 [--source /path/to/tpwarden] --cache ~/.cache/tpwarden/wheelhouse
 
 ``--source`` defaults to the checkout this code runs from, and to the installed distribution when
 there is none.
@@ -47,7 +47,7 @@ from typing import Protocol
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from servectl.cluster.provision import repack as provision_repack
+from tpwarden.cluster.provision import repack as provision_repack
 
 SOURCE_DATE_EPOCH = "1700000000"  # fixed: same source, same wheel bytes
 # What the wheel is built from besides the package folders (`source_items`)
@@ -234,14 +234,14 @@ def _pip() -> list[str]:
     return [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 
 
-def build_servectl_wheel(source: Path, out: Path, run: Runner = _run) -> Path:
-    """Build servectl's wheel from a private copy of ``source`` (the tree is not written to)."""
+def build_tpwarden_wheel(source: Path, out: Path, run: Runner = _run) -> Path:
+    """Build tpwarden's wheel from a private copy of ``source`` (the tree is not written to)."""
     digest = source_digest(source)
     out.mkdir(parents=True, exist_ok=True)
-    done = out / f".servectl-{digest}"
+    done = out / f".tpwarden-{digest}"
     if done.is_file():
         return out / done.read_text().strip()
-    with tempfile.TemporaryDirectory(prefix="servectl-src-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-src-") as tmp:
         for f in _source_files(source):
             dst = Path(tmp) / f.relative_to(source)
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -250,24 +250,24 @@ def build_servectl_wheel(source: Path, out: Path, run: Runner = _run) -> Path:
         env = dict(os.environ, SOURCE_DATE_EPOCH=SOURCE_DATE_EPOCH, PYTHONHASHSEED="0")
         done_run = run([*_pip(), "wheel", "--no-deps", "-q", "-w", str(wheel_dir), tmp], env)
         if done_run.returncode != 0:
-            raise RuntimeError(f"building the servectl wheel failed: {done_run.stderr[-2000:]}")
-        (wheel,) = wheel_dir.glob("servectl-*.whl")
-        for old in out.glob("servectl-*.whl"):
+            raise RuntimeError(f"building the tpwarden wheel failed: {done_run.stderr[-2000:]}")
+        (wheel,) = wheel_dir.glob("tpwarden-*.whl")
+        for old in out.glob("tpwarden-*.whl"):
             old.unlink()
         shutil.copyfile(wheel, out / wheel.name)
-    for old in out.glob(".servectl-*"):
+    for old in out.glob(".tpwarden-*"):
         old.unlink()
     done.write_text(wheel.name + "\n")
     return out / wheel.name
 
 
-def servectl_wheel(
+def tpwarden_wheel(
     source: Path | None, out: Path, run: Runner = _run, dist: md.Distribution | None = None
 ) -> Path:
-    """The nodes' servectl wheel: built from ``source`` when there is a source tree, otherwise
-    repacked from the installed distribution (``dist``, this Python's servectl by default)."""
+    """The nodes' tpwarden wheel: built from ``source`` when there is a source tree, otherwise
+    repacked from the installed distribution (``dist``, this Python's tpwarden by default)."""
     if source is not None:
-        return build_servectl_wheel(source, out, run)
+        return build_tpwarden_wheel(source, out, run)
     installed = dist or provision_repack.installed_distribution()
     return provision_repack.repack(installed, out, int(SOURCE_DATE_EPOCH))
 
@@ -307,7 +307,7 @@ def fetch_dependencies(
 
 
 def _pure_python_wheel(spec: str, deps_dir: Path, run: Runner) -> bool:
-    with tempfile.TemporaryDirectory(prefix="servectl-sdist-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpwarden-sdist-") as tmp:
         got = run([*_pip(), "wheel", "--no-deps", "--no-binary=:all:", "-q", "-w", tmp, spec])
         wheels = list(Path(tmp).glob("*-none-any.whl")) if got.returncode == 0 else []
         if not wheels:
@@ -325,7 +325,7 @@ def build(
 ) -> Wheelhouse:
     """Assemble ``cache/<target.key>/wheels`` for ``target`` (deps are downloaded once).
 
-    ``source`` None: no source tree; servectl's wheel and requirements come from the installed
+    ``source`` None: no source tree; tpwarden's wheel and requirements come from the installed
     distribution (``dist``, this Python's by default)."""
     if source is not None:
         roots = runtime_requirements((source / "pyproject.toml").read_text())
@@ -335,7 +335,7 @@ def build(
         dist = dist or provision_repack.installed_distribution()
         # the extras' requirements carry an `extra == ...` marker: resolve() leaves them out.
         # No constraints file without a checkout: the nodes get the versions pip resolved for
-        # servectl on this control machine.
+        # tpwarden on this control machine.
         roots = [Requirement(r) for r in dist.requires or []]
         pins = installed_versions()
     reqs = resolve(roots, target, pins, _installed_requires)
@@ -352,16 +352,16 @@ def build(
         report = {"built_from_sdist": built, "missing": missing}
         if not missing:
             stamp.write_text(json.dumps(report))
-    servectl = servectl_wheel(source, base / "servectl", run, dist)
+    tpwarden = tpwarden_wheel(source, base / "tpwarden", run, dist)
     wanted = {canonicalize_name(n) for n in reqs}
     house = Wheelhouse(wheels, built_from_sdist=report["built_from_sdist"])
     house.missing = report["missing"]
-    keep = {servectl.name}
+    keep = {tpwarden.name}
     for whl in deps_dir.glob("*.whl"):
         if canonicalize_name(whl.name.split("-")[0]) in wanted:
             keep.add(whl.name)
             _link(whl, wheels / whl.name)
-    _link(servectl, wheels / servectl.name)
+    _link(tpwarden, wheels / tpwarden.name)
     for stale in wheels.glob("*.whl"):
         if stale.name not in keep:
             stale.unlink()
@@ -377,7 +377,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m servectl.cluster.provision.wheelhouse")
+    ap = argparse.ArgumentParser(prog="python -m tpwarden.cluster.provision.wheelhouse")
     ap.add_argument("--python-version", required=True, help="node's X.Y, e.g. 3.11")
     ap.add_argument("--machine", required=True, help="node's uname -m, e.g. aarch64")
     ap.add_argument("--glibc", default="2.17", help="node's glibc version, e.g. 2.36")
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         "--source",
         type=Path,
         default=provision_repack.source_checkout(),
-        help="servectl source tree (default: this checkout; none: the installed distribution)",
+        help="tpwarden source tree (default: this checkout; none: the installed distribution)",
     )
     ap.add_argument("--cache", type=Path, required=True, help="wheelhouse cache directory")
     args = ap.parse_args(argv)

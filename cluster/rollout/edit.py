@@ -12,30 +12,30 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.launch import plan_cluster
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.spec import ClusterSpec
 
-SETTINGS_PATH = ("all", "vars", "servectl")
+SETTINGS_PATH = ("all", "vars", "tpwarden")
 
 
 @dataclass(frozen=True)
 class Change:
-    key: str  # dotted under servectl, e.g. drafter.num_speculative_tokens
+    key: str  # dotted under tpwarden, e.g. drafter.num_speculative_tokens
     value: Any
     text: str  # the YAML text written for the value
 
 
 def parse_set(item: str) -> Change:
     """`drafter.num_speculative_tokens=3` -> Change. The value is read as YAML (3 is an int,
-    true a bool, "x" a string); a `servectl.` prefix is allowed."""
+    true a bool, "x" a string); a `tpwarden.` prefix is allowed."""
     if "=" not in item:
         raise ConfigError(
             f"--set {item!r}: expected KEY=VALUE", hint="e.g. drafter.num_speculative_tokens=3"
         )
     key, raw = item.split("=", 1)
-    key = key.strip().removeprefix("servectl.")
+    key = key.strip().removeprefix("tpwarden.")
     if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
         raise ConfigError(
             f"--set {item!r}: {key!r} is not a dotted key", hint="e.g. kv_cache.memory=24GiB"
@@ -84,7 +84,7 @@ def _apply_one(text: str, change: Change, source: str) -> str:
         child = node.get(part) if isinstance(node, CommentedMap) else None
         if not isinstance(child, CommentedMap):
             raise ConfigError(
-                f"--set {change.key}: servectl.{'.'.join(parts[: i + 1])} is not a mapping in {source}",
+                f"--set {change.key}: tpwarden.{'.'.join(parts[: i + 1])} is not a mapping in {source}",
                 hint="set an existing section's key, or edit the inventory by hand",
             )
         node = child

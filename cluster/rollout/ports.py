@@ -9,25 +9,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from servectl.cluster.bench.plan import BenchOptions
-from servectl.cluster.bench.runner import BenchRunner
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.durable import atomic_write_json, json_bytes
-from servectl.cluster.errors import ServectlError
-from servectl.cluster.rollout.sequence import Measurement
-from servectl.cluster.spec import ClusterSpec
-from servectl.watchdog.config import hold_path
-from servectl.watchdog.state import hold_document, release_document
+from tpwarden.cluster.bench.plan import BenchOptions
+from tpwarden.cluster.bench.runner import BenchRunner
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.durable import atomic_write_json, json_bytes
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.rollout.sequence import Measurement
+from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.watchdog.config import hold_path
+from tpwarden.watchdog.state import hold_document, release_document
 
 log = logging.getLogger(__name__)
 
 
 class ControllerCluster:
     """Restart and probe through cluster control: the same plan and event log as an operator's
-    `servectl restart`, so a rollout restart looks the same in the history."""
+    `tpwarden restart`, so a rollout restart looks the same in the history."""
 
     def __init__(
-        self, on_event: Callable[[Any], None] | None = None, who: str = "servectl-rollout"
+        self, on_event: Callable[[Any], None] | None = None, who: str = "tpwarden-rollout"
     ):
         self.on_event = on_event
         self.who = who
@@ -75,7 +75,7 @@ class WatchdogHolder:
     head node, wherever the watchdog's state directory exists. Released at the end (or it
     expires on its own)."""
 
-    def __init__(self, spec: ClusterSpec, by: str = "servectl-rollout") -> None:
+    def __init__(self, spec: ClusterSpec, by: str = "tpwarden-rollout") -> None:
         self.spec = spec
         self.by = by
         self.path = hold_path(spec.watchdog.state_dir)
@@ -91,7 +91,7 @@ class WatchdogHolder:
                 if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
                     session.put_atomic(json_bytes(doc), self.path)
                     wrote = True
-        except ServectlError as exc:
+        except TpwardenError as exc:
             log.warning("could not write the watchdog hold on %s: %s", self.spec.head.name, exc)
         if not wrote:
             log.info(

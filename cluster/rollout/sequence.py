@@ -1,7 +1,7 @@
 """Rollout: change the launcher config, restart, verify, measure, keep or roll back.
 
 Every step is recorded in `<state>/rollout/current.json` before it is taken, so a rollout killed
-midway leaves a defined state that the next `servectl rollout` resumes or rolls back. Each config
+midway leaves a defined state that the next `tpwarden rollout` resumes or rolls back. Each config
 revision (the whole inventory text) is kept under `<state>/rollout/revisions/`, and each finished
 rollout or rollback is one line of `<state>/rollout/history.jsonl`.
 
@@ -19,17 +19,17 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from servectl.cluster.durable import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.rollout.edit import Change, Guard, GuardVerdict, apply_changes, check_guard
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.durable import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.rollout.edit import Change, Guard, GuardVerdict, apply_changes, check_guard
+from tpwarden.cluster.spec import ClusterSpec
 
 TERMINAL = ("done", "rolled_back", "failed", "abandoned", "refused")
 Rows = dict[int, dict[str, float]]
 
 
-class RolloutInProgress(ServectlError):
+class RolloutInProgress(TpwardenError):
     exit_code = 2
 
 
@@ -127,7 +127,7 @@ class RolloutStore:
     def revision_text(self, rev: str) -> str:
         path = self.revisions / f"{rev}.yml"
         if not path.exists():
-            raise ConfigError(f"no config revision {rev}", hint="see `servectl rollout history`")
+            raise ConfigError(f"no config revision {rev}", hint="see `tpwarden rollout history`")
         return path.read_text()
 
 
@@ -313,14 +313,14 @@ class Rollout:
 def rollback_to(
     store: RolloutStore, ports: RolloutPorts, inventory: str, revision: str | None
 ) -> RolloutRecord:
-    """`servectl rollback [REVISION]`: restore a recorded config revision and restart on it."""
+    """`tpwarden rollback [REVISION]`: restore a recorded config revision and restart on it."""
     history = store.history()
     current_text = Path(inventory).read_text()
     if revision is None:
         done = [h for h in history if h["step"] == "done"]
         if not done:
             raise ConfigError(
-                "no finished rollout to roll back", hint="see `servectl rollout history`"
+                "no finished rollout to roll back", hint="see `tpwarden rollout history`"
             )
         revision = done[-1]["old_revision"]
     target_text = store.revision_text(revision)

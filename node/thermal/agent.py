@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.node.thermal.alerts import AlertPolicy
-from servectl.node.thermal.records import (
+from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.records import (
     GpuSampler,
     RecordWriter,
     ZoneReader,
     gpu_to_record,
     iso_utc,
 )
-from servectl.node.thermal.zones import hwmon_to_record, zone_to_record
+from tpwarden.node.thermal.zones import hwmon_to_record, zone_to_record
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.node.thermal.records import THERMAL_REASONS
-from servectl.node.thermal.zones import critical_trip_c
+from tpwarden.node.thermal.records import THERMAL_REASONS
+from tpwarden.node.thermal.zones import critical_trip_c
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """The node side of the thermal agent: what runs on a node, with only the standard library,
 pynvml, psutil when the interpreter has it (else /proc/meminfo) and prometheus_client (its
-zipapp, ``servectl.cluster.node_zipapp.THERMAL_AGENT``, carries the last one).
+zipapp, ``tpwarden.cluster.node_zipapp.THERMAL_AGENT``, carries the last one).
 
-    python3 thermal-agent.pyz agent --node node1 --dir /var/log/servectl/thermal --interval 10
-    python3 thermal-agent.pyz status --node node1 --dir /var/log/servectl/thermal
+    python3 thermal-agent.pyz agent --node node1 --dir /var/log/tpwarden/thermal --interval 10
+    python3 thermal-agent.pyz status --node node1 --dir /var/log/tpwarden/thermal
 
 ``agent`` runs until SIGTERM. ``status`` prints one JSON document about this node's files (the
-operator's ``servectl thermal status`` parses it); it never fails on a missing directory.
-``servectl thermal agent`` (the CLI, for provisioned nodes) calls :func:`run_agent` too.
+operator's ``tpwarden thermal status`` parses it); it never fails on a missing directory.
+``tpwarden thermal agent`` (the CLI, for provisioned nodes) calls :func:`run_agent` too.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.errors import ServectlError
-from servectl.node.memory import memory_reader
-from servectl.node.thermal.agent import ThermalAgent
-from servectl.node.thermal.alerts import AlertPolicy
-from servectl.node.thermal.writer import DurableWriter
-from servectl.node.thermal.zones import SysfsZoneReader
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.node.memory import memory_reader
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.writer import DurableWriter
+from tpwarden.node.thermal.zones import SysfsZoneReader
 
-log = logging.getLogger("servectl.thermal")
+log = logging.getLogger("tpwarden.thermal")
 
-DEFAULT_DIR = "/var/log/servectl/thermal"
+DEFAULT_DIR = "/var/log/tpwarden/thermal"
 DEFAULT_METRICS_PORT = 9411
 DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback unless the inventory opens it to a scraper
 DEFAULT_BUDGET_MB = 512  # the spec's thermal.disk_budget_mb default
@@ -68,7 +68,7 @@ class NoGpu:
 def gpu_sampler() -> Any:
     try:
         # deferred: an optional dependency (see below)
-        from servectl.node.gpu import Nvml
+        from tpwarden.node.gpu import Nvml
     except ImportError as exc:  # pynvml missing: no GPU is a normal state for this agent
         log.warning("NVML unavailable, logging thermal zones only: %s", exc)
         return NoGpu(str(exc))
@@ -106,7 +106,7 @@ def run_agent(opts: AgentOptions) -> Any:
     if opts.metrics_port >= 0:
         try:
             # deferred: prometheus_client may be absent on the node; /metrics is optional
-            from servectl.node.thermal.metrics import MetricsServer, ThermalCollector
+            from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector
 
             server = MetricsServer(
                 ThermalCollector(agent, time.time, zone_roles=opts.zone_roles),
@@ -117,7 +117,7 @@ def run_agent(opts: AgentOptions) -> Any:
         except (
             ImportError,
             OSError,
-            ServectlError,
+            TpwardenError,
         ) as exc:  # /metrics is optional; samples are not
             log.error("no /metrics (%s); sampling goes on", exc)
             server = None
@@ -193,7 +193,7 @@ def node_status(node: str, directory: Path, now: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="servectl-thermal-agent")
+    ap = argparse.ArgumentParser(prog="tpwarden-thermal-agent")
     sub = ap.add_subparsers(dest="action", required=True)
     a = sub.add_parser("agent", help="sample until SIGTERM")
     a.add_argument("--node", required=True)

@@ -1,7 +1,7 @@
 """Prometheus /metrics for the thermal agent, on its own registry, bound to
-`servectl.thermal.metrics_host` (loopback unless the inventory opens it to a scraper).
+`tpwarden.thermal.metrics_host` (loopback unless the inventory opens it to a scraper).
 
-Names are servectl's own (``servectl_*``, docs/metrics.md, generated from this code), so a node
+Names are tpwarden's own (``tpwarden_*``, docs/metrics.md, generated from this code), so a node
 that also runs node_exporter or dcgm-exporter does not get the same series twice. Every series
 carries ``node``. Sample-derived values come from the latest sample only, and only while it is
 fresh: a stale reading is not served (a frozen metric is worse than none, thermal.md 5).
@@ -15,21 +15,21 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from servectl.cluster.errors import ServectlError
-from servectl.node.thermal.agent import ThermalAgent
-from servectl.node.thermal.metrics_gpu import gpu_metrics
-from servectl.node.thermal.roles import zone_role
-from servectl.node.thermal.zones import critical_trip_c
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.metrics_gpu import gpu_metrics
+from tpwarden.node.thermal.roles import zone_role
+from tpwarden.node.thermal.zones import critical_trip_c
 
 NODE = ["node"]
 ZONE_LABELS = ["node", "zone", "type", "role"]
 
 # (AgentStats field, name without _total, help)
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("samples", "servectl_thermal_samples", "Samples taken."),
-    ("late_ticks", "servectl_thermal_late_ticks", "Samples taken late on their grid slot."),
-    ("skipped_slots", "servectl_thermal_skipped_slots", "Grid slots with no sample."),
-    ("dropped", "servectl_thermal_dropped_records", "Records the writer could not store."),
+    ("samples", "tpwarden_thermal_samples", "Samples taken."),
+    ("late_ticks", "tpwarden_thermal_late_ticks", "Samples taken late on their grid slot."),
+    ("skipped_slots", "tpwarden_thermal_skipped_slots", "Grid slots with no sample."),
+    ("dropped", "tpwarden_thermal_dropped_records", "Records the writer could not store."),
 )
 
 
@@ -56,7 +56,7 @@ class ThermalCollector(Collector):
         yield from self._health(node)
         rec = self.agent.latest
         last = GaugeMetricFamily(
-            "servectl_thermal_last_sample_timestamp_seconds",
+            "tpwarden_thermal_last_sample_timestamp_seconds",
             "Time of the latest sample (whether or not it is still fresh).",
             labels=NODE,
         )
@@ -76,7 +76,7 @@ class ThermalCollector(Collector):
             c.add_metric([node], getattr(self.agent.stats, field))
             yield c
         margin = GaugeMetricFamily(
-            "servectl_thermal_alert_margin_celsius",
+            "tpwarden_thermal_alert_margin_celsius",
             "The agent's --alert-margin: it raises zone_near_critical when a zone is this close "
             "to its critical trip (absent when the agent has none).",
             labels=NODE,
@@ -93,7 +93,7 @@ def _node_memory(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
         ("used", "Node memory in use: total minus available (on GB10 shared with the GPU)."),
         ("available", "Node memory available without swapping (psutil)."),
     ):
-        g = GaugeMetricFamily(f"servectl_node_memory_{key}_bytes", help_, labels=NODE)
+        g = GaugeMetricFamily(f"tpwarden_node_memory_{key}_bytes", help_, labels=NODE)
         if mem.get(f"{key}_bytes") is not None:
             g.add_metric([node], mem[f"{key}_bytes"])
         yield g
@@ -105,16 +105,16 @@ def zone_metrics(
     """ACPI zones: temperature, every trip point, and the margin to the lowest critical trip.
     ``zone`` is the number ("0" for thermal_zone0); ``trip`` the trip's position in the zone."""
     temp = GaugeMetricFamily(
-        "servectl_thermal_zone_temperature_celsius", "ACPI thermal zone temperature.",
+        "tpwarden_thermal_zone_temperature_celsius", "ACPI thermal zone temperature.",
         labels=ZONE_LABELS,
     )  # fmt: skip
     trips = GaugeMetricFamily(
-        "servectl_thermal_zone_trip_celsius",
+        "tpwarden_thermal_zone_trip_celsius",
         "ACPI thermal zone trip point (trip_type: critical, hot, passive, active).",
         labels=[*ZONE_LABELS, "trip", "trip_type"],
     )
     margin = GaugeMetricFamily(
-        "servectl_thermal_zone_critical_margin_celsius",
+        "tpwarden_thermal_zone_critical_margin_celsius",
         "Lowest critical trip minus the zone temperature (zones with a critical trip only).",
         labels=ZONE_LABELS,
     )
@@ -139,7 +139,7 @@ def zone_metrics(
 
 def _hwmon(rec: Mapping[str, Any], node: str) -> Metric:
     g = GaugeMetricFamily(
-        "servectl_hwmon_temperature_celsius",
+        "tpwarden_hwmon_temperature_celsius",
         "hwmon temperature sensor (chip is hwmonN, unstable across boots; chip_name is not).",
         labels=["node", "chip", "chip_name", "sensor", "label"],
     )
@@ -165,7 +165,7 @@ class MetricsServer:
         try:
             server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
         except OSError as exc:
-            raise ServectlError(
+            raise TpwardenError(
                 f"cannot serve /metrics on {self.host}:{self.port}: {exc.strerror or exc}"
             ) from None
         self._server = server

@@ -1,6 +1,6 @@
 """The GPU families of the thermal agent's /metrics, built from one sample record. Pure.
 
-Names and units are servectl's own (docs/metrics.md): base units (hertz, bytes, ratio), one
+Names and units are tpwarden's own (docs/metrics.md): base units (hertz, bytes, ratio), one
 series per GPU labelled ``node, gpu, uuid, model``. A reading NVML did not give is absent, never
 zero; the family is still declared so that its HELP and TYPE are always there.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from servectl.node.thermal.records import CLOCK_EVENT_BITS, THERMAL_REASONS, clock_event_mask
+from tpwarden.node.thermal.records import CLOCK_EVENT_BITS, THERMAL_REASONS, clock_event_mask
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 _MHZ = 1e6
@@ -19,21 +19,21 @@ _MIB = 2**20
 
 # (record field, metric name, factor to the base unit, help)
 GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
-    ("temp_c", "servectl_gpu_temperature_celsius", 1.0, "GPU temperature."),
-    ("slowdown_temp_c", "servectl_gpu_slowdown_temperature_celsius", 1.0,
+    ("temp_c", "tpwarden_gpu_temperature_celsius", 1.0, "GPU temperature."),
+    ("slowdown_temp_c", "tpwarden_gpu_slowdown_temperature_celsius", 1.0,
      "Temperature at which the GPU slows down (NVML threshold)."),
-    ("shutdown_temp_c", "servectl_gpu_shutdown_temperature_celsius", 1.0,
+    ("shutdown_temp_c", "tpwarden_gpu_shutdown_temperature_celsius", 1.0,
      "Temperature at which the GPU shuts down (NVML threshold)."),
-    ("sm_clock_mhz", "servectl_gpu_sm_clock_hertz", _MHZ, "Current SM clock."),
-    ("sm_clock_max_mhz", "servectl_gpu_sm_clock_max_hertz", _MHZ, "Highest SM clock the GPU supports."),
-    ("locked_clock_max_mhz", "servectl_gpu_clock_limit_hertz", _MHZ,
+    ("sm_clock_mhz", "tpwarden_gpu_sm_clock_hertz", _MHZ, "Current SM clock."),
+    ("sm_clock_max_mhz", "tpwarden_gpu_sm_clock_max_hertz", _MHZ, "Highest SM clock the GPU supports."),
+    ("locked_clock_max_mhz", "tpwarden_gpu_clock_limit_hertz", _MHZ,
      "Locked maximum SM clock (the clock cap); absent when none is set."),
-    ("power_w", "servectl_gpu_power_watts", 1.0, "Power draw."),
-    ("util_pct", "servectl_gpu_utilization_ratio", 0.01, "GPU utilization, 0 to 1."),
-    ("memory_used_mib", "servectl_gpu_memory_used_bytes", _MIB,
-     "GPU memory in use (only when NVML reports it; see servectl_gpu_memory_unified)."),
-    ("memory_total_mib", "servectl_gpu_memory_total_bytes", _MIB,
-     "GPU memory size (only when NVML reports it; see servectl_gpu_memory_unified)."),
+    ("power_w", "tpwarden_gpu_power_watts", 1.0, "Power draw."),
+    ("util_pct", "tpwarden_gpu_utilization_ratio", 0.01, "GPU utilization, 0 to 1."),
+    ("memory_used_mib", "tpwarden_gpu_memory_used_bytes", _MIB,
+     "GPU memory in use (only when NVML reports it; see tpwarden_gpu_memory_unified)."),
+    ("memory_total_mib", "tpwarden_gpu_memory_total_bytes", _MIB,
+     "GPU memory size (only when NVML reports it; see tpwarden_gpu_memory_unified)."),
 )  # fmt: skip
 
 
@@ -59,23 +59,23 @@ def gpu_metrics(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
                 g.add_metric(gpu_labels(gpu, node), float(gpu[field]) * factor)
         yield g
     unified = GaugeMetricFamily(
-        "servectl_gpu_memory_unified",
+        "tpwarden_gpu_memory_unified",
         "1 when NVML reports GPU memory as Not Supported because it is the node's (GB10); "
-        "read servectl_node_memory_* then.",
+        "read tpwarden_node_memory_* then.",
         labels=GPU_LABELS,
     )
     mask = GaugeMetricFamily(
-        "servectl_gpu_clock_event_reasons",
+        "tpwarden_gpu_clock_event_reasons",
         "Active NVML clock-event reasons as NVML's bitmask.",
         labels=GPU_LABELS,
     )
     active = GaugeMetricFamily(
-        "servectl_gpu_throttle_active",
+        "tpwarden_gpu_throttle_active",
         "1 while the named NVML clock-event reason is active.",
         labels=[*GPU_LABELS, "reason"],
     )
     thermal = GaugeMetricFamily(
-        "servectl_gpu_thermal_throttle_active",
+        "tpwarden_gpu_thermal_throttle_active",
         "1 while any thermal clock-event reason (" + ", ".join(sorted(THERMAL_REASONS)) + ") is active.",
         labels=GPU_LABELS,
     )  # fmt: skip

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from servectl.node.thermal.zones import SysfsSnapshot
+from tpwarden.node.thermal.zones import SysfsSnapshot
 
 # GpuSample fields (node/gpu.py), in record order. Most are Reading(value, reason).
 GPU_FIELDS: tuple[str, ...] = (
@@ -41,7 +41,7 @@ THERMAL_REASONS: frozenset[str] = frozenset(
 
 
 class GpuSampler(Protocol):
-    """What the agent needs from servectl.node.gpu.Nvml."""
+    """What the agent needs from tpwarden.node.gpu.Nvml."""
 
     def sample_all(self) -> Sequence[Any]: ...
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.durable import open_append
+from tpwarden.cluster.durable import open_append
 
 log = logging.getLogger(__name__)
 

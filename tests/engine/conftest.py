@@ -14,7 +14,7 @@ as an operator would; tests share it and leave it healthy. Nothing here touches 
 Scope: the fixture is package-scoped, which is once per pytest run (tests/engine is one package):
 its teardown then runs when this tier is done, so the lab lock and ~10 GB of ranks are released
 before the next tier (tests/lab takes the same machine-wide lock) instead of at session end.
-Set SERVECTL_LAB_KEEP=1 to leave the lab and the server up after the run.
+Set TPWARDEN_LAB_KEEP=1 to leave the lab and the server up after the run.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.control.results import BootResult
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults, sshc
-from servectl.cluster.lab import lab as lablib
-from servectl.cluster.lab.paths import NODE_NAMES, LabPaths, node_ip
-from servectl.cluster.spec import ClusterSpec
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.results import BootResult
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults, sshc
+from tpwarden.cluster.lab import lab as lablib
+from tpwarden.cluster.lab.paths import NODE_NAMES, LabPaths, node_ip
+from tpwarden.cluster.spec import ClusterSpec
 
-LAB_LOCK = Path(os.environ.get("SERVECTL_LAB_LOCK", "/run/lock/servectl-lab.lock"))
+LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock"))
 BOOT_TIMEOUT_S = 600
 
 
@@ -119,11 +119,11 @@ def engine_server(tmp_path_factory) -> EngineServer:
             )
         server = EngineServer(paths, spec, state_dir, result.boot, up_s, lab_up_s)
         yield server
-        if not os.environ.get("SERVECTL_LAB_KEEP"):
+        if not os.environ.get("TPWARDEN_LAB_KEEP"):
             server.unpause_all()
             with server.controller() as ctl:
                 ctl.down()
     finally:
-        if not os.environ.get("SERVECTL_LAB_KEEP"):
+        if not os.environ.get("TPWARDEN_LAB_KEEP"):
             lablib.down(paths)
         lock.close()

@@ -1,14 +1,14 @@
-"""`servectl bench sweep` with the real `vllm bench serve` client container against the real
+"""`tpwarden bench sweep` with the real `vllm bench serve` client container against the real
 TP=4 server: figures non-zero, speculative acceptance and tokens per step from the real
 vllm:spec_decode_* counters."""
 
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.bench.parse import load_result_text
-from servectl.cluster.bench.plan import BenchOptions
-from servectl.cluster.bench.runner import BenchRunner, load_run
-from servectl.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.cluster.bench.parse import load_result_text
+from tpwarden.cluster.bench.plan import BenchOptions
+from tpwarden.cluster.bench.runner import BenchRunner, load_run
+from tpwarden.cluster.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.engine
 

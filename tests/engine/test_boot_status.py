@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from servectl.cluster.boot_phase import BootPhase
-from servectl.cluster.lab import faults
-from servectl.cluster.status import Verdict
+from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.engine
 

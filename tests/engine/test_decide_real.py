@@ -17,11 +17,11 @@ import pytest
 if not (Path(__file__).with_name("conftest.py")).exists():  # the fixture comes with the engine
     pytest.skip("tests/engine/conftest.py (engine_server) not present", allow_module_level=True)
 
-from servectl.cluster.cli import app
-from servectl.cluster.decide.client import LogprobClient, ServerRejected, max_logprobs_from_args
-from servectl.cluster.decide.core import Decider, Item
-from servectl.cluster.decide.labels import LabelMissing, SplitLabel
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.decide.client import LogprobClient, ServerRejected, max_logprobs_from_args
+from tpwarden.cluster.decide.core import Decider, Item
+from tpwarden.cluster.decide.labels import LabelMissing, SplitLabel
+from tpwarden.cluster.inventory import load_inventory
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.engine
@@ -94,7 +94,7 @@ def test_cli_run_json_shapes_and_latency(engine_server, tmp_path):
         app,
         ["decide", "run", "-i", str(engine_server.inventory), "--data", str(data), "--runs", "2",
          "--no-calibration", "--json"],
-        env={"SERVECTL_RUNS_DIR": str(tmp_path / "runs")},
+        env={"TPWARDEN_RUNS_DIR": str(tmp_path / "runs")},
     )  # fmt: skip
     out = json.loads(r.stdout)
     s = out["summary"]

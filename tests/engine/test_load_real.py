@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from servectl.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.policy_state import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,

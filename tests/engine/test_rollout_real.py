@@ -1,4 +1,4 @@
-"""The report's rollout on real vLLM: k=7 -> k=3 through `servectl rollout` with the real
+"""The report's rollout on real vLLM: k=7 -> k=3 through `tpwarden rollout` with the real
 `vllm bench serve` client, a real restart, real before/after figures, and the guard deciding
 (kept or rolled back). Leaves the shared server on the lab inventory's config (k=3)."""
 
@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
 
 pytestmark = pytest.mark.engine
 
-SERVECTL = [sys.executable, "-m", "servectl.cluster.cli"]
+TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]
 
 
 @pytest.mark.timeout(1800)
@@ -24,14 +24,14 @@ def test_k7_to_k3_real_restart_before_after_and_guard(engine_server, tmp_path, m
     text = Path(engine_server.inventory).read_text()
     assert "num_speculative_tokens: 3" in text
     path.write_text(text.replace("num_speculative_tokens: 3", "num_speculative_tokens: 7"))
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
     k7 = load_inventory(path)
     with Controller(k7, state_dir=tmp_path / "state", node_timeout_s=10) as ctl:
         assert ctl.up(timeout_s=900, replace=True).ok
     try:
         result = subprocess.run(
-            [*SERVECTL, "rollout", "-i", str(path), "--set", "drafter.num_speculative_tokens=3",
+            [*TPWARDEN, "rollout", "-i", str(path), "--set", "drafter.num_speculative_tokens=3",
              "--bench", "quick", "--guard", "c=32 aggregate >= -50%", "--yes"],
             capture_output=True, text=True, timeout=1700,
         )  # fmt: skip

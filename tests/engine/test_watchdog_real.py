@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from servectl.cluster.lab import faults
-from servectl.watchdog.policy_state import WatchdogPhase
+from tpwarden.cluster.lab import faults
+from tpwarden.watchdog.policy_state import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,

@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.paths import HEAD, NODE_NAMES
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES
 
 pytestmark = pytest.mark.engine
 
@@ -51,7 +51,7 @@ def test_down_after_head_died_kills_every_rank(engine_server):
     assert _rank_processes() == []
     assert _listening(spec.serving.port) == [] and _listening(29501) == []
     labelled = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=io.servectl.cluster={spec.name}"],
+        ["docker", "ps", "-aq", "--filter", f"label=io.tpwarden.cluster={spec.name}"],
         capture_output=True,
         text=True,
     ).stdout.split()

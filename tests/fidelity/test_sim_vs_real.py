@@ -16,16 +16,16 @@ import time
 
 import httpx
 import pytest
-from servectl.cluster.boot_rules import parse_line
-from servectl.cluster.lab import engine, images
-from servectl.cluster.lab.paths import LabPaths
+from tpwarden.cluster.boot_rules import parse_line
+from tpwarden.cluster.lab import engine, images
+from tpwarden.cluster.lab.paths import LabPaths
 
 from tests.sim.conftest import SimCluster
 
 pytestmark = pytest.mark.engine
 
 REAL_ADDR, REAL_PORT = "127.0.0.51", 8951
-CONTAINER = "servectl-fidelity-real"
+CONTAINER = "tpwarden-fidelity-real"
 # metric name -> Prometheus type, for every vllm: series the toolkit reads (cluster/, watchdog/)
 METRICS = {
     "vllm:num_requests_running": "gauge",

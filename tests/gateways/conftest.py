@@ -92,7 +92,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
             proc.kill()
 
 
-TINY_IMAGE = "servectl-test/tiny:1"
+TINY_IMAGE = "tpwarden-test/tiny:1"
 
 
 @pytest.fixture(scope="session")

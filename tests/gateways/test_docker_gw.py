@@ -7,12 +7,12 @@ import time
 import uuid
 
 import pytest
-from servectl.cluster.docker_gw import DockerGateway
-from servectl.cluster.errors import HostKeyError
-from servectl.cluster.launch import ContainerPlan, Mount
-from servectl.cluster.settings import SecretRef
-from servectl.cluster.ssh import SshPool
-from servectl.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.errors import HostKeyError
+from tpwarden.cluster.launch import ContainerPlan, Mount
+from tpwarden.cluster.settings import SecretRef
+from tpwarden.cluster.ssh import SshPool
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
 
 
 def _plan(image: str, cluster: str, name: str) -> ContainerPlan:
@@ -30,18 +30,18 @@ def _plan(image: str, cluster: str, name: str) -> ContainerPlan:
         ),
         entrypoint=None,
         env={"MODE": "test mode"},
-        secret_env={"HF_TOKEN": SecretRef(env="SERVECTL_TEST_TOKEN")},
-        mounts=(Mount("/tmp/servectl-gw-mount", "/mnt/ro", True),),
+        secret_env={"HF_TOKEN": SecretRef(env="TPWARDEN_TEST_TOKEN")},
+        mounts=(Mount("/tmp/tpwarden-gw-mount", "/mnt/ro", True),),
         shm_size="64m",
         gpus=None,
         restart_policy="no",
         labels={
-            "io.servectl.cluster": cluster,
-            "io.servectl.component": "vllm",
-            "io.servectl.node": "node1",
-            "io.servectl.role": "head",
-            "io.servectl.rank": "0",
-            "io.servectl.config-hash": "abc123",
+            "io.tpwarden.cluster": cluster,
+            "io.tpwarden.component": "vllm",
+            "io.tpwarden.node": "node1",
+            "io.tpwarden.role": "head",
+            "io.tpwarden.rank": "0",
+            "io.tpwarden.config-hash": "abc123",
         },
     )
 
@@ -81,17 +81,17 @@ def test_docker_over_ssh_refuses_unknown_host_key(sshd, tmp_path):
 def test_run_list_logs_pause_remove(gateway, tiny_image, tmp_path):
     import os
 
-    os.makedirs("/tmp/servectl-gw-mount", exist_ok=True)
-    with open("/tmp/servectl-gw-mount/marker", "w") as f:
+    os.makedirs("/tmp/tpwarden-gw-mount", exist_ok=True)
+    with open("/tmp/tpwarden-gw-mount/marker", "w") as f:
         f.write("mounted-ok\n")
     cluster = f"gwtest-{uuid.uuid4().hex[:6]}"
     name = f"{cluster}-vllm-node1"
     assert gateway.image_present(tiny_image)
-    assert not gateway.image_present("servectl-test/absent:0")
+    assert not gateway.image_present("tpwarden-test/absent:0")
     try:
         info = gateway.run(_plan(tiny_image, cluster, name), {"HF_TOKEN": "s3cret-value"})
         assert info.running and info.name == name and info.config_hash == "abc123"
-        listed = gateway.list_servectl(cluster)
+        listed = gateway.list_tpwarden(cluster)
         assert [c.name for c in listed] == [name]
         assert listed[0].started_at is not None
         logs = _wait(lambda: (lambda t: t if "mounted-ok" in t else None)(gateway.logs(name)))
@@ -108,7 +108,7 @@ def test_run_list_logs_pause_remove(gateway, tiny_image, tmp_path):
         assert next(it)
         stream.close()
         assert gateway.remove(name, stop_timeout=1) is True
-        assert gateway.list_servectl(cluster) == []
+        assert gateway.list_tpwarden(cluster) == []
         assert gateway.remove(name) is False  # idempotent
     finally:
         gateway.remove(name, stop_timeout=0)

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
-from servectl.cluster.ssh import CommandTimeout, SshPool
-from servectl.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
+from tpwarden.cluster.ssh import CommandTimeout, SshPool
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
 
 
 def _target(sshd, node: str = "node1") -> SshTarget:
@@ -69,7 +69,7 @@ def test_argv_passes_through_literally(sshd, tmp_path):
         "a b",
         "it's",
         '"dq"',
-        "$(touch /tmp/servectl-pwned)",
+        "$(touch /tmp/tpwarden-pwned)",
         "`id`",
         "; rm -rf /x",
         "*",
@@ -79,7 +79,7 @@ def test_argv_passes_through_literally(sshd, tmp_path):
     with SshPool(SshOptions(known_hosts=sshd.known_hosts)) as pool:
         r = pool.session(_target(sshd)).run(["printf", "%s\\n", *tricky], check=True)
     assert r.stdout.split("\n")[:-1] == tricky
-    assert not Path("/tmp/servectl-pwned").exists()
+    assert not Path("/tmp/tpwarden-pwned").exists()
 
 
 def test_nonzero_exit_and_check(sshd):
@@ -111,7 +111,7 @@ def test_command_timeout(sshd):
 def test_sftp_put_get_and_mode(sshd, tmp_path):
     src = tmp_path / "src.bin"
     src.write_bytes(bytes(range(256)) * 100)
-    remote = f"/tmp/servectl-test-{sshd.port}.bin"
+    remote = f"/tmp/tpwarden-test-{sshd.port}.bin"
     with SshPool(SshOptions(known_hosts=sshd.known_hosts)) as pool:
         s = pool.session(_target(sshd))
         s.put(str(src), remote, mode=0o600)
@@ -141,7 +141,7 @@ def test_run_script_copies_file_and_cleans_up(sshd, tmp_path):
         s = pool.session(_target(sshd))
         r = s.run_script(str(script), ["x y", "$(id)"], check=True)
         tmpdir = r.stdout.splitlines()[0].removeprefix("dir=")
-        assert tmpdir.startswith("/tmp/servectl.")
+        assert tmpdir.startswith("/tmp/tpwarden.")
         assert r.stdout.splitlines()[1] == "[x y][$(id)]"
         assert s.run(["test", "-e", tmpdir]).rc == 1
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import HostKeyError, NodeUnreachable
-from servectl.cluster.spec import NodeSpec
-from servectl.cluster.ssh import SshPool
-from servectl.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
+from tpwarden.cluster.spec import NodeSpec
+from tpwarden.cluster.ssh import SshPool
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
 
 from .conftest import SSHD, _free_port, _keygen, _wait_listening
 

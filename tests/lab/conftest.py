@@ -6,7 +6,7 @@ Other lab tests reuse it::
         lab.inventory          # path of the lab's Ansible inventory
         lab.ssh("node2", ["hostname"])   # real SSH, host key verified
 
-Set SERVECTL_LAB_KEEP=1 to leave the lab up after the run (faster reruns while developing).
+Set TPWARDEN_LAB_KEEP=1 to leave the lab up after the run (faster reruns while developing).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from servectl.cluster.lab import lab as lablib
-from servectl.cluster.lab import sshc
-from servectl.cluster.lab.paths import LabPaths, node_ip
-from servectl.cluster.provision.wheelhouse import source_items
+from tpwarden.cluster.lab import lab as lablib
+from tpwarden.cluster.lab import sshc
+from tpwarden.cluster.lab.paths import LabPaths, node_ip
+from tpwarden.cluster.provision.wheelhouse import source_items
 
 LAB_PATTERN = re.compile(
-    r"127\.0\.0\.1[1-4]:\d+\b|servectl-lab|systemd-nspawn|cluster\.lab\.sensord"
-    r"|io\.servectl\.cluster|/usr/bin/prometheus|127\.0\.0\.1:(9090|9410)\b"
+    r"127\.0\.0\.1[1-4]:\d+\b|tpwarden-lab|systemd-nspawn|cluster\.lab\.sensord"
+    r"|io\.tpwarden\.cluster|/usr/bin/prometheus|127\.0\.0\.1:(9090|9410)\b"
 )  # node listeners (sshd, API, thermal agents), the lab's Prometheus and watchdog
 
 
@@ -95,8 +95,8 @@ class Lab:
 
 
 # One lab per machine: a pytest run holds this lock from lab up to lab down, so two runs (or a
-# person rehearsing with `flock /run/lock/servectl-lab.lock servectl lab up`) never share it.
-LAB_LOCK = Path(os.environ.get("SERVECTL_LAB_LOCK", "/run/lock/servectl-lab.lock"))
+# person rehearsing with `flock /run/lock/tpwarden-lab.lock tpwarden lab up`) never share it.
+LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock"))
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +124,7 @@ def _lab_session():
     try:
         yield handle
     finally:
-        if not os.environ.get("SERVECTL_LAB_KEEP"):
+        if not os.environ.get("TPWARDEN_LAB_KEEP"):
             handle.down()
 
 
@@ -132,7 +132,7 @@ def _lab_session():
 def source(tmp_path_factory) -> Path:
     """A snapshot of the source tree the nodes' wheel is built from (the tree may be edited while
     the lab tests run): what provisioning hashes and packs, plus the constraints."""
-    snap = tmp_path_factory.mktemp("servectl-src")
+    snap = tmp_path_factory.mktemp("tpwarden-src")
     root = Path(__file__).resolve().parents[2]
     for item in (*source_items(root), "requirements"):
         src = root / item

@@ -7,16 +7,16 @@ import os
 
 import pytest
 import yaml
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab.paths import HEAD, node_ip
-from servectl.cluster.status import Verdict
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab.paths import HEAD, node_ip
+from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
 
 
 def test_status_and_up_through_node1_as_bastion(lab, tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVECTL_API_KEY", os.environ.get("SERVECTL_API_KEY", "lab-key"))
+    monkeypatch.setenv("TPWARDEN_API_KEY", os.environ.get("TPWARDEN_API_KEY", "lab-key"))
     doc = yaml.safe_load(lab.inventory.read_text())
     common = doc["all"]["vars"]["ansible_ssh_common_args"]
     workers = doc["all"]["children"]["workers"]

@@ -1,4 +1,4 @@
-"""`servectl bench` on the lab: the real `vllm bench serve` (client image with vLLM 0.33.0)
+"""`tpwarden bench` on the lab: the real `vllm bench serve` (client image with vLLM 0.33.0)
 against the simulated 4-node server. A small sweep produces the table and a run directory whose
 numbers equal the saved JSON; a clock-cap change shows up in `compare`; the client container
 is CPU-only, on the host network, and gone afterwards."""
@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import docker
 import pytest
-from servectl.cluster.bench.manifest import manifest_diff
-from servectl.cluster.bench.parse import load_result_text
-from servectl.cluster.bench.plan import BenchOptions
-from servectl.cluster.bench.runner import BenchRunner, compare_rows, load_run
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.cluster.bench.manifest import manifest_diff
+from tpwarden.cluster.bench.parse import load_result_text
+from tpwarden.cluster.bench.plan import BenchOptions
+from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.lab
 
@@ -41,7 +41,7 @@ def ctl(lab, tmp_path):
 
 def _bench_containers() -> list:
     return docker.from_env().containers.list(
-        all=True, filters={"label": "io.servectl.component=bench"}
+        all=True, filters={"label": "io.tpwarden.component=bench"}
     )
 
 
@@ -102,7 +102,7 @@ def test_refuses_when_server_is_down(lab, tmp_path):
     with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as c:
         c.down()
         runner = BenchRunner(c, tmp_path / "runs")
-        from servectl.cluster.bench.plan import BenchError
+        from tpwarden.cluster.bench.plan import BenchError
 
         with pytest.raises(BenchError, match="not healthy"):
             runner.run(BenchOptions(kind="sweep", levels=(1,), client_image=CLIENT_LATEST))
@@ -111,7 +111,7 @@ def test_refuses_when_server_is_down(lab, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_prefill_ttft_grows_with_input_length(ctl, tmp_path):
-    """`servectl bench prefill`: one long random prompt at a time; TTFT and prefill tok/s."""
+    """`tpwarden bench prefill`: one long random prompt at a time; TTFT and prefill tok/s."""
     runner = BenchRunner(ctl, tmp_path / "runs")
     opts = BenchOptions(
         kind="prefill", levels=(2048, 16384), output_len=1, num_prompts=1,

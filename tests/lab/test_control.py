@@ -7,18 +7,18 @@ import os
 import time
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.control.plan import Action, Drift
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.status import Verdict
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.plan import Action, Drift
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
 def ctl(lab, tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVECTL_API_KEY", os.environ.get("SERVECTL_API_KEY", "lab-key"))
+    monkeypatch.setenv("TPWARDEN_API_KEY", os.environ.get("TPWARDEN_API_KEY", "lab-key"))
     spec = load_inventory(lab.inventory)
     with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as c:
         yield c

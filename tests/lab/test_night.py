@@ -1,7 +1,7 @@
 """A night on call compressed to minutes (issue 20): the thermal agents on all four nodes at the
 lab's 1 s interval, the watchdog ticking at its scaled interval with the real actuator, a bench
 sweep under the watchdog's eye, a heat fault that throttles node2's GPU, and a hang (the head's
-API paused) that the watchdog restarts. Then `servectl report -i` reads what the night left
+API paused) that the watchdog restarts. Then `tpwarden report -i` reads what the night left
 (the watchdog's event log, every node's thermal files over SFTP, the bench run) and every count
 in its JSON is recomputed here independently, from the raw files with plain `json`."""
 
@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 import yaml
-from servectl.cluster.bench.plan import BenchOptions
-from servectl.cluster.bench.runner import BenchRunner
-from servectl.cluster.cli import app as servectl_app
-from servectl.cluster.cli.thermal import app as thermal_app
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.client_image import CLIENT_LATEST
-from servectl.cluster.lab.paths import HEAD
-from servectl.watchdog.policy_state import WatchdogPhase
+from tpwarden.cluster.bench.plan import BenchOptions
+from tpwarden.cluster.bench.runner import BenchRunner
+from tpwarden.cluster.cli import app as tpwarden_app
+from tpwarden.cluster.cli.thermal import app as thermal_app
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.cluster.lab.paths import HEAD
+from tpwarden.watchdog.policy_state import WatchdogPhase
 from typer.testing import CliRunner
 
 from tests.lab.test_watchdog_scenarios import (
@@ -54,7 +54,7 @@ def _night_inventory(lab: Any, tmp_path: Path) -> Path:
     """The lab inventory with the watchdog's state dir in this test's directory, so the report
     reads this night's event log (and nobody else's) where the inventory says it is."""
     doc = yaml.safe_load(Path(lab.inventory).read_text())
-    doc["all"]["vars"]["servectl"]["watchdog"]["state_dir"] = str(tmp_path / "wd")
+    doc["all"]["vars"]["tpwarden"]["watchdog"]["state_dir"] = str(tmp_path / "wd")
     path = tmp_path / "night-inventory.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -106,8 +106,8 @@ def _hot_node_samples(lab: Any, since: float) -> list[dict[str, Any]]:
 @pytest.mark.timeout(1200)
 def test_compressed_night_report_counts_equal_the_raw_files(lab, tmp_path, monkeypatch):
     control, runs = tmp_path / "control", tmp_path / "runs"
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(control))  # restart job and report read it
-    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(runs))  # where `report -i` finds bench runs
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(control))  # restart job and report read it
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(runs))  # where `report -i` finds bench runs
     inventory = _night_inventory(lab, tmp_path)
     spec = load_inventory(inventory)
     t0 = time.time()
@@ -163,7 +163,7 @@ def test_compressed_night_report_counts_equal_the_raw_files(lab, tmp_path, monke
         CliRunner().invoke(thermal_app, ["stop", "-i", str(inventory)])
 
     res = _cli(
-        servectl_app, "report", "-i", str(inventory), "--since", f"{t0:.3f}",
+        tpwarden_app, "report", "-i", str(inventory), "--since", f"{t0:.3f}",
         "--until", f"{t1:.3f}", "--json",
     )  # fmt: skip
     doc = json.loads(res.stdout)

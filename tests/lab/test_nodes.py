@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import paramiko
 import pytest
-from servectl.cluster.lab.paths import NODE_NAMES, node_ip
+from tpwarden.cluster.lab.paths import NODE_NAMES, node_ip
 
 pytestmark = pytest.mark.lab
 
@@ -43,7 +43,7 @@ def test_unknown_host_key_is_refused(lab, tmp_path):
 
 
 def test_node_files_are_its_own(lab):
-    marker = f"/etc/servectl/lab-test-{uuid.uuid4().hex}"
+    marker = f"/etc/tpwarden/lab-test-{uuid.uuid4().hex}"
     assert lab.ssh("node1", ["touch", marker]).rc == 0
     try:
         assert lab.ssh("node1", ["test", "-e", marker]).rc == 0
@@ -51,12 +51,12 @@ def test_node_files_are_its_own(lab):
     finally:
         lab.ssh("node1", ["rm", "-f", marker])
     for node in ("node1", "node2"):
-        for d in ("/etc/servectl", "/var/lib/servectl", "/var/log/servectl"):
+        for d in ("/etc/tpwarden", "/var/lib/tpwarden", "/var/log/tpwarden"):
             assert lab.ssh(node, ["test", "-d", d]).rc == 0, (node, d)
 
 
 def test_log_disk_is_a_small_filesystem(lab):
-    out = lab.ssh("node3", ["df", "-B1", "--output=size", "/var/log/servectl"]).stdout
+    out = lab.ssh("node3", ["df", "-B1", "--output=size", "/var/log/tpwarden"]).stdout
     size = int(out.split()[-1])
     assert 8 << 20 <= size <= 32 << 20
 
@@ -126,7 +126,7 @@ def _home(path: Path):
 
 @pytest.mark.parametrize("node", NODE_NAMES)
 def test_docker_sdk_over_ssh_runs_a_container(lab, node):
-    base = docker.from_env().images.list(name="servectl-lab/base")[0].tags[0]
+    base = docker.from_env().images.list(name="tpwarden-lab/base")[0].tags[0]
     with _home(lab.ssh_home):
         client = docker.DockerClient(
             base_url=f"ssh://root@{node_ip(node)}", use_ssh_client=False, timeout=60
@@ -137,13 +137,13 @@ def test_docker_sdk_over_ssh_runs_a_container(lab, node):
             ["python3", "-c", "import aiohttp; print('hello from', aiohttp.__name__)"],
             remove=True,
             labels={
-                "io.servectl.cluster": "lab",
-                "io.servectl.node": node,
-                "io.servectl.test": "1",
+                "io.tpwarden.cluster": "lab",
+                "io.tpwarden.node": node,
+                "io.tpwarden.test": "1",
             },
         )
         assert out.decode().strip() == "hello from aiohttp"
-        assert not client.containers.list(all=True, filters={"label": "io.servectl.test=1"})
+        assert not client.containers.list(all=True, filters={"label": "io.tpwarden.test=1"})
     finally:
         client.close()
 

@@ -1,7 +1,7 @@
-"""The lab's Prometheus (Debian's 2.42, started by `lab up` with the config `servectl prometheus
-config` generates) scrapes every node's thermal agent, the watchdog and vLLM's /metrics; servectl's
-alert rules fire on a heat fault (ServectlNodeNearCritical, within two evaluation intervals of
-the hot sample) and on a hung server (ServectlServerHung, a paused worker rank while the watchdog
+"""The lab's Prometheus (Debian's 2.42, started by `lab up` with the config `tpwarden prometheus
+config` generates) scrapes every node's thermal agent, the watchdog and vLLM's /metrics; tpwarden's
+alert rules fire on a heat fault (TpwardenNodeNearCritical, within two evaluation intervals of
+the hot sample) and on a hung server (TpwardenServerHung, a paused worker rank while the watchdog
 is held: it keeps probing and counting, restarts nothing)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
-from servectl.cluster.cli.thermal import app as thermal_app
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.lab import prometheus as labprom
-from servectl.cluster.prometheus_config import default_rules_path
+from tpwarden.cluster.cli.thermal import app as thermal_app
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab import prometheus as labprom
+from tpwarden.cluster.prometheus_config import default_rules_path
 from typer.testing import CliRunner
 
 from tests.lab.waiting import poll
@@ -75,7 +75,7 @@ def _epoch(rfc3339: str) -> float:
 
 @pytest.fixture(scope="module")
 def stack(lab, tmp_path_factory):
-    """Server up, thermal agents on every node, `servectl watchdog run` on this machine."""
+    """Server up, thermal agents on every node, `tpwarden watchdog run` on this machine."""
     inv = str(lab.inventory)
     tmp = tmp_path_factory.mktemp("prom")
     control = tmp / "control"
@@ -83,8 +83,8 @@ def stack(lab, tmp_path_factory):
     status = labprom.status(lab.paths)
     assert status.running, "lab up did not start Prometheus"
     prom = Prom(status.url)
-    env = {**os.environ, "SERVECTL_STATE_DIR": str(control)}
-    servectl = os.path.join(os.path.dirname(sys.executable), "servectl")
+    env = {**os.environ, "TPWARDEN_STATE_DIR": str(control)}
+    tpwarden = os.path.join(os.path.dirname(sys.executable), "tpwarden")
     daemon = None
     with Controller(spec, state_dir=control, node_timeout_s=10) as ctl:
         result = ctl.up(timeout_s=300)
@@ -94,16 +94,16 @@ def stack(lab, tmp_path_factory):
             thermal("start", "-i", inv)
             with open(log, "ab") as out:
                 daemon = subprocess.Popen(
-                    [servectl, "watchdog", "run", "-i", inv], stdout=out,
+                    [tpwarden, "watchdog", "run", "-i", inv], stdout=out,
                     stderr=subprocess.STDOUT, env=env,
                 )  # fmt: skip
             yield {"prom": prom, "spec": spec, "ctl": ctl, "inv": inv, "env": env, "tmp": tmp,
-                   "control": control, "servectl": servectl}  # fmt: skip
+                   "control": control, "tpwarden": tpwarden}  # fmt: skip
         finally:
             with contextlib.suppress(Exception):
                 faults.container_action(lab.paths, WORKER, "unpause")
             faults.cool(lab.paths, "node2")
-            subprocess.run([servectl, "watchdog", "release", "-i", inv], env=env, check=False)
+            subprocess.run([tpwarden, "watchdog", "release", "-i", inv], env=env, check=False)
             if daemon is not None:
                 daemon.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -129,24 +129,24 @@ def test_every_target_is_up(stack):
         pytest.fail(json.dumps([(t["scrapeUrl"], t["health"], t["lastError"])
                                 for t in prom.targets()]))  # fmt: skip
     jobs = sorted(t["labels"]["job"] for t in targets)
-    assert jobs == ["servectl-thermal"] * 4 + ["servectl-watchdog", "vllm"]
+    assert jobs == ["tpwarden-thermal"] * 4 + ["tpwarden-watchdog", "vllm"]
     thermal_nodes = {
-        t["labels"]["node"] for t in targets if t["labels"]["job"] == "servectl-thermal"
+        t["labels"]["node"] for t in targets if t["labels"]["job"] == "tpwarden-thermal"
     }
     assert thermal_nodes == set(NODES)
-    # each agent is dialled at its own node address (host var servectl_thermal_metrics_host)
+    # each agent is dialled at its own node address (host var tpwarden_thermal_metrics_host)
     urls = {
         t["labels"]["node"]: t["scrapeUrl"]
         for t in targets
-        if t["labels"]["job"] == "servectl-thermal"
+        if t["labels"]["job"] == "tpwarden-thermal"
     }
     assert urls == {n: f"http://127.0.0.1{n[-1]}:9411/metrics" for n in NODES}
     ups = prom.query("up")
     assert len(ups) == 6 and {u["value"][1] for u in ups} == {"1"}
     # real series arrive through each job: vLLM's own counters and the watchdog's state
     assert prom.query('{job="vllm",__name__=~"vllm:.*"}')
-    assert prom.query('{job="servectl-watchdog",__name__=~"servectl_watchdog_.*"}')
-    assert prom.query('{job="servectl-thermal",__name__=~".+",node="node4"}')
+    assert prom.query('{job="tpwarden-watchdog",__name__=~"tpwarden_watchdog_.*"}')
+    assert prom.query('{job="tpwarden-thermal",__name__=~".+",node="node4"}')
 
 
 def _rules_loaded(prom: Prom) -> set[str]:
@@ -158,19 +158,19 @@ def _rules_loaded(prom: Prom) -> set[str]:
 def rules(stack):
     assert os.path.isfile(default_rules_path()), f"{default_rules_path()} missing from the package"
     names = _rules_loaded(stack["prom"])
-    assert {"ServectlNodeNearCritical", "ServectlServerHung"} <= names, names
+    assert {"TpwardenNodeNearCritical", "TpwardenServerHung"} <= names, names
     return names
 
 
 def test_heat_fault_fires_near_critical_within_two_evaluations(stack, lab, rules):
     prom = stack["prom"]
     spec = stack["spec"]
-    margin = prom.value('servectl_thermal_alert_margin_celsius{node="node2"}')
+    margin = prom.value('tpwarden_thermal_alert_margin_celsius{node="node2"}')
     assert margin == spec.thermal.alert_margin_c
-    assert not [a for a in prom.alerts("ServectlNodeNearCritical") if a["state"] == "firing"]
+    assert not [a for a in prom.alerts("TpwardenNodeNearCritical") if a["state"] == "firing"]
     t_fault = time.time()
     faults.heat(lab.paths, "node2", zones={"gpu": 100.0}, duration_s=90)  # 4.8 C below critical
-    selector = 'servectl_thermal_zone_critical_margin_celsius{node="node2"}'
+    selector = 'tpwarden_thermal_zone_critical_margin_celsius{node="node2"}'
 
     def first_hot() -> float | None:
         for series in prom.query(f"{selector}[60s]"):
@@ -182,11 +182,11 @@ def test_heat_fault_fires_near_critical_within_two_evaluations(stack, lab, rules
     scraped = poll(first_hot, 30, "the hot sample scraped")
 
     def firing() -> dict | None:
-        got = [a for a in prom.alerts("ServectlNodeNearCritical")
+        got = [a for a in prom.alerts("TpwardenNodeNearCritical")
                if a["state"] == "firing" and a["labels"].get("node") == "node2"]  # fmt: skip
         return got[0] if got else None
 
-    alert = poll(firing, 4 * EVAL_S + 10, "ServectlNodeNearCritical firing", every_s=0.2)
+    alert = poll(firing, 4 * EVAL_S + 10, "TpwardenNodeNearCritical firing", every_s=0.2)
     active_at = _epoch(alert["activeAt"])
     print(f"hot sample scraped at {scraped:.3f}, alert active at {active_at:.3f} "
           f"(+{active_at - scraped:.2f} s; evaluation interval {EVAL_S:g} s)")  # fmt: skip
@@ -196,27 +196,27 @@ def test_heat_fault_fires_near_critical_within_two_evaluations(stack, lab, rules
 
 
 def test_hung_server_fires_while_the_held_watchdog_keeps_counting(stack, lab, rules):
-    prom, env, servectl, inv = stack["prom"], stack["env"], stack["servectl"], stack["inv"]
-    poll(lambda: prom.value('servectl_watchdog_state{servectl_watchdog_state="ready"}') == 1,
+    prom, env, tpwarden, inv = stack["prom"], stack["env"], stack["tpwarden"], stack["inv"]
+    poll(lambda: prom.value('tpwarden_watchdog_state{tpwarden_watchdog_state="ready"}') == 1,
          120, "the watchdog ready (seen by Prometheus)")  # fmt: skip
-    hold = [servectl, "watchdog", "hold", "-i", inv, "--for", "10m", "--reason", "prom lab test"]
+    hold = [tpwarden, "watchdog", "hold", "-i", inv, "--for", "10m", "--reason", "prom lab test"]
     subprocess.run(hold, env=env, check=True)
-    poll(lambda: prom.value("servectl_watchdog_hold") == 1, 30, "the hold exported")
-    probes_before = prom.value("sum(servectl_watchdog_probe_total)") or 0.0
+    poll(lambda: prom.value("tpwarden_watchdog_hold") == 1, 30, "the hold exported")
+    probes_before = prom.value("sum(tpwarden_watchdog_probe_total)") or 0.0
     faults.container_action(lab.paths, WORKER, "pause")
 
     def firing() -> dict | None:
-        got = [a for a in prom.alerts("ServectlServerHung") if a["state"] == "firing"]
+        got = [a for a in prom.alerts("TpwardenServerHung") if a["state"] == "firing"]
         return got[0] if got else None
 
-    alert = poll(firing, 150, "ServectlServerHung firing", every_s=1)
+    alert = poll(firing, 150, "TpwardenServerHung firing", every_s=1)
     assert alert["labels"]["severity"] == "critical"
-    failures = prom.value("servectl_watchdog_consecutive_failures")
+    failures = prom.value("tpwarden_watchdog_consecutive_failures")
     failures_cfg = stack["spec"].watchdog.failures
     assert failures is not None and failures >= failures_cfg, failures
-    assert (prom.value("sum(servectl_watchdog_probe_total)") or 0.0) > probes_before + failures_cfg
+    assert (prom.value("sum(tpwarden_watchdog_probe_total)") or 0.0) > probes_before + failures_cfg
     # held: it counted past the restart threshold and restarted nothing
-    assert (prom.value("sum(servectl_watchdog_restarts_total)") or 0.0) == 0.0
+    assert (prom.value("sum(tpwarden_watchdog_restarts_total)") or 0.0) == 0.0
     events = Path(stack["control"]) / "events.jsonl"
     restarts = [
         line for line in (events.read_text().splitlines() if events.exists() else [])
@@ -224,4 +224,4 @@ def test_hung_server_fires_while_the_held_watchdog_keeps_counting(stack, lab, ru
     ]  # fmt: skip
     assert not restarts, restarts
     faults.container_action(lab.paths, WORKER, "unpause")
-    subprocess.run([servectl, "watchdog", "release", "-i", inv], env=env, check=True)
+    subprocess.run([tpwarden, "watchdog", "release", "-i", inv], env=env, check=True)

@@ -1,4 +1,4 @@
-"""`servectl provision` on the lab's four systemd nodes: install, idempotence, --check, services
+"""`tpwarden provision` on the lab's four systemd nodes: install, idempotence, --check, services
 running, the clock cap back after a node restart, and removal back to the state before.
 
 The node wheel is built from a snapshot of the source taken once (the tree may be edited while
@@ -13,16 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from servectl.cluster.lab import host, nodes, rootfs
-from servectl.cluster.lab.paths import NODE_NAMES
+from tpwarden.cluster.lab import host, nodes, rootfs
+from tpwarden.cluster.lab.paths import NODE_NAMES
 
 from tests.lab.waiting import poll
 
 pytestmark = pytest.mark.lab
 
-SERVECTL = str(Path(sys.executable).parent / "servectl")
-LISTED = ["/opt", "/etc/systemd/system", "/var/lib/servectl", "/etc/servectl", "/var/log/servectl"]
-COLLECTOR = ["/opt/servectl/venv/bin/python", "-m", "servectl.node.collector", "show"]
+TPWARDEN = str(Path(sys.executable).parent / "tpwarden")
+LISTED = ["/opt", "/etc/systemd/system", "/var/lib/tpwarden", "/etc/tpwarden", "/var/log/tpwarden"]
+COLLECTOR = ["/opt/tpwarden/venv/bin/python", "-m", "tpwarden.node.collector", "show"]
 
 
 def listing(lab, node: str) -> list[str]:
@@ -34,8 +34,8 @@ def provision(lab, source: Path, *args: str) -> dict:
     # The lab inventory keeps its watchdog on the control machine; here the unit on the head is
     # what is tested, so name the head as the watchdog host.
     extra = source / "watchdog-on-head.yml"
-    extra.write_text("servectl_watchdog_host: node1\n")
-    argv = [SERVECTL, "provision", "-i", str(lab.inventory), "--source", str(source), "--json"]
+    extra.write_text("tpwarden_watchdog_host: node1\n")
+    argv = [TPWARDEN, "provision", "-i", str(lab.inventory), "--source", str(source), "--json"]
     argv += ["-e", str(extra)]
     done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=600)
     assert done.stdout.strip(), done.stderr[-3000:]
@@ -83,7 +83,7 @@ def test_check_on_provisioned_lab_reports_nothing(lab, source, provisioned):
 
 def test_agents_run_and_write_samples(lab, provisioned):
     def sizes(node: str) -> int:
-        out = lab.ssh(node, ["find", "/var/log/servectl/thermal", "-type", "f", "-printf", "%s\n"])
+        out = lab.ssh(node, ["find", "/var/log/tpwarden/thermal", "-type", "f", "-printf", "%s\n"])
         return sum(int(x) for x in out.stdout.split())
 
     def is_active(node: str, unit: str) -> bool:
@@ -93,18 +93,18 @@ def test_agents_run_and_write_samples(lab, provisioned):
 
     first = {n: sizes(n) for n in NODE_NAMES}
     for n in NODE_NAMES:
-        poll(lambda n=n: is_active(n, "servectl-thermal.service"), 60, f"{n}'s thermal agent")
+        poll(lambda n=n: is_active(n, "tpwarden-thermal.service"), 60, f"{n}'s thermal agent")
     for n in NODE_NAMES:
         poll(lambda n=n: sizes(n) > first[n], 30, f"{n}'s agent to write a sample")
-    poll(lambda: is_active("node1", "servectl-watchdog.service"), 60, "the head's watchdog")
+    poll(lambda: is_active("node1", "tpwarden-watchdog.service"), 60, "the head's watchdog")
     for n in NODE_NAMES[1:]:
-        has = lab.ssh(n, ["systemctl", "cat", "servectl-watchdog.service"], timeout_s=10)
+        has = lab.ssh(n, ["systemctl", "cat", "tpwarden-watchdog.service"], timeout_s=10)
         assert has.rc != 0, f"{n} must not run the watchdog"
     verify = lab.ssh(
         "node1",
         ["systemd-analyze", "verify"]
         + [
-            f"/etc/systemd/system/servectl-{u}.service"
+            f"/etc/systemd/system/tpwarden-{u}.service"
             for u in ("thermal", "watchdog", "clock-cap")
         ],
     )
@@ -123,13 +123,13 @@ def test_clock_cap_back_after_node_restart(lab, provisioned):
     nodes.wait_ready(node, lab.paths)
 
     def capped() -> bool:
-        done = lab.ssh("node2", ["systemctl", "is-active", "servectl-clock-cap.service"])
+        done = lab.ssh("node2", ["systemctl", "is-active", "tpwarden-clock-cap.service"])
         return done.stdout.strip() == "active" and cap_mhz(lab, "node2") == 2000
 
     poll(capped, 60, "the clock cap after the restart")
     poll(
         lambda: (
-            lab.ssh("node2", ["systemctl", "is-active", "servectl-thermal.service"]).stdout.strip()
+            lab.ssh("node2", ["systemctl", "is-active", "tpwarden-thermal.service"]).stdout.strip()
             == "active"
         ),
         30,
@@ -143,5 +143,5 @@ def test_remove_restores_nodes(lab, source, provisioned):
     after = {n: listing(lab, n) for n in NODE_NAMES}
     assert after == provisioned["before"]
     for n in NODE_NAMES:
-        units = lab.ssh(n, ["systemctl", "list-units", "--all", "--plain", "servectl*"]).stdout
-        assert "servectl-" not in units, f"{n}: {units}"
+        units = lab.ssh(n, ["systemctl", "list-units", "--all", "--plain", "tpwarden*"]).stdout
+        assert "tpwarden-" not in units, f"{n}: {units}"

@@ -1,6 +1,6 @@
-"""`servectl provision` from the built wheel, with no checkout (issue 18): `pip install
-'servectl[control]'` into a fresh venv that already has PyPI's `watchdog`, then that venv's
-`servectl provision` provisions the lab from a directory far from any source tree (the playbooks
+"""`tpwarden provision` from the built wheel, with no checkout (issue 18): `pip install
+'tpwarden[control]'` into a fresh venv that already has PyPI's `watchdog`, then that venv's
+`tpwarden provision` provisions the lab from a directory far from any source tree (the playbooks
 come from the package, the nodes' wheel is repacked from the installation), and `--check` right
 after reports nothing to change.
 
@@ -41,7 +41,7 @@ def venv(tmp_path_factory) -> Path:
     wheels = tmp_path_factory.mktemp("wheel")
     _ok(_run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
               str(ROOT)], cwd=wheels))  # fmt: skip
-    (wheel,) = wheels.glob("servectl-*.whl")
+    (wheel,) = wheels.glob("tpwarden-*.whl")
     venv = tmp_path_factory.mktemp("control") / "venv"
     _ok(_run([sys.executable, "-m", "venv", str(venv)], cwd=wheels))
     pip = [str(venv / "bin" / "python"), "-m", "pip", "-q", "install"]
@@ -53,14 +53,14 @@ def venv(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def elsewhere(tmp_path_factory) -> Path:
-    """A working directory with no servectl source anywhere above it."""
+    """A working directory with no tpwarden source anywhere above it."""
     cwd = tmp_path_factory.mktemp("no-checkout")
     assert not any((p / "pyproject.toml").exists() for p in (cwd, *cwd.parents))
     return cwd
 
 
 def provision(lab, venv: Path, cwd: Path, *args: str) -> dict:
-    argv = [str(venv / "bin" / "servectl"), "provision", "-i", str(lab.inventory), "--json"]
+    argv = [str(venv / "bin" / "tpwarden"), "provision", "-i", str(lab.inventory), "--json"]
     done = _run([*argv, *args], cwd=cwd)
     assert done.stdout.strip(), done.stderr[-3000:]
     doc = json.loads(done.stdout)
@@ -81,8 +81,8 @@ def provisioned(lab, venv, elsewhere):
 
 def test_installed_beside_pypi_watchdog_without_a_checkout(venv, elsewhere):
     probe = (
-        "import watchdog.observers, servectl.watchdog.policy\n"
-        "from servectl.cluster.provision import gateway as p\n"
+        "import watchdog.observers, tpwarden.watchdog.policy\n"
+        "from tpwarden.cluster.provision import gateway as p\n"
         "print(p.PLAYBOOK_DIR, p.SOURCE_DIR)\n"
     )
     playbooks, source = _ok(_run([str(venv / "bin" / "python"), "-c", probe], elsewhere)).split()

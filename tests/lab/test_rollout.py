@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
 
 pytestmark = pytest.mark.lab
-SERVECTL = [sys.executable, "-m", "servectl.cluster.cli"]
+TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def inv(lab, tmp_path, monkeypatch):
     """A private copy of the lab inventory, the server up on it, rollout state in tmp."""
     path = tmp_path / "inventory.yml"
     shutil.copy(lab.inventory, path)
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
     with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
         assert ctl.up(timeout_s=180).ok
     yield path
@@ -38,9 +38,9 @@ def inv(lab, tmp_path, monkeypatch):
         ctl.down()
 
 
-def _servectl(*args, env=None, timeout=300):
+def _tpwarden(*args, env=None, timeout=300):
     return subprocess.run(
-        [*SERVECTL, *args], capture_output=True, text=True, timeout=timeout, env=env
+        [*TPWARDEN, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -59,7 +59,7 @@ def test_boot_crash_rolls_back_to_the_old_revision(lab, inv, tmp_path):
     faults.sim_fault(
         lab.paths, "boot_crash_at", phase="load_weights", when_argv=['"num_speculative_tokens":5']
     )
-    result = _servectl(
+    result = _tpwarden(
         "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=5", "--yes"
     )
     assert result.returncode == 1, result.stdout + result.stderr
@@ -67,7 +67,7 @@ def test_boot_crash_rolls_back_to_the_old_revision(lab, inv, tmp_path):
     assert inv.read_text() == before
     ok, hashes = _healthy_hash(inv)
     assert ok and hashes == {old_hash}
-    history = json.loads(_servectl("rollout", "history", "-i", str(inv), "--json").stdout)
+    history = json.loads(_tpwarden("rollout", "history", "-i", str(inv), "--json").stdout)
     assert len(history) == 1 and history[0]["step"] == "rolled_back"
     assert "not answering" in history[0]["reason"]
 
@@ -76,7 +76,7 @@ def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_pat
     state = tmp_path / "state" / "rollout" / "lab" / "current.json"
     proc = subprocess.Popen(
         [
-            *SERVECTL,
+            *TPWARDEN,
             "rollout",
             "-i",
             str(inv),
@@ -98,11 +98,11 @@ def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_pat
         pytest.fail("rollout never reached the restart")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    again = _servectl(
+    again = _tpwarden(
         "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=6", "--yes"
     )
     assert again.returncode == 2 and "interrupted" in again.stderr  # refuses, says what to do
-    resumed = _servectl("rollout", "-i", str(inv), "--resume")
+    resumed = _tpwarden("rollout", "-i", str(inv), "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert json.loads(state.read_text())["step"] == "done"
     ok, hashes = _healthy_hash(inv)
@@ -122,12 +122,12 @@ def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
         .replace("num_speculative_tokens: 3", "num_speculative_tokens: 7")
     )
     before = path.read_text()
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
     with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
         assert ctl.up(timeout_s=180, replace=True).ok
     try:
-        result = _servectl(
+        result = _tpwarden(
             "rollout", "-i", str(path), "--set", "drafter.num_speculative_tokens=3",
             "--bench", "quick", "--guard", "c=32 aggregate >= -5%", "--yes", timeout=800,
         )  # fmt: skip
@@ -167,13 +167,13 @@ def watched(inv, tmp_path):
     doc = yaml.safe_load(inv.read_text())
     # its own state dir and a free /metrics port: never the port a demo, the lab's Prometheus
     # target (9410) or a real watchdog uses
-    doc["all"]["vars"]["servectl"]["watchdog"].update(state_dir=str(wd), metrics_port=free_port())
+    doc["all"]["vars"]["tpwarden"]["watchdog"].update(state_dir=str(wd), metrics_port=free_port())
     text = yaml.safe_dump(doc, sort_keys=False)
     inv.write_text(text)
     wd.mkdir()
     log = open(tmp_path / "watchdog.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
-        [*SERVECTL, "watchdog", "run", "-i", str(inv)],
+        [*TPWARDEN, "watchdog", "run", "-i", str(inv)],
         stdout=log,
         stderr=log,
         start_new_session=True,
@@ -202,7 +202,7 @@ def _wd_events(wd):
 
 
 def test_direct_rollout_holds_the_watchdog_and_releases_it(lab, inv, watched):
-    result = _servectl(
+    result = _tpwarden(
         "rollout", "-i", str(inv), "--set", "drafter.num_speculative_tokens=4", "--yes"
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -215,7 +215,7 @@ def test_direct_rollout_holds_the_watchdog_and_releases_it(lab, inv, watched):
 
 
 def test_rollout_via_watchdog(lab, inv, watched):
-    result = _servectl(
+    result = _tpwarden(
         "rollout",
         "-i",
         str(inv),

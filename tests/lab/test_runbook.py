@@ -1,5 +1,5 @@
 """docs/runbook.md, executed: for every symptom with a lab rehearsal, inject the fault with the
-runbook's own commands and check that `servectl status --json` shows the verdict and note the
+runbook's own commands and check that `tpwarden status --json` shows the verdict and note the
 runbook promises; then undo it with the runbook's commands."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
 
 pytestmark = pytest.mark.lab
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 SECTION = re.compile(r"^## (?P<title>.+?)\n(?P<body>.*?)(?=^## |\Z)", re.M | re.S)
 REHEARSE = re.compile(r"\*\*Rehearse on the lab:\*\* (?P<cmds>.+)")
 SHOWS = re.compile(
-    r"\*\*`servectl status` shows:\*\* verdict `(?P<verdict>\w+)`(?:; note `(?P<note>[^`]+)`)?"
+    r"\*\*`tpwarden status` shows:\*\* verdict `(?P<verdict>\w+)`(?:; note `(?P<note>[^`]+)`)?"
 )
 UNDO = re.compile(r"\*\*Undo on the lab:\*\* (?P<cmds>.+)")
 
@@ -51,9 +51,9 @@ def test_runbook_has_rehearsals_for_the_symptoms():
 
 def _run(cmd: str, inv: Path) -> None:
     argv = shlex.split(cmd.replace("$INV", str(inv)))
-    assert argv[0] == "servectl", cmd
+    assert argv[0] == "tpwarden", cmd
     result = subprocess.run(
-        [sys.executable, "-m", "servectl.cluster.cli", *argv[1:]],
+        [sys.executable, "-m", "tpwarden.cluster.cli", *argv[1:]],
         capture_output=True,
         text=True,
         timeout=300,
@@ -63,7 +63,7 @@ def _run(cmd: str, inv: Path) -> None:
 
 def _status(inv: Path) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "servectl.cluster.cli", "status", "-i", str(inv), "--json"],
+        [sys.executable, "-m", "tpwarden.cluster.cli", "status", "-i", str(inv), "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return json.loads(result.stdout)

@@ -1,5 +1,5 @@
 """Thermal agents on the 4 lab nodes at the lab's 1 s interval, started and read the way an
-operator does it (`servectl thermal start|status|report -i`): load raises the temperatures, the
+operator does it (`tpwarden thermal start|status|report -i`): load raises the temperatures, the
 report's peaks are the files' peaks, NOT_SUPPORTED readings are nulls with reasons, a node cut
 off shows as a gap and loses nothing, kill -9 loses at most the in-flight sample, and a full
 log filesystem does not stop the agent."""
@@ -15,12 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-from servectl.cluster.cli.thermal import app
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.node.thermal.writer import read_records
-from servectl.watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
+from tpwarden.cluster.cli.thermal import app
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.node.thermal.writer import read_records
+from tpwarden.watchdog.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
 from typer.testing import CliRunner
 
 from tests.lab.waiting import poll
@@ -64,7 +64,7 @@ def agents(lab: Any) -> Any:
 
 
 def _load(spec: Any, seconds: float, streams: int = 12) -> int:
-    key = os.environ.get("SERVECTL_API_KEY", "lab-key")
+    key = os.environ.get("TPWARDEN_API_KEY", "lab-key")
     url = f"{spec.api_base}/v1/completions"
     body = {"model": spec.serving.model.served_name, "prompt": "heat " * 64, "max_tokens": 256}
     end = time.monotonic() + seconds
@@ -82,7 +82,7 @@ def _load(spec: Any, seconds: float, streams: int = 12) -> int:
 
 def test_load_heats_head_hottest_and_peaks_equal_the_files(agents, tmp_path, monkeypatch):
     lab = agents
-    monkeypatch.setenv("SERVECTL_API_KEY", os.environ.get("SERVECTL_API_KEY", "lab-key"))
+    monkeypatch.setenv("TPWARDEN_API_KEY", os.environ.get("TPWARDEN_API_KEY", "lab-key"))
     spec = load_inventory(lab.inventory)
     t0 = time.time()
     with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as ctl:

@@ -1,7 +1,7 @@
 """The provisioned watchdog on the head node restarts a hung server with its OWN SSH identity.
 
-`servectl provision` (watchdog host: node1) gives the watchdog a key of its own, authorized on
-every node, and a known_hosts of every node's host keys; `servectl up` from this machine records
+`tpwarden provision` (watchdog host: node1) gives the watchdog a key of its own, authorized on
+every node, and a known_hosts of every node's host keys; `tpwarden up` from this machine records
 the applied plan on node1 (it names this machine's key and known_hosts, which node1 does not
 have). The head's container is paused: node1's watchdog must count the failures, restart the
 server over SSH with its own identity, and see it healthy again. Nothing on this machine takes
@@ -23,20 +23,20 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
-from servectl.watchdog.actuator import WATCHDOG_WHO
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
+from tpwarden.watchdog.actuator import WATCHDOG_WHO
 
 from .test_provision import provision
 from .waiting import poll
 
 pytestmark = pytest.mark.lab
 
-SERVECTL = str(Path(sys.executable).parent / "servectl")
-WD_DIR = "/etc/servectl/watchdog"  # servectl_watchdog_ssh_dir's default
-UNIT = "servectl-watchdog.service"
+TPWARDEN = str(Path(sys.executable).parent / "tpwarden")
+WD_DIR = "/etc/tpwarden/watchdog"  # tpwarden_watchdog_ssh_dir's default
+UNIT = "tpwarden-watchdog.service"
 # A loaded 2-core machine: 3 failures x (2 s + 2 s), the restart job (removal, pre-flight, four
 # starts over SSH from node1) and the simulator's boot; generous, polled.
 RESTART_DEADLINE_S = 240.0
@@ -92,16 +92,16 @@ def _restarts_in(text: str) -> list[dict]:
     return recs
 
 
-def _servectl(env: dict, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+def _tpwarden(env: dict, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [SERVECTL, *args], capture_output=True, text=True, timeout=timeout_s, env=env
+        [TPWARDEN, *args], capture_output=True, text=True, timeout=timeout_s, env=env
     )
 
 
 def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, provisioned, tmp_path):
     spec = load_inventory(lab.inventory)
     sd = spec.watchdog.state_dir
-    env = {**os.environ, "SERVECTL_STATE_DIR": str(tmp_path / "control")}
+    env = {**os.environ, "TPWARDEN_STATE_DIR": str(tmp_path / "control")}
 
     # 1. provisioning: a root-only key pair and known_hosts on node1, no inventory copy
     modes = lab.ssh(HEAD, ["stat", "-c", "%n %a %U", WD_DIR, f"{WD_DIR}/id_ed25519",
@@ -110,7 +110,7 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
     assert modes.stdout.split("\n")[:3] == [
         f"{WD_DIR} 700 root", f"{WD_DIR}/id_ed25519 600 root", f"{WD_DIR}/known_hosts 600 root",
     ], modes.stdout  # fmt: skip
-    assert lab.ssh(HEAD, ["test", "-e", "/etc/servectl/inventory.yml"]).rc != 0
+    assert lab.ssh(HEAD, ["test", "-e", "/etc/tpwarden/inventory.yml"]).rc != 0
     # node1's known_hosts holds what the lab's own (written from the nodes' keys) holds
     known = {ln for ln in _cat(lab, HEAD, f"{WD_DIR}/known_hosts").splitlines() if ln[:1] != "#"}
     ips = tuple(f"{node_ip(n)} " for n in NODE_NAMES)
@@ -134,9 +134,9 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
     # 2. an operator's down + up from this machine records the applied plan on node1
     with Controller(spec, state_dir=tmp_path / "probe") as ctl:
         try:
-            done = _servectl(env, "down", "-i", str(lab.inventory), "--json")
+            done = _tpwarden(env, "down", "-i", str(lab.inventory), "--json")
             assert done.returncode == 0, done.stderr[-3000:]
-            done = _servectl(env, "up", "-i", str(lab.inventory), "--json")
+            done = _tpwarden(env, "up", "-i", str(lab.inventory), "--json")
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
             applied = _json(lab, HEAD, f"{sd}/applied.json")
             assert applied.get("config_hash") == spec.config_hash(), applied.get("action")

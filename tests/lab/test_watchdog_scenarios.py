@@ -1,9 +1,9 @@
 """The watchdog against the lab, time scaled down, with the REAL actuator (cluster control).
 
 Each scenario drives `Watchdog.tick()` in-process (the daemon's own loop body) except the kill -9
-one, which runs `servectl watchdog run` as a subprocess and SIGKILLs it. Restarts are counted from
+one, which runs `tpwarden watchdog run` as a subprocess and SIGKILLs it. Restarts are counted from
 cluster control's own event log (`events.jsonl` in the control state dir, the same record an
-operator's `servectl restart` writes), so a scenario counts restarts that really happened.
+operator's `tpwarden restart` writes), so a scenario counts restarts that really happened.
 
 Scenarios share one running server: `ctl.up()` is a no-op when the right config already runs,
 and the `ctl` fixture leaves a healthy server behind (faults cleared, restarted if needed).
@@ -24,15 +24,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.paths import HEAD
-from servectl.watchdog.actuator import WATCHDOG_WHO, build_actuator
-from servectl.watchdog.daemon import Watchdog, build_watchdog
-from servectl.watchdog.events import read_events
-from servectl.watchdog.policy_state import WatchdogPhase
-from servectl.watchdog.wiring import build_config
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.paths import HEAD
+from tpwarden.watchdog.actuator import WATCHDOG_WHO, build_actuator
+from tpwarden.watchdog.daemon import Watchdog, build_watchdog
+from tpwarden.watchdog.events import read_events
+from tpwarden.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.wiring import build_config
 
 pytestmark = pytest.mark.lab
 
@@ -46,7 +46,7 @@ WORKER = "node3"
 @pytest.fixture
 def ctl(lab, tmp_path, monkeypatch):
     control = tmp_path / "control"
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(control))  # the restart job's default too
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(control))  # the restart job's default too
     spec = load_inventory(lab.inventory)
     with Controller(spec, state_dir=control, node_timeout_s=10) as c:
         result = c.up(timeout_s=300)
@@ -356,14 +356,14 @@ def _wait(cond, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
 
 
 def _daemon(lab, sd: Path, log: Path) -> subprocess.Popen:
-    servectl = os.path.join(os.path.dirname(sys.executable), "servectl")
-    argv = [servectl, "watchdog", "run", "-i", str(lab.inventory), "--state-dir", str(sd)]
+    tpwarden = os.path.join(os.path.dirname(sys.executable), "tpwarden")
+    argv = [tpwarden, "watchdog", "run", "-i", str(lab.inventory), "--state-dir", str(sd)]
     with open(log, "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
 def test_kill_9_mid_restart_does_not_restart_twice(ctl, lab, tmp_path):
-    """`servectl watchdog run` (the lab inventory's 2 s interval/timeout, 3 failures) is killed
+    """`tpwarden watchdog run` (the lab inventory's 2 s interval/timeout, 3 failures) is killed
     with -9 while its restart is being applied; the next daemon verifies, never repeats it."""
     sd, log = tmp_path / "wd", tmp_path / "daemon.log"
     first = _daemon(lab, sd, log)

@@ -1,7 +1,7 @@
 """Issue 15 on real things: a full file system under the watchdog, a frozen node under status.
 
 The full-disk test needs root (a tmpfs of its own) but not the lab; the frozen-node test freezes
-one lab node's sshd (SIGSTOP on the host) and runs `servectl status` against it.
+one lab node's sshd (SIGSTOP on the host) and runs `tpwarden status` against it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon import build_watchdog
-from servectl.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon import build_watchdog
+from tpwarden.watchdog.policy_state import WatchdogPhase
 
 pytestmark = pytest.mark.lab
 
@@ -96,7 +96,7 @@ def test_full_disk_under_the_watchdog_still_restarts_and_alerts(tmp_path: Path) 
         for _ in range(10):
             wd.tick()
         reg = wd._metrics.registry
-        errors = reg.get_sample_value("servectl_watchdog_write_errors_total", {"file": "events"})
+        errors = reg.get_sample_value("tpwarden_watchdog_write_errors_total", {"file": "events"})
         wd.close()
     assert (
         len(actuator.restarts) == 1 and errors and errors >= 5
@@ -127,8 +127,8 @@ def _descendants(pid: int) -> list[int]:
 
 
 def test_frozen_node_status_says_so_and_exits(lab, tmp_path: Path) -> None:
-    # Reproduction (2): `servectl status` printed, then hung on a frozen node.
-    from servectl.cluster.lab.paths import node_ip
+    # Reproduction (2): `tpwarden status` printed, then hung on a frozen node.
+    from tpwarden.cluster.lab.paths import node_ip
 
     pids = _descendants(_listener_pid(node_ip("node3")))
     for p in pids:
@@ -136,12 +136,12 @@ def test_frozen_node_status_says_so_and_exits(lab, tmp_path: Path) -> None:
     try:
         t0 = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "servectl.cluster.cli", "status", "-i", str(lab.inventory),
+            [sys.executable, "-m", "tpwarden.cluster.cli", "status", "-i", str(lab.inventory),
              "--json", "--timeout", "10"],
             capture_output=True,
             text=True,
             timeout=120,
-            env=os.environ | {"SERVECTL_STATE_DIR": str(tmp_path / "control")},
+            env=os.environ | {"TPWARDEN_STATE_DIR": str(tmp_path / "control")},
         )  # fmt: skip
         took = time.monotonic() - t0
     finally:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.lab import host
-from servectl.cluster.lab import lab as lablib
-from servectl.cluster.lab import prometheus as labprom
+from tpwarden.cluster.lab import host
+from tpwarden.cluster.lab import lab as lablib
+from tpwarden.cluster.lab import prometheus as labprom
 
 pytestmark = pytest.mark.lab
 

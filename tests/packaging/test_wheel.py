@@ -1,12 +1,12 @@
-"""The built wheel installs one import name, `servectl`, beside PyPI's `watchdog` (issue 18).
+"""The built wheel installs one import name, `tpwarden`, beside PyPI's `watchdog` (issue 18).
 
 Before, the wheel installed top-level `cluster` and `watchdog`: PyPI's `watchdog` (filesystem
-events) then failed to import, and uninstalling it deleted servectl's own files. This builds the
+events) then failed to import, and uninstalling it deleted tpwarden's own files. This builds the
 wheel as a user would (isolated build), installs it next to PyPI's `watchdog` in a fresh venv
 and checks that both import and that uninstalling either leaves the other intact.
 
-The wheel also carries the playbooks (`servectl.playbooks`): installed in a venv with no checkout
-anywhere near, servectl finds them, `provision` prepares its run from them, and the nodes' wheel
+The wheel also carries the playbooks (`tpwarden.playbooks`): installed in a venv with no checkout
+anywhere near, tpwarden finds them, `provision` prepares its run from them, and the nodes' wheel
 is repacked from the installation (no source tree to build it from).
 """
 
@@ -48,27 +48,27 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy2(REPO / rel, src / rel)
     out = tmp_path_factory.mktemp("wheel")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)])
-    (found,) = out.glob("servectl-*.whl")
+    (found,) = out.glob("tpwarden-*.whl")
     return found
 
 
 def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
-    assert tops == {"servectl", wheel.name.split("-py3")[0] + ".dist-info"}, tops
-    assert "servectl/cluster/inventory.py" in names
-    assert "servectl/watchdog/policy.py" in names
+    assert tops == {"tpwarden", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    assert "tpwarden/cluster/inventory.py" in names
+    assert "tpwarden/watchdog/policy.py" in names
     # the rooms: control, bench, rollout and provision are packages; the node side is its own
     for package in ("cluster/control", "cluster/bench", "cluster/rollout", "cluster/provision"):
-        assert f"servectl/{package}/__init__.py" in names
-    assert "servectl/node/thermal/app.py" in names and "servectl/node/collector.py" in names
-    assert "servectl/cluster/bench/prompts/ko-mixed-20.jsonl" in names  # bench's default prompts
-    assert "servectl/cluster/data/vllm_serve_flags_0.33.0.json" in names
-    assert "servectl/watchdog/monitoring/servectl-rules.yml" in names  # monitoring_files
-    assert "servectl/watchdog/monitoring/grafana-night.json" in names
+        assert f"tpwarden/{package}/__init__.py" in names
+    assert "tpwarden/node/thermal/app.py" in names and "tpwarden/node/collector.py" in names
+    assert "tpwarden/cluster/bench/prompts/ko-mixed-20.jsonl" in names  # bench's default prompts
+    assert "tpwarden/cluster/data/vllm_serve_flags_0.33.0.json" in names
+    assert "tpwarden/watchdog/monitoring/tpwarden-rules.yml" in names  # monitoring_files
+    assert "tpwarden/watchdog/monitoring/grafana-night.json" in names
     # the lab is a development tool (a source checkout's editable install sees cluster/lab/):
     # neither the operators' nor the nodes' wheel carries it, nor its C stand-in and Dockerfiles
-    assert not [n for n in names if n.startswith("servectl/cluster/lab/")]
+    assert not [n for n in names if n.startswith("tpwarden/cluster/lab/")]
 
 
 def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
@@ -81,19 +81,19 @@ def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
     # find_spec imports the parent packages only: no runtime dependency is needed for this
     probe = (
         "import importlib.util as u, watchdog.observers, watchdog.events\n"
-        "print(u.find_spec('servectl.watchdog.policy').origin)\n"
-        "print(u.find_spec('servectl.cluster.inventory').origin)\n"
+        "print(u.find_spec('tpwarden.watchdog.policy').origin)\n"
+        "print(u.find_spec('tpwarden.cluster.inventory').origin)\n"
     )
     origins = _run([py, "-c", probe]).split()
-    assert all("site-packages/servectl/" in o for o in origins), origins
+    assert all("site-packages/tpwarden/" in o for o in origins), origins
 
     _run([*pip, "uninstall", "-y", "watchdog"])
     for origin in origins:
         assert Path(origin).is_file(), f"uninstalling PyPI's watchdog removed {origin}"
-    _run([py, "-c", "import importlib.util as u; assert u.find_spec('servectl.watchdog.policy')"])
+    _run([py, "-c", "import importlib.util as u; assert u.find_spec('tpwarden.watchdog.policy')"])
 
     _run([*pip, "install", "--no-deps", PYPI_WATCHDOG])
-    _run([*pip, "uninstall", "-y", "servectl"])
+    _run([*pip, "uninstall", "-y", "tpwarden"])
     _run([py, "-c", "import watchdog.observers, watchdog.events"])
     assert not any(Path(o).exists() for o in origins)
 
@@ -119,19 +119,19 @@ def test_the_wheel_carries_every_playbook_file(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = _tracked_playbook_files()
     assert "playbooks/site.yml" in tracked and "playbooks/remove.yml" in tracked
-    missing = [f for f in tracked if "servectl/" + f not in names]
+    missing = [f for f in tracked if "tpwarden/" + f not in names]
     assert not missing, (
-        f"not in the wheel (pyproject package-data of servectl.playbooks): {missing}"
+        f"not in the wheel (pyproject package-data of tpwarden.playbooks): {missing}"
     )
     for name in (
         "site.yml",
         "ansible.cfg",
-        "filter_plugins/servectl_filters.py",
-        "roles/units/templates/servectl-thermal.service.j2",
+        "filter_plugins/tpwarden_filters.py",
+        "roles/units/templates/tpwarden-thermal.service.j2",
         "roles/units/handlers/main.yml",
-        "roles/model/files/servectl_manifest.py",
+        "roles/model/files/tpwarden_manifest.py",
     ):
-        assert f"servectl/playbooks/{name}" in names, name  # fmt: skip
+        assert f"tpwarden/playbooks/{name}" in names, name  # fmt: skip
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -139,40 +139,40 @@ def test_the_wheel_carries_every_playbook_file(wheel: Path) -> None:
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the built wheel and no checkout. Its dependencies (typer, rich, Ansible
     for the syntax check) are this test run's own, seen through a .pth line after the venv's
-    own site-packages: offline and seconds, where `pip install 'servectl[control]'` downloads
+    own site-packages: offline and seconds, where `pip install 'tpwarden[control]'` downloads
     ~300 MB (the lab test tests/lab/test_provision_wheel.py does that install for real)."""
     venv = tmp_path_factory.mktemp("installed") / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(wheel)])
     site = Path(_run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
                       "print(sysconfig.get_paths()['purelib'])"]).strip())  # fmt: skip
-    (site / "zz_servectl_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "zz_tpwarden_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
 
-def test_installed_servectl_finds_its_playbooks_without_a_checkout(
+def test_installed_tpwarden_finds_its_playbooks_without_a_checkout(
     installed: Path, tmp_path: Path
 ) -> None:
     py = str(installed / "bin" / "python")
     probe = (
-        "import json; from servectl.cluster.provision import gateway as p\n"
+        "import json; from tpwarden.cluster.provision import gateway as p\n"
         "print(json.dumps([str(p.PLAYBOOK_DIR), p.SOURCE_DIR and str(p.SOURCE_DIR)]))\n"
     )
     playbooks, source = json.loads(_run([py, "-c", probe], cwd=tmp_path))
     playbooks = Path(playbooks)
     assert source is None  # installed: no source tree
     assert playbooks.is_dir() and str(playbooks).startswith(str(installed))
-    assert playbooks.name == "playbooks" and "site-packages/servectl" in str(playbooks)
+    assert playbooks.name == "playbooks" and "site-packages/tpwarden" in str(playbooks)
     assert (playbooks / "site.yml").is_file() and (playbooks / "roles/units/tasks").is_dir()
-    assert (playbooks / "filter_plugins/servectl_filters.py").is_file()
+    assert (playbooks / "filter_plugins/tpwarden_filters.py").is_file()
 
-    # `servectl provision` prepares its ansible-runner run from the installed playbooks
-    help_text = _run([str(installed / "bin" / "servectl"), "provision", "--help"], cwd=tmp_path)
+    # `tpwarden provision` prepares its ansible-runner run from the installed playbooks
+    help_text = _run([str(installed / "bin" / "tpwarden"), "provision", "--help"], cwd=tmp_path)
     assert "--check" in help_text and "--source" in help_text
     inventory = tmp_path / "inventory.yml"
     shutil.copyfile(REPO / "inventory.example.yml", inventory)
     prepare = (
-        "import json, sys; from pathlib import Path; from servectl.cluster.provision import gateway as p\n"
+        "import json, sys; from pathlib import Path; from tpwarden.cluster.provision import gateway as p\n"
         "req = p.ProvisionRequest(inventory=Path(sys.argv[1]), check=True, "
         "state_root=Path(sys.argv[2]), ident='t')\n"
         "print(json.dumps(p.prepare(req).kwargs))\n"
@@ -181,7 +181,7 @@ def test_installed_servectl_finds_its_playbooks_without_a_checkout(
                              cwd=tmp_path))  # fmt: skip
     assert kwargs["project_dir"] == str(playbooks) and kwargs["playbook"] == "site.yml"
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(playbooks / "ansible.cfg")
-    assert kwargs["extravars"]["servectl_source_dir"] == ""  # the role repacks the install
+    assert kwargs["extravars"]["tpwarden_source_dir"] == ""  # the role repacks the install
 
     # Ansible itself resolves the roles from the installed directory
     env_cfg = f"ANSIBLE_CONFIG={playbooks / 'ansible.cfg'}"
@@ -189,12 +189,12 @@ def test_installed_servectl_finds_its_playbooks_without_a_checkout(
           "-i", str(inventory), str(playbooks / "site.yml")], cwd=tmp_path)  # fmt: skip
 
 
-def test_installed_servectl_says_the_lab_is_a_checkout_tool(
+def test_installed_tpwarden_says_the_lab_is_a_checkout_tool(
     installed: Path, tmp_path: Path
 ) -> None:
     done = subprocess.run(
         # `status`, read-only: were the lab installed after all, this must not touch a real one
-        [str(installed / "bin" / "servectl"), "lab", "status"],
+        [str(installed / "bin" / "tpwarden"), "lab", "status"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -202,7 +202,7 @@ def test_installed_servectl_says_the_lab_is_a_checkout_tool(
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "the lab is not installed" in done.stderr and "Traceback" not in done.stderr
-    top = _run([str(installed / "bin" / "servectl"), "--help"], cwd=tmp_path)
+    top = _run([str(installed / "bin" / "tpwarden"), "--help"], cwd=tmp_path)
     assert "lab" in top and "provision" in top  # every other command is there
 
 
@@ -212,8 +212,8 @@ def test_nodes_wheel_is_repacked_from_the_installation(
     py = str(installed / "bin" / "python")
     repack = (
         "import sys; from pathlib import Path\n"
-        "from servectl.cluster.provision import wheelhouse as wh\n"
-        "print(wh.servectl_wheel(None, Path(sys.argv[1])))\n"
+        "from tpwarden.cluster.provision import wheelhouse as wh\n"
+        "print(wh.tpwarden_wheel(None, Path(sys.argv[1])))\n"
     )
     first = Path(_run([py, "-c", repack, str(tmp_path / "a")], cwd=tmp_path).strip())
     again = Path(_run([py, "-c", repack, str(tmp_path / "b")], cwd=tmp_path).strip())
@@ -228,7 +228,7 @@ def test_nodes_wheel_is_repacked_from_the_installation(
     other = tmp_path / "node-venv"
     _run([sys.executable, "-m", "venv", str(other)])
     _run([str(other / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(first)])
-    assert (other / "bin" / "servectl").is_file()
-    probe = "import servectl.playbooks as p, os; print(os.path.dirname(p.__file__))"
+    assert (other / "bin" / "tpwarden").is_file()
+    probe = "import tpwarden.playbooks as p, os; print(os.path.dirname(p.__file__))"
     node_playbooks = Path(_run([str(other / "bin" / "python"), "-c", probe]).strip())
     assert (node_playbooks / "site.yml").is_file()

@@ -77,7 +77,7 @@ class SimCluster:
         argv = [
             sys.executable,
             "-m",
-            "servectl.cluster.lab.vllm_sim",
+            "tpwarden.cluster.lab.vllm_sim",
             "serve",
             str(self.model),
             "--served-model-name",

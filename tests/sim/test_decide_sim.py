@@ -11,11 +11,11 @@ import random
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli import app
-from servectl.cluster.decide.client import LogprobClient
-from servectl.cluster.decide.core import Decider, Item
-from servectl.cluster.decide.labels import LabelMissing
-from servectl.cluster.decide.runner import RunOptions, run_batch, summarize
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.decide.client import LogprobClient
+from tpwarden.cluster.decide.core import Decider, Item
+from tpwarden.cluster.decide.labels import LabelMissing
+from tpwarden.cluster.decide.runner import RunOptions, run_batch, summarize
 from typer.testing import CliRunner
 
 from tests.sim.conftest import SimCluster
@@ -193,7 +193,7 @@ def test_cli_calibrate_then_run_applies_the_fit(sim, tmp_path):
     inv = inventory_for(c, tmp_path / "inv.yml")
     cal_file = tmp_path / "cal.json"
     runner = CliRunner()
-    env = {"SERVECTL_RUNS_DIR": str(tmp_path / "runs")}
+    env = {"TPWARDEN_RUNS_DIR": str(tmp_path / "runs")}
     r = runner.invoke(app, ["decide", "calibrate", "-i", str(inv), "--data", str(data),
                             "--out", str(cal_file), "--target-accuracy", "0.9", "--json"], env=env)  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -278,7 +278,7 @@ def test_cli_human_output_run_and_calibrate_from_run(sim, tmp_path):
     data = tmp_path / "items.jsonl"
     data.write_text("".join(json.dumps(x) + "\n" for x in lines))
     inv = inventory_for(c, tmp_path / "inv.yml")
-    env = {"SERVECTL_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "160"}
+    env = {"TPWARDEN_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "160"}
     runner = CliRunner()
     r = runner.invoke(app, ["decide", "run", "-i", str(inv), "--data", str(data), "--runs", "2",
                             "--permute", "--no-calibration"], env=env)  # fmt: skip

@@ -1,4 +1,4 @@
-"""A fake `servectl.cluster.nodes.Nodes`: containers in dicts, scripted collector answers.
+"""A fake `tpwarden.cluster.nodes.Nodes`: containers in dicts, scripted collector answers.
 
 Cluster control's parts take a `Nodes`; these tests hand them `FakeNodes` instead of SSH and
 Docker (as pyinfra tests its operations on a fake host). Fan-out is the real one, so deadlines
@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servectl.cluster.docker_gw import ContainerInfo
-from servectl.cluster.errors import NodeUnreachable, ServectlError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.launch import ContainerPlan, plan_cluster
-from servectl.cluster.nodes import fan_out
-from servectl.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.cluster.docker_gw import ContainerInfo
+from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.launch import ContainerPlan, plan_cluster
+from tpwarden.cluster.nodes import fan_out
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 T = TypeVar("T")
 GOOD = Path(__file__).parent / "inventories" / "good.yml"
@@ -69,7 +69,7 @@ class FakeSession:
 
     def read_bytes(self, path: str) -> bytes:
         if path not in self.files:
-            raise ServectlError(f"{self.node}: {path}: no such file")
+            raise TpwardenError(f"{self.node}: {path}: no such file")
         return self.files[path]
 
     def run(self, argv: list[str], **_: Any) -> Any:
@@ -107,7 +107,7 @@ class FakeDocker:
         self.containers[plan.name] = info
         return info
 
-    def list_servectl(self, cluster: str | None = None) -> list[ContainerInfo]:
+    def list_tpwarden(self, cluster: str | None = None) -> list[ContainerInfo]:
         self.owner.gate(self.node)
         return list(self.containers.values())
 
@@ -228,7 +228,7 @@ class FakeNodes:
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
-    ) -> dict[str, T | ServectlError]:
+    ) -> dict[str, T | TpwardenError]:
         return fan_out(nodes, fn, timeout)
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 expression uses. Shared by the alert-rule and the dashboard tests, so a query naming a metric that
 nobody exports (a typo, a rename on one side only) fails CI.
 
-Known names: what servectl.watchdog.metrics_reference finds in the real exporters (the
+Known names: what tpwarden.watchdog.metrics_reference finds in the real exporters (the
 watchdog's registry, the thermal agent's collector after a real tick; the same source as
 docs/metrics.md), vLLM's names from the real /metrics captures in tests/fixtures/real/metrics,
 and what Prometheus adds itself (`up`, `ALERTS`).
@@ -22,13 +22,13 @@ PROMETHEUS_OWN = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration
 
 
 def watchdog_names() -> set[str]:
-    from servectl.watchdog.metrics_reference import JOB_WATCHDOG, exported_metrics, sample_names
+    from tpwarden.watchdog.metrics_reference import JOB_WATCHDOG, exported_metrics, sample_names
 
     return sample_names(d for d in exported_metrics() if d.job == JOB_WATCHDOG)
 
 
 def thermal_names() -> set[str]:
-    from servectl.watchdog.metrics_reference import JOB_THERMAL, exported_metrics, sample_names
+    from tpwarden.watchdog.metrics_reference import JOB_THERMAL, exported_metrics, sample_names
 
     return sample_names(d for d in exported_metrics() if d.job == JOB_THERMAL)
 

@@ -1,6 +1,6 @@
 """The shipped alert rules: valid for Prometheus 2.42 (`promtool check rules`), behaving as their
 unit tests say (`promtool test rules`: each alert firing and, for the near misses, not firing),
-named as the metrics contract says, and naming only metrics that servectl or vLLM export."""
+named as the metrics contract says, and naming only metrics that tpwarden or vLLM export."""
 
 from __future__ import annotations
 
@@ -11,23 +11,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from servectl.watchdog.monitoring_files import rules_path
+from tpwarden.watchdog.monitoring_files import rules_path
 
 from tests.unit.monitoring_names import known_metric_names, metric_names_in, unknown_names
 
 REPO = Path(__file__).resolve().parents[2]
-RULE_TESTS = REPO / "tests" / "monitoring" / "servectl-rules.test.yml"
+RULE_TESTS = REPO / "tests" / "monitoring" / "tpwarden-rules.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 CONTRACT_ALERTS = {
-    "ServectlServerHung",
-    "ServectlWatchdogGaveUp",
-    "ServectlWatchdogHeld",
-    "ServectlWatchdogBlind",
-    "ServectlWatchdogDown",
-    "ServectlNodeNearCritical",
-    "ServectlGpuThermalThrottle",
-    "ServectlThermalSampleGap",
-    "ServectlUnifiedMemoryHigh",
+    "TpwardenServerHung",
+    "TpwardenWatchdogGaveUp",
+    "TpwardenWatchdogHeld",
+    "TpwardenWatchdogBlind",
+    "TpwardenWatchdogDown",
+    "TpwardenNodeNearCritical",
+    "TpwardenGpuThermalThrottle",
+    "TpwardenThermalSampleGap",
+    "TpwardenUnifiedMemoryHigh",
 }
 
 
@@ -47,7 +47,7 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def rules() -> list[dict]:
     (group,) = yaml.safe_load(rules_path().read_text())["groups"]
-    assert group["name"] == "servectl"
+    assert group["name"] == "tpwarden"
     return group["rules"]
 
 
@@ -70,11 +70,11 @@ def test_promtool_rule_tests_can_fail(tmp_path: Path) -> None:
     )
     (tmp_path / "rules.yml").write_text(broken)
     tests = RULE_TESTS.read_text().replace(
-        "../../watchdog/monitoring/servectl-rules.yml", str(tmp_path / "rules.yml")
+        "../../watchdog/monitoring/tpwarden-rules.yml", str(tmp_path / "rules.yml")
     )
     (tmp_path / "t.test.yml").write_text(tests)
     done = run_promtool("test", "rules", str(tmp_path / "t.test.yml"))
-    assert done.returncode != 0 and "ServectlServerHung" in done.stdout + done.stderr
+    assert done.returncode != 0 and "TpwardenServerHung" in done.stdout + done.stderr
 
 
 def test_alert_names_labels_and_annotations_follow_the_contract() -> None:
@@ -86,9 +86,9 @@ def test_alert_names_labels_and_annotations_follow_the_contract() -> None:
         assert set(rule["annotations"]) == {"summary", "description", "runbook"}, name
         page, _, anchor = rule["annotations"]["runbook"].partition("#")
         assert page == "docs/runbook.md" and anchor in anchors, (name, anchor)
-    assert "for" not in found["ServectlNodeNearCritical"]  # fires within two evaluations
-    assert found["ServectlServerHung"]["for"] == "30s"
-    assert found["ServectlServerHung"]["labels"]["severity"] == "critical"
+    assert "for" not in found["TpwardenNodeNearCritical"]  # fires within two evaluations
+    assert found["TpwardenServerHung"]["for"] == "30s"
+    assert found["TpwardenServerHung"]["labels"]["severity"] == "critical"
 
 
 def test_every_alert_is_unit_tested_firing() -> None:
@@ -113,7 +113,7 @@ def test_metric_names_in_reads_promql() -> None:
         " and on (job) group_left () vllm:num_requests_running offset 5m"
     )
     assert metric_names_in(expr) == {"up", "a_b", "c_total", "vllm:num_requests_running"}
-    assert metric_names_in("label_values(servectl_x, node)") == {"servectl_x"}
+    assert metric_names_in("label_values(tpwarden_x, node)") == {"tpwarden_x"}
     assert metric_names_in("rate(m[$__rate_interval]) * 1e3") == {"m"}
 
 

@@ -9,19 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servectl.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
-from servectl.cluster.control import controller as control_mod
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.inventory_plain import export_resolved
-from servectl.cluster.watchdog_plan import PlanFollower
-from servectl.watchdog import restart_job as restart_job_mod
-from servectl.watchdog import wiring
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon import PlanChange
-from servectl.watchdog.events import read_events
-from servectl.watchdog.probe import ProbeResult
+from tpwarden.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
+from tpwarden.cluster.control import controller as control_mod
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory_plain import export_resolved
+from tpwarden.cluster.watchdog_plan import PlanFollower
+from tpwarden.watchdog import restart_job as restart_job_mod
+from tpwarden.watchdog import wiring
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon import PlanChange
+from tpwarden.watchdog.events import read_events
+from tpwarden.watchdog.probe import ProbeResult
 
 from .test_watchdog_daemon import OK, REFUSED, make
 
@@ -65,7 +65,7 @@ def test_the_plan_of_an_inventory_directory_is_recorded_resolved(tmp_path: Path)
     (home / "hosts.yml").write_text(head)
     spec_all = load_inventory(ROOT / "inventory.example.yml")
     (home / "group_vars" / "all.yml").write_text(
-        yaml.safe_dump({"servectl": spec_all.settings.model_dump(mode="json")})
+        yaml.safe_dump({"tpwarden": spec_all.settings.model_dump(mode="json")})
     )
     spec = load_inventory(home)
     plan = plan_for(spec, "up", "ops", 1.0)
@@ -78,7 +78,7 @@ def test_the_applied_plan_is_read_back_without_ansible(tmp_path: Path) -> None:
     write_local(_plan(_inventory(tmp_path)), [str(path)])
     code = (
         "import sys; sys.modules['ansible'] = None\n"
-        "from servectl.cluster.applied import read_applied\n"
+        "from tpwarden.cluster.applied import read_applied\n"
         f"print(read_applied({str(path)!r}).spec().config_hash())\n"
     )
     out = subprocess.run(
@@ -100,7 +100,7 @@ def test_a_replayed_plan_is_recorded_as_replayed_not_as_the_edited_file(
         state_dir=tmp_path / "s",
         applied_source=(old.inventory_text, old.inventory_path),
     ) as ctl:
-        again = ctl.record_applied("restart", "servectl-watchdog")
+        again = ctl.record_applied("restart", "tpwarden-watchdog")
     assert again is not None and again.config_hash == old.config_hash
     assert again.inventory_revision == old.inventory_revision
 
@@ -168,7 +168,7 @@ class PortProber:
         return OK if self.ok else REFUSED
 
     def scrape_metrics(self) -> Any:
-        from servectl.watchdog.probe import MetricsSnapshot
+        from tpwarden.watchdog.probe import MetricsSnapshot
 
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
@@ -218,8 +218,8 @@ def test_watchdog_run_watches_the_applied_plan_in_its_own_state_dir(
 ) -> None:
     # An inventory edited after `up` (as the lab tests do for the watchdog's own state dir and
     # port): probe target from the applied plan, state dir and /metrics port from the inventory.
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_API_KEY", "k")
     inv = _inventory(tmp_path, 8000)
     applied = _plan(inv)
     spec = load_inventory(inv)

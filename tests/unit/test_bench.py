@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench.manifest import manifest_diff, redact_argv, summary_facts
-from servectl.cluster.bench.parse import (
+from tpwarden.cluster.bench.manifest import manifest_diff, redact_argv, summary_facts
+from tpwarden.cluster.bench.parse import (
     ResultFormatError,
     kv_cache_facts,
     load_result_text,
@@ -18,7 +18,7 @@ from servectl.cluster.bench.parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.bench.plan import (
+from tpwarden.cluster.bench.plan import (
     DEFAULT_PROMPTS,
     BenchOptions,
     bench_argv,
@@ -26,8 +26,8 @@ from servectl.cluster.bench.plan import (
     client_plan,
     sharegpt_json,
 )
-from servectl.cluster.bench.runner import compare_rows, container_facts
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.bench.runner import compare_rows, container_facts
+from tpwarden.cluster.inventory import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 PROMPTS = DEFAULT_PROMPTS

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench.plan import BenchOptions, bench_argv, client_base_url, client_plan
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout.edit import check_guard, parse_guard
-from servectl.cluster.rollout.ports import QUICK_LEVELS, measurement_rows
+from tpwarden.cluster.bench.plan import BenchOptions, bench_argv, client_base_url, client_plan
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.rollout.edit import check_guard, parse_guard
+from tpwarden.cluster.rollout.ports import QUICK_LEVELS, measurement_rows
 
 
 @pytest.fixture

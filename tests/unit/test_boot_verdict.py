@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servectl.cluster.boot import BootTracker, read_boot_log
-from servectl.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot import BootTracker, read_boot_log
+from tpwarden.cluster.boot_phase import BootPhase
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 SUCCESS = BOOT / "v0.25.1_single_dflash_success.log"
@@ -51,7 +51,7 @@ def test_a_non_fatal_error_during_start_up_is_a_note():
 
 
 def test_an_error_after_ready_never_turns_the_boot_into_a_failure():
-    # `servectl boot` replays the whole log of a server that is up: it must say ready
+    # `tpwarden boot` replays the whole log of a server that is up: it must say ready
     p = read_boot_log([*_success_lines(), WRONG_MODEL])
     assert p.ready and not p.failed and p.phase is BootPhase.READY
     assert p.error is None

@@ -10,17 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster import ssh as ssh_mod
-from servectl.cluster.errors import NodeUnreachable
-from servectl.cluster.ssh import NodeSession
-from servectl.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster import ssh as ssh_mod
+from tpwarden.cluster.errors import NodeUnreachable
+from tpwarden.cluster.ssh import NodeSession
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 
 FROZEN_FAN_OUT = """
 import sys, threading
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
 spec = load_inventory(sys.argv[1])
 ctl = Controller(spec)
 frozen = threading.Event()
@@ -35,7 +35,7 @@ print(sorted(type(v).__name__ for v in r.values()), flush=True)
 
 
 def test_frozen_node_row_says_so_and_the_command_exits() -> None:
-    # Reproduction: `servectl status` printed, then hung (non-daemon workers blocked).
+    # Reproduction: `tpwarden status` printed, then hung (non-daemon workers blocked).
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", FROZEN_FAN_OUT, str(ROOT / "inventory.example.yml")],
@@ -101,7 +101,7 @@ def test_sftp_on_a_frozen_node_times_out_and_closes_the_session(monkeypatch) -> 
     monkeypatch.setattr(session, "client", lambda: Client())
     t0 = time.monotonic()
     with pytest.raises(NodeUnreachable, match="no answer within 0.5 s"):
-        session.read_bytes("/etc/servectl/secrets/api_key")
+        session.read_bytes("/etc/tpwarden/secrets/api_key")
     assert time.monotonic() - t0 < 5
     assert opened == [SshOptions().connect_timeout_s]  # the channel open is bounded too
     assert session._sftp is None  # the stuck session was closed; the next call opens a new one

@@ -1,11 +1,11 @@
-"""`servectl boot --from-file LOG` (and `-` for stdin): where did a copied boot stop, and why."""
+"""`tpwarden boot --from-file LOG` (and `-` for stdin): where did a copied boot stop, and why."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from servectl.cluster.cli import app
+from tpwarden.cluster.cli import app
 from typer.testing import CliRunner
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"

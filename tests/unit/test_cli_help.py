@@ -1,6 +1,6 @@
 """Every command's --help carries an example, and --help works for all of them."""
 
-from servectl.cluster.cli import app
+from tpwarden.cluster.cli import app
 from typer.main import get_command
 from typer.testing import CliRunner
 

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli import app
-from servectl.cluster.cli import control as control_cli
-from servectl.cluster.cli.common import SCHEMA_VERSION
-from servectl.cluster.control.plan import Action, ControlPlan, NodeStep
-from servectl.cluster.control.results import ApplyResult, NodeOutcome
-from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.cli import control as control_cli
+from tpwarden.cluster.cli.common import SCHEMA_VERSION
+from tpwarden.cluster.control.plan import Action, ControlPlan, NodeStep
+from tpwarden.cluster.control.results import ApplyResult, NodeOutcome
+from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -204,7 +204,7 @@ def test_status_json_and_exit_codes(fake):
 
 
 def test_rollout_dry_run_json(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path))
     inv = tmp_path / "inv.yml"
     inv.write_text(Path(GOOD).read_text())
     result = CliRunner().invoke(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli import app
+from tpwarden.cluster.cli import app
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ WRONG = [
     (["watchdog", "hold", "-i", "{inv}", "--for", "-5m", "--reason", "r"], "--for"),
     (["watchdog", "history", "-i", "{inv}", "--limit", "-1"], "--limit"),
     (["thermal", "report", "-i", "{inv}", "--since", "garbage"], "garbage"),
-    (["thermal", "report", "--from-dir", "/nonexistent/servectl"], "--from-dir"),
+    (["thermal", "report", "--from-dir", "/nonexistent/tpwarden"], "--from-dir"),
     (["thermal", "watch", "-i", "{inv}", "--count", "-1"], "--count"),
     (["thermal", "watch", "-i", "{inv}", "--every", "0"], "--every"),
     (["thermal", "agent", "--node", "n", "--interval", "0"], "--interval"),
@@ -80,7 +80,7 @@ def test_user_text_is_never_terminal_markup(inv, tmp_path, monkeypatch):
     text = inv.read_text().replace(
         "path: /models/GLM-5.3-Flash-NVFP4", "path: /models/[/]x[conceal]hidden"
     )
-    from servectl.cluster.cli.common import console
+    from tpwarden.cluster.cli.common import console
 
     monkeypatch.setattr(console, "_width", 1000)  # no folding inside a table cell
     marked = tmp_path / "marked.yml"
@@ -94,4 +94,4 @@ def test_user_text_is_never_terminal_markup(inv, tmp_path, monkeypatch):
     )
     result = CliRunner().invoke(app, ["inventory", "check", "-i", str(bad)], terminal_width=400)
     assert result.exit_code == 2
-    assert "servectl.[/oops]: unknown key" in result.output
+    assert "tpwarden.[/oops]: unknown key" in result.output

@@ -2,20 +2,20 @@
 
 from pathlib import Path
 
-from servectl.cluster.config_reference import all_keys, render
+from tpwarden.cluster.config_reference import all_keys, render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_reference_is_current():
     assert DOC.read_text() == render(), (
-        "regenerate: python -m servectl.cluster.config_reference docs/configuration.md"
+        "regenerate: python -m tpwarden.cluster.config_reference docs/configuration.md"
     )
 
 
 def test_reference_lists_every_key():
     text = DOC.read_text()
     keys = all_keys()
-    assert "servectl.drafter.num_speculative_tokens" in keys
+    assert "tpwarden.drafter.num_speculative_tokens" in keys
     for key in keys:
         assert f"`{key}`" in text

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.applied import APPLIED_NAME
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.control.plan import Drift
-from servectl.cluster.errors import DockerError, ServectlError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.launch import plan_cluster
+from tpwarden.cluster.applied import APPLIED_NAME
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.plan import Drift
+from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.launch import plan_cluster
 
 from tests.unit.fake_nodes import GOOD, FakeNodes, FixedClock, good_spec
 
@@ -26,7 +26,7 @@ def _no_server(request: httpx.Request) -> httpx.Response:
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeNodes:
-    monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "sk-test")
     return FakeNodes(SPEC)
 
 
@@ -49,10 +49,10 @@ def test_up_removes_everywhere_then_starts_the_head_then_the_workers(tmp_path, f
     kinds = [a[0] for a in fake.actions]
     assert kinds == ["remove"] * 4 + ["start"] * 4
     assert {a[1] for a in fake.actions[:4]} == {"node1", *WORKERS}
-    assert fake.actions[4] == ("start", "node1", "servectl-vllm-node1")  # the head's wave first
+    assert fake.actions[4] == ("start", "node1", "tpwarden-vllm-node1")  # the head's wave first
     assert {a[1] for a in fake.actions[5:]} == WORKERS
     assert [(o.node, o.ok, o.message) for o in result.outcomes] == [
-        (f"node{i}", True, f"started servectl-vllm-node{i}") for i in range(1, 5)
+        (f"node{i}", True, f"started tpwarden-vllm-node{i}") for i in range(1, 5)
     ]
     assert fake.closed  # the controller closes its connector
 
@@ -60,8 +60,8 @@ def test_up_removes_everywhere_then_starts_the_head_then_the_workers(tmp_path, f
 def test_secrets_are_resolved_at_apply_time_and_go_to_the_engine_only(tmp_path, fake) -> None:
     with _ctl(tmp_path, fake) as ctl:
         result = ctl.up(wait_ready=False)
-    assert fake.engines["node1"].secrets_seen["servectl-vllm-node1"] == {"VLLM_API_KEY": "sk-test"}
-    assert fake.engines["node2"].secrets_seen["servectl-vllm-node2"] == {}
+    assert fake.engines["node1"].secrets_seen["tpwarden-vllm-node1"] == {"VLLM_API_KEY": "sk-test"}
+    assert fake.engines["node2"].secrets_seen["tpwarden-vllm-node2"] == {}
     assert "sk-test" not in json.dumps(result.plan.to_json())
 
 
@@ -105,7 +105,7 @@ def test_up_refuses_a_drifted_cluster_without_replace(tmp_path, fake) -> None:
 
 def test_a_failed_preflight_applies_nothing(tmp_path, fake) -> None:
     fake.engines["node2"].images.clear()
-    with _ctl(tmp_path, fake) as ctl, pytest.raises(ServectlError, match="pre-flight failed"):
+    with _ctl(tmp_path, fake) as ctl, pytest.raises(TpwardenError, match="pre-flight failed"):
         ctl.up(wait_ready=False)
     assert fake.actions == []
 
@@ -128,7 +128,7 @@ def test_a_failed_removal_starts_nothing(tmp_path, fake) -> None:
 
 def test_a_head_that_fails_to_start_stops_the_workers_wave(tmp_path, fake) -> None:
     def broken(plan, secret_values=None):
-        raise DockerError("node1: run servectl-vllm-node1: no such device")
+        raise DockerError("node1: run tpwarden-vllm-node1: no such device")
 
     fake.engines["node1"].run = broken
     with _ctl(tmp_path, fake) as ctl:
@@ -144,7 +144,7 @@ def test_down_removes_every_serving_container(tmp_path, fake) -> None:
     with _ctl(tmp_path, fake) as ctl:
         result = ctl.down()
     assert sorted(fake.actions) == [
-        ("remove", f"node{i}", f"servectl-vllm-node{i}") for i in (1, 2, 3)
+        ("remove", f"node{i}", f"tpwarden-vllm-node{i}") for i in (1, 2, 3)
     ]
     assert all(not gw.containers for gw in fake.engines.values())
     assert result.ok and {o.node for o in result.outcomes} == {"node1", "node2", "node3", "node4"}

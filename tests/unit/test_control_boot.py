@@ -8,16 +8,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from servectl.cluster.boot_phase import BootPhase
-from servectl.cluster.control.boot import dead_containers
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.errors import NodeUnreachable
+from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.control.boot import dead_containers
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import NodeUnreachable
 
 from tests.unit.fake_nodes import FakeNodes, FixedClock, good_spec
 from tests.unit.fake_server import FakeServer
 
 SPEC = good_spec()
-HEAD = "servectl-vllm-node1"
+HEAD = "tpwarden-vllm-node1"
 STARTING = ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.33.0"]
 OOM = [
     "ERROR 01-01 00:00:01 [core.py:1] EngineCore failed to start.",
@@ -29,7 +29,7 @@ OOM = [
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeNodes:
-    monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "sk-test")
     return FakeNodes.running(SPEC)
 
 
@@ -69,8 +69,8 @@ def test_a_fatal_log_line_fails_the_boot_with_its_root_cause(tmp_path, fake) -> 
 
 def test_an_exited_rank_fails_the_boot(tmp_path, fake) -> None:
     gw = fake.engines["node3"]
-    gw.containers["servectl-vllm-node3"] = replace(
-        gw.containers["servectl-vllm-node3"], state="exited", exit_code=137
+    gw.containers["tpwarden-vllm-node3"] = replace(
+        gw.containers["tpwarden-vllm-node3"], state="exited", exit_code=137
     )
     with _ctl(tmp_path, fake, FakeServer(up=False)) as ctl:
         boot = ctl.follow_boot(timeout_s=10, poll_s=0.05)
@@ -107,7 +107,7 @@ def test_boot_progress_reads_the_head_log_so_far(tmp_path, fake) -> None:
 
 
 def test_up_waits_for_ready_and_returns_the_boot(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "sk-test")
     nodes = FakeNodes(SPEC)
     nodes.engines["node1"].log_lines[HEAD] = STARTING
     with _ctl(tmp_path, nodes, FakeServer()) as ctl:

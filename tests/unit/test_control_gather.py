@@ -1,4 +1,4 @@
-"""`servectl status` gathered on fake nodes and a fake server: a node that fails is a row that
+"""`tpwarden status` gathered on fake nodes and a fake server: a node that fails is a row that
 says why, never a stack trace; time comes from the injected clock."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.errors import CommandFailed, DockerError
-from servectl.cluster.status import Verdict
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import CommandFailed, DockerError
+from tpwarden.cluster.status import Verdict
 
 from tests.unit.fake_nodes import FakeNodes, FixedClock, default_collector, good_spec
 from tests.unit.fake_server import FakeServer
@@ -19,7 +19,7 @@ SPEC = good_spec()
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeNodes:
-    monkeypatch.setenv("SERVECTL_API_KEY", "sk-test")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "sk-test")
     return FakeNodes.running(SPEC)
 
 
@@ -63,7 +63,7 @@ def test_a_docker_error_means_reachable_but_no_container_reading(tmp_path, fake)
     def broken(cluster=None):
         raise DockerError("node2: list containers: engine restarting")
 
-    fake.engines["node2"].list_servectl = broken
+    fake.engines["node2"].list_tpwarden = broken
     row = _status(tmp_path, fake, FakeServer()).nodes[1]
     assert row.reachable and row.reason == "node2: list containers: engine restarting"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.control.clocks import set_clocks
-from servectl.cluster.control.logs import follow_logs, last_log_lines, tail_logs
+from tpwarden.cluster.control.clocks import set_clocks
+from tpwarden.cluster.control.logs import follow_logs, last_log_lines, tail_logs
 
 from tests.unit.fake_nodes import FakeNodes, default_collector, good_spec
 
@@ -16,7 +16,7 @@ def fake() -> FakeNodes:
     nodes = FakeNodes(SPEC)
     nodes.run_all()
     for i in range(1, 5):
-        nodes.engines[f"node{i}"].log_lines[f"servectl-vllm-node{i}"] = [
+        nodes.engines[f"node{i}"].log_lines[f"tpwarden-vllm-node{i}"] = [
             f"n{i} line {j}" for j in range(5)
         ]
     return nodes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from servectl.cluster.errors import NodeUnreachable, ServectlError
-from servectl.cluster.nodes import NodeConnector, fan_out
+from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+from tpwarden.cluster.nodes import NodeConnector, fan_out
 
 from tests.unit.fake_nodes import FakeNodes, good_spec
 
@@ -39,7 +39,7 @@ def test_a_frozen_node_is_unreachable_at_the_deadline_not_a_hang() -> None:
     nodes.thaw()
 
 
-def test_a_bug_on_one_node_is_a_servectl_error_for_that_node_only() -> None:
+def test_a_bug_on_one_node_is_a_tpwarden_error_for_that_node_only() -> None:
     spec = good_spec()
 
     def work(n):
@@ -48,7 +48,7 @@ def test_a_bug_on_one_node_is_a_servectl_error_for_that_node_only() -> None:
         return n.name
 
     got = fan_out(list(spec.nodes), work, timeout=5)
-    assert isinstance(got["node4"], ServectlError) and "KeyError" in str(got["node4"])
+    assert isinstance(got["node4"], TpwardenError) and "KeyError" in str(got["node4"])
     assert got["node1"] == "node1"
 
 

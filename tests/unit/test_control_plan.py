@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control.plan import Action, Drift, plan_down, plan_restart, plan_up
-from servectl.cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
-from servectl.cluster.launch import ClusterPlan, ContainerPlan
+from tpwarden.cluster.control.plan import Action, Drift, plan_down, plan_restart, plan_up
+from tpwarden.cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
+from tpwarden.cluster.launch import ClusterPlan, ContainerPlan
 
 
 def _cplan(nodes=("node1", "node2", "node3", "node4"), h="h1", backend="native") -> ClusterPlan:
@@ -20,7 +20,7 @@ def _cplan(nodes=("node1", "node2", "node3", "node4"), h="h1", backend="native")
             env={},
             secret_env={},
             mounts=(),
-            labels={"io.servectl.config-hash": h},
+            labels={"io.tpwarden.config-hash": h},
         )
         for i, n in enumerate(nodes)
     )
@@ -34,7 +34,7 @@ def _info(node, h="h1", state="running", name=None) -> ContainerInfo:
         name=name or f"c-vllm-{node}",
         image="img",
         state=state,
-        labels={"io.servectl.config-hash": h},
+        labels={"io.tpwarden.config-hash": h},
     )
 
 
@@ -98,7 +98,7 @@ def test_inspect_parsing_and_restart_policy():
             "Id": "abc",
             "Name": "/c-vllm-n1",
             "RestartCount": 0,
-            "Config": {"Image": "img", "Labels": {"io.servectl.config-hash": "h"}},
+            "Config": {"Image": "img", "Labels": {"io.tpwarden.config-hash": "h"}},
             "State": {
                 "Status": "exited",
                 "ExitCode": 137,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control.plan import plan_down, plan_up
-from servectl.cluster.control.preflight import preflight
-from servectl.cluster.control.results import ControlEvent, emitter
-from servectl.cluster.launch import plan_cluster
+from tpwarden.cluster.control.plan import plan_down, plan_up
+from tpwarden.cluster.control.preflight import preflight
+from tpwarden.cluster.control.results import ControlEvent, emitter
+from tpwarden.cluster.launch import plan_cluster
 
 from tests.unit.fake_nodes import FakeNodes, default_collector, good_spec
 
@@ -87,7 +87,7 @@ def test_an_unreachable_node_is_a_problem_and_a_frozen_one_costs_only_the_deadli
 
 def test_only_nodes_that_start_a_container_are_checked() -> None:
     nodes = FakeNodes.running(SPEC)
-    observed = {n.name: nodes.docker(n).list_servectl(SPEC.name) for n in SPEC.nodes}
+    observed = {n.name: nodes.docker(n).list_tpwarden(SPEC.name) for n in SPEC.nodes}
     report = preflight(SPEC, nodes, plan_down(SPEC.name, observed), emitter(None))
     assert report.ok and nodes.collector_calls == []
 

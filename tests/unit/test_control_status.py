@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from servectl.cluster.control.clocks import gpu_problems
-from servectl.cluster.metrics_text import sum_by_sample
-from servectl.cluster.status import (
+from tpwarden.cluster.control.clocks import gpu_problems
+from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.status import (
     NodeStatus,
     ServerStatus,
     Verdict,

@@ -12,20 +12,20 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from servectl.cluster.applied import plan_for, write_local
-from servectl.cluster.boot import BootProgress
-from servectl.cluster.boot_phase import BootPhase
-from servectl.cluster.errors import ProbeError, ServectlError
-from servectl.cluster.inventory import load_inventory
-from servectl.watchdog.actuator import (
+from tpwarden.cluster.applied import plan_for, write_local
+from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.errors import ProbeError, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.watchdog.actuator import (
     EVIDENCE_MAX_CHARS,
     RESTART_JOB_MODULE,
     WATCHDOG_WHO,
     ControllerActuator,
     boot_reading,
 )
-from servectl.watchdog.observation import BootReading
-from servectl.watchdog.restart_job import main, restart_job
+from tpwarden.watchdog.observation import BootReading
+from tpwarden.watchdog.restart_job import main, restart_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def _result(ok: bool, *nodes: tuple[str, bool]) -> Any:
 
 
 class FakeController:
-    """What ControllerActuator reads of `servectl.cluster.control.controller.Controller`."""
+    """What ControllerActuator reads of `tpwarden.cluster.control.controller.Controller`."""
 
     def __init__(self, spec: Any = None, **kw: Any) -> None:
         self.spec, self.kw = spec, kw
@@ -101,7 +101,7 @@ def test_without_a_file_to_hand_a_job_the_restart_runs_here() -> None:
     act.restart("hang", {})
     assert ctl.restarts == [{"why": "watchdog: hang", "wait_ready": False, "who": WATCHDOG_WHO}]
     ctl.result = _result(True)  # n1 never started (an earlier wave failed): not applied
-    with pytest.raises(ServectlError, match="n1: not started"):
+    with pytest.raises(TpwardenError, match="n1: not started"):
         act.restart("hang", {})
 
 
@@ -150,7 +150,7 @@ def test_a_restart_job_that_fails_raises(tmp_path: Path, proc: FakeProc, match: 
     inventory = tmp_path / "inventory.yml"
     inventory.write_text("x")
     act, _ = _actuator(_spec("n1", source_file=str(inventory)), spawn=proc)
-    with pytest.raises(ServectlError, match=match):
+    with pytest.raises(TpwardenError, match=match):
         act.restart("hang", {})
     assert proc.argv[3] == str(inventory)  # no applied plan: the inventory it was started on
 

@@ -9,22 +9,22 @@ import random
 
 import httpx
 import pytest
-from servectl.cluster.decide import calibrate as cal
-from servectl.cluster.decide import stats
-from servectl.cluster.decide.client import (
+from tpwarden.cluster.decide import calibrate as cal
+from tpwarden.cluster.decide import stats
+from tpwarden.cluster.decide.client import (
     LogprobClient,
     max_logprobs_from_args,
     parse_first_token,
     parse_max_allowed,
 )
-from servectl.cluster.decide.core import (
+from tpwarden.cluster.decide.core import (
     Decider,
     Item,
     decision_from_logprobs,
     item_from_json,
     render_prompt,
 )
-from servectl.cluster.decide.labels import (
+from tpwarden.cluster.decide.labels import (
     DecideError,
     LabelMissing,
     SplitLabel,
@@ -35,7 +35,7 @@ from servectl.cluster.decide.labels import (
     top_two,
     yes_no_labels,
 )
-from servectl.cluster.errors import ConfigError
+from tpwarden.cluster.errors import ConfigError
 
 ABCDE = letter_labels(list("ABCDE"))
 

@@ -1,4 +1,4 @@
-"""The one atomic writer and the one JSON-lines writer (servectl.cluster.durable)."""
+"""The one atomic writer and the one JSON-lines writer (tpwarden.cluster.durable)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster import durable
-from servectl.cluster.durable import (
+from tpwarden.cluster import durable
+from tpwarden.cluster.durable import (
     JsonlLog,
     append_jsonl,
     atomic_write_bytes,
@@ -24,7 +24,7 @@ from servectl.cluster.durable import (
     read_jsonl,
     scan_jsonl,
 )
-from servectl.watchdog.events import EventLog, read_events
+from tpwarden.watchdog.events import EventLog, read_events
 
 
 # ---- atomic writer ------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def test_an_error_between_write_and_replace_keeps_the_old_file_and_no_temp(
 
 _CRASH = """
 import os, signal, sys
-from servectl.cluster import durable
+from tpwarden.cluster import durable
 def crash(src, dst):
     os.kill(os.getpid(), signal.SIGKILL)  # killed after the temp file is written and fsynced
 durable.os.replace = crash

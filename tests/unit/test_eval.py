@@ -1,4 +1,4 @@
-"""`servectl eval` planning and comparison, pure: stop capping against vLLM's limit, the path
+"""`tpwarden eval` planning and comparison, pure: stop capping against vLLM's limit, the path
 each task takes, the HumanEval preset, max length, the lm-eval argv and container, result
 parsing, and the refusal to compare runs made under different server defaults."""
 
@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from servectl.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
-from servectl.cluster.eval.presets import (
+from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
+from tpwarden.cluster.eval.presets import (
     PRESETS,
     ApiPath,
     EvalError,
@@ -20,15 +20,15 @@ from servectl.cluster.eval.presets import (
     scan_task_yaml,
     stop_limit,
 )
-from servectl.cluster.eval.results import (
+from tpwarden.cluster.eval.results import (
     comparability,
     compare_scores,
     eval_differences,
     primary_metric,
     score_row,
 )
-from servectl.cluster.eval.runner import RUN_SH, _tar, container_plan, local_tasks, presets
-from servectl.cluster.inventory import load_inventory
+from tpwarden.cluster.eval.runner import RUN_SH, _tar, container_plan, local_tasks, presets
+from tpwarden.cluster.inventory import load_inventory
 
 TASKS = Path(__file__).parents[1] / "lab" / "eval_tasks"
 SRV = ServerFacts(
@@ -144,9 +144,9 @@ def test_max_length_never_falls_back_to_lm_evals_2048():
 
 def test_local_task_yamls_are_scanned_for_type_stops_and_unsafe_code():
     facts = local_tasks(TASKS)
-    assert facts["servectl_mc"]["output_type"] == "multiple_choice"
-    assert facts["servectl_gen5"]["until"] == ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
-    assert facts["servectl_code"]["unsafe_code"] and len(facts["servectl_code"]["until"]) == 5
+    assert facts["tpwarden_mc"]["output_type"] == "multiple_choice"
+    assert facts["tpwarden_gen5"]["until"] == ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
+    assert facts["tpwarden_code"]["unsafe_code"] and len(facts["tpwarden_code"]["until"]) == 5
     assert scan_task_yaml(
         'task: x\noutput_type: generate_until\ngeneration_kwargs:\n  until: ["a", "b"]\n'
     )["until"] == ("a", "b")
@@ -154,15 +154,15 @@ def test_local_task_yamls_are_scanned_for_type_stops_and_unsafe_code():
 
 def test_local_presets_choose_paths_and_code_never_goes_through_chat():
     opts = EvalOptions(
-        tasks=("servectl_mc", "servectl_gen5", "servectl_code"),
+        tasks=("tpwarden_mc", "tpwarden_gen5", "tpwarden_code"),
         include_path=str(TASKS),
-        chat_tasks=("servectl_gen5", "servectl_code"),
+        chat_tasks=("tpwarden_gen5", "tpwarden_code"),
     )
     got = {p.name: p for p in presets(opts, TASKS)}
-    assert got["servectl_mc"].path is ApiPath.LOGLIKELIHOOD
-    assert got["servectl_gen5"].path is ApiPath.CHAT
-    assert got["servectl_code"].path is ApiPath.COMPLETIONS and got["servectl_code"].unsafe_code
-    assert got["servectl_code"].keep == ("\nclass", "\ndef", "\nif", "\nprint")
+    assert got["tpwarden_mc"].path is ApiPath.LOGLIKELIHOOD
+    assert got["tpwarden_gen5"].path is ApiPath.CHAT
+    assert got["tpwarden_code"].path is ApiPath.COMPLETIONS and got["tpwarden_code"].unsafe_code
+    assert got["tpwarden_code"].keep == ("\nclass", "\ndef", "\nif", "\nprint")
     with pytest.raises(EvalError, match="no preset"):
         preset_for("nope", None)
 
@@ -179,7 +179,7 @@ def test_client_container_is_cpu_only_host_network_model_read_only():
     assert plan.entrypoint == ("sh", "/bench/run.sh") and plan.command[:3] == (
         "python", "-m", "lm_eval",
     )  # fmt: skip
-    assert plan.labels["io.servectl.component"] == "eval"
+    assert plan.labels["io.tpwarden.component"] == "eval"
 
 
 def test_the_tar_has_parent_directories_for_nested_task_files():
@@ -195,14 +195,14 @@ def test_the_tar_has_parent_directories_for_nested_task_files():
 
 LM_EVAL_RESULTS = {  # the shape lm-eval 0.4.13 writes (results_<date>.json)
     "results": {
-        "servectl_mc": {"alias": "servectl_mc", "acc,none": 0.5, "acc_stderr,none": 0.2236},
+        "tpwarden_mc": {"alias": "tpwarden_mc", "acc,none": 0.5, "acc_stderr,none": 0.2236},
         "gsm8k": {
             "exact_match,strict-match": 0.9,
             "exact_match_stderr,strict-match": 0.03,
             "exact_match,flexible-extract": 0.92,
         },
     },
-    "n-samples": {"servectl_mc": {"original": 6, "effective": 6}},
+    "n-samples": {"tpwarden_mc": {"original": 6, "effective": 6}},
 }
 
 
@@ -210,7 +210,7 @@ def test_primary_metric_and_row():
     assert primary_metric(LM_EVAL_RESULTS["results"]["gsm8k"]) == (
         "exact_match,strict-match", 0.9, 0.03,
     )  # fmt: skip
-    row = score_row("servectl_mc", "loglikelihood/completions", "-", LM_EVAL_RESULTS)
+    row = score_row("tpwarden_mc", "loglikelihood/completions", "-", LM_EVAL_RESULTS)
     assert (row.n, row.score, row.stderr, row.metric) == (6, 0.5, 0.2236, "acc,none")
 
 
@@ -246,7 +246,7 @@ def test_score_deltas_in_points():
 
 
 def test_compare_cli_refuses_then_names_the_thinking_difference_when_forced(tmp_path):
-    from servectl.cluster.cli import app
+    from tpwarden.cluster.cli import app
     from typer.testing import CliRunner
 
     for name, thinking, score in (("a", False, 0.5), ("b", True, 0.6)):
@@ -291,7 +291,7 @@ def test_local_code_task_scores_by_execution(monkeypatch):
 
 def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, monkeypatch):
     import httpx
-    from servectl.cluster.eval import runner as rmod
+    from tpwarden.cluster.eval import runner as rmod
 
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
     health = iter([503, 200])  # down when the client fails, back at the next poll
@@ -310,12 +310,12 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
         calls.append(dict(files))
         if len(calls) == 1:  # the server went away mid-task: the partial cache comes back
             return 1, "aiohttp ClientConnectorError: Connection refused", {
-                "servectl_mc_rank0.db": b"partial",
+                "tpwarden_mc_rank0.db": b"partial",
             }, {}  # fmt: skip
         return 0, "ok", {
-            "servectl_mc_rank0.db": b"full",
+            "tpwarden_mc_rank0.db": b"full",
             "results_2026.json": results,
-            "samples_servectl_mc_2026.jsonl": b"{}\n",
+            "samples_tpwarden_mc_2026.jsonl": b"{}\n",
         }, {}  # fmt: skip
 
     monkeypatch.setattr(rmod, "run_container", fake_run)
@@ -342,18 +342,18 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
         "server": {"max_model_len": 4096, "version": "0.33.0"},
         "server_defaults": {"thinking": False, "chat_template_kwargs": {}},
     }  # fmt: skip
-    opts = EvalOptions(tasks=("servectl_mc",), include_path=str(TASKS), client_image="img")
+    opts = EvalOptions(tasks=("tpwarden_mc",), include_path=str(TASKS), client_image="img")
     run_dir, manifest, rows = runner.run(opts, pre)
-    assert "results/cache/servectl_mc_rank0.db" not in calls[0]
-    assert calls[1]["results/cache/servectl_mc_rank0.db"] == b"partial"  # resumed from cache
-    assert "tasks/servectl_mc.yaml" in calls[1] and "run.sh" in calls[1]
+    assert "results/cache/tpwarden_mc_rank0.db" not in calls[0]
+    assert calls[1]["results/cache/tpwarden_mc_rank0.db"] == b"partial"  # resumed from cache
+    assert "tasks/tpwarden_mc.yaml" in calls[1] and "run.sh" in calls[1]
     assert [a["rc"] for a in manifest["attempts"]] == [1, 0]
     restart = manifest["restarts"][0]
     assert restart["server_down_seen"] and restart["resume"]
     assert rows[0]["n"] == 6 and rows[0]["path"] == "loglikelihood/completions"
-    assert (run_dir / "cache" / "servectl_mc_rank0.db").read_bytes() == b"full"
+    assert (run_dir / "cache" / "tpwarden_mc_rank0.db").read_bytes() == b"full"
     saved = json.loads((run_dir / "manifest.json").read_text())
-    assert saved["restarts"] and saved["plans"][0]["task"] == "servectl_mc"
+    assert saved["restarts"] and saved["plans"][0]["task"] == "tpwarden_mc"
 
     # resuming a finished run redoes nothing
     runner.run(opts, pre, resume=run_dir)
@@ -362,7 +362,7 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
 
 def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, monkeypatch):
     import httpx
-    from servectl.cluster.eval import runner as rmod
+    from tpwarden.cluster.eval import runner as rmod
 
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
     monkeypatch.setattr(rmod, "run_container", lambda *a: (2, "KeyError: 'question'", {}, {}))
@@ -384,6 +384,6 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
         "server": {"max_model_len": 4096, "version": "0.33.0"},
         "server_defaults": {"thinking": False, "chat_template_kwargs": {}},
     }  # fmt: skip
-    opts = EvalOptions(tasks=("servectl_mc",), include_path=str(TASKS), client_image="img")
+    opts = EvalOptions(tasks=("tpwarden_mc",), include_path=str(TASKS), client_image="img")
     with pytest.raises(EvalError, match="exited 2"):
         runner.run(opts, pre)

@@ -1,4 +1,4 @@
-"""servectl.node.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
+"""tpwarden.node.gpu, the NVML gateway, against the lab's stub (in child processes) and without NVML.
 
 pynvml and the dynamic loader keep one NVML library per process, so every check that loads the
 stub runs in a child process; in-process tests only use loaders that fail.
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import NvmlError
-from servectl.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
-from servectl.node.gpu import Nvml, collect_json, decode_clock_event_reasons
+from tpwarden.cluster.errors import NvmlError
+from tpwarden.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from tpwarden.node.gpu import Nvml, collect_json, decode_clock_event_reasons
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = """\
@@ -48,7 +48,7 @@ def stub_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def node(stub_lib: Path) -> Iterator[Path]:
     """A world-readable dir holding a copy of the stub and a state file."""
-    path = Path(tempfile.mkdtemp(prefix="servectl-gpu-"))
+    path = Path(tempfile.mkdtemp(prefix="tpwarden-gpu-"))
     path.chmod(0o755)
     shutil.copy(stub_lib, path / LIBRARY_NAME)
     (path / "state").write_text(STATE)
@@ -62,8 +62,8 @@ def gateway(node: Path, code: str, *, state: Path | None = None, user: int | Non
         textwrap.dedent(
             f"""
         import json
-        from servectl.cluster.errors import NvmlError
-        from servectl.node.gpu import Nvml, collect_json, library_from
+        from tpwarden.cluster.errors import NvmlError
+        from tpwarden.node.gpu import Nvml, collect_json, library_from
         nvml = Nvml(library_loader=library_from({str(node / LIBRARY_NAME)!r}))
         out = {{}}
         """
@@ -73,7 +73,7 @@ def gateway(node: Path, code: str, *, state: Path | None = None, user: int | Non
     )
     env = {
         **os.environ,
-        "SERVECTL_LAB_GPU_STATE": str(state or node / "state"),
+        "TPWARDEN_LAB_GPU_STATE": str(state or node / "state"),
         "PYTHONPATH": str(ROOT),
     }
     env.pop("LD_LIBRARY_PATH", None)

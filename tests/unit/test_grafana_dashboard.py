@@ -1,6 +1,6 @@
 """The overnight Grafana dashboard (package data): valid JSON with the structure Grafana needs,
 every query valid PromQL for Prometheus 2.42 (checked by promtool as recording rules) and naming
-only metrics that servectl's exporters or vLLM export."""
+only metrics that tpwarden's exporters or vLLM export."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servectl.watchdog.monitoring_files import dashboard_path, rules_path
+from tpwarden.watchdog.monitoring_files import dashboard_path, rules_path
 
 from tests.unit.monitoring_names import known_metric_names, metric_names_in, unknown_names
 from tests.unit.test_alert_rules import CONTRACT_ALERTS, run_promtool
@@ -75,11 +75,11 @@ def test_overnight_view_has_what_the_issue_asks() -> None:
     dash = dashboard()
     exprs = " ".join(queries(dash))
     for name in (
-        "servectl_gpu_temperature_celsius",
-        "servectl_thermal_zone_temperature_celsius",
-        "servectl_thermal_zone_trip_celsius",  # the critical line
-        "servectl_gpu_sm_clock_hertz",
-        "servectl_gpu_throttle_active",
+        "tpwarden_gpu_temperature_celsius",
+        "tpwarden_thermal_zone_temperature_celsius",
+        "tpwarden_thermal_zone_trip_celsius",  # the critical line
+        "tpwarden_gpu_sm_clock_hertz",
+        "tpwarden_gpu_throttle_active",
         "vllm:generation_tokens_total",
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -87,7 +87,7 @@ def test_overnight_view_has_what_the_issue_asks() -> None:
         assert name in exprs, name
     assert 'trip_type="critical"' in exprs
     annotations = [a["expr"] for a in dash["annotations"]["list"] if "expr" in a]
-    assert any("servectl_watchdog_restarts_total" in a for a in annotations)
+    assert any("tpwarden_watchdog_restarts_total" in a for a in annotations)
     (alerts,) = [a for a in annotations if a.startswith("ALERTS")]
     pattern = re.search(r'alertname=~"([^"]+)"', alerts).group(1)
     assert all(re.fullmatch(pattern, name) for name in CONTRACT_ALERTS)
@@ -119,4 +119,4 @@ def test_monitoring_files_are_package_data() -> None:
     assert rules_path().is_file() and dashboard_path().is_file()
     assert rules_path().parent == dashboard_path().parent
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert '"servectl.watchdog" = ["monitoring/*"]' in pyproject
+    assert '"tpwarden.watchdog" = ["monitoring/*"]' in pyproject

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster.durable import json_bytes
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout import ports as rollout_ports
-from servectl.cluster.rollout.ports import WatchdogHolder
-from servectl.cluster.ssh import NodeSession
-from servectl.watchdog.config import hold_path
-from servectl.watchdog.state import read_hold, write_hold, write_release
+from tpwarden.cluster.durable import json_bytes
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.rollout import ports as rollout_ports
+from tpwarden.cluster.rollout.ports import WatchdogHolder
+from tpwarden.cluster.ssh import NodeSession
+from tpwarden.watchdog.config import hold_path
+from tpwarden.watchdog.state import read_hold, write_hold, write_release
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,15 +86,15 @@ def test_put_atomic_renames_a_unique_hidden_temp_into_place() -> None:
     session.put_bytes = lambda data, remote, mode: calls.append(("put", remote, mode))  # type: ignore[method-assign]
     session.run = lambda argv, **kw: calls.append(("run", argv, kw))  # type: ignore[method-assign]
     for _ in range(2):
-        session.put_atomic(b"{}\n", "/var/lib/servectl/watchdog/hold.json")
+        session.put_atomic(b"{}\n", "/var/lib/tpwarden/watchdog/hold.json")
     temps = [c[1] for c in calls if c[0] == "put"]
     assert len(set(temps)) == 2
     for tmp in temps:
         directory, name = posixpath.split(tmp)
-        assert directory == "/var/lib/servectl/watchdog"
+        assert directory == "/var/lib/tpwarden/watchdog"
         assert name.startswith(".hold.json.") and name.endswith(".tmp")
     runs = [c for c in calls if c[0] == "run"]
     assert [r[1] for r in runs] == [
-        ["mv", "-f", t, "/var/lib/servectl/watchdog/hold.json"] for t in temps
+        ["mv", "-f", t, "/var/lib/tpwarden/watchdog/hold.json"] for t in temps
     ]
     assert all(r[2]["check"] for r in runs)

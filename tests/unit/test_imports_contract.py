@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"cluster": "servectl.cluster", "node": "servectl.node", "watchdog": "servectl.watchdog"}
+PACKAGES = {"cluster": "tpwarden.cluster", "node": "tpwarden.node", "watchdog": "tpwarden.watchdog"}
 
 
 def _sources() -> Iterator[tuple[str, str]]:

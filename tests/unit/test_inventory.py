@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory, parse_inventory
-from servectl.cluster.settings import parse_size
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory, parse_inventory
+from tpwarden.cluster.settings import parse_size
 
 HERE = Path(__file__).parent / "inventories"
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +73,8 @@ def test_oversized_file_is_refused_before_parsing(tmp_path):
 def test_relative_inventory_path_is_named_as_given(monkeypatch):
     monkeypatch.chdir(HERE)
     with pytest.raises(ConfigError) as info:
-        load_inventory("bad/64-servectl-in-host-vars")
-    assert info.value.file == os.path.join("bad/64-servectl-in-host-vars", "host_vars/node2.yml")
+        load_inventory("bad/64-tpwarden-in-host-vars")
+    assert info.value.file == os.path.join("bad/64-tpwarden-in-host-vars", "host_vars/node2.yml")
 
 
 def test_parse_inventory_text_uses_group_vars_beside_the_file():
@@ -166,8 +166,8 @@ def test_config_hash_changes_with_k_only():
 
 def test_bastion_inventory_routes_workers_through_node1():
     """ProxyJump in ansible_ssh_common_args (group vars of workers) reaches the SSH gateway."""
-    from servectl.cluster.ssh_connect import SshTarget
-    from servectl.cluster.ssh_route import Hop
+    from tpwarden.cluster.ssh_connect import SshTarget
+    from tpwarden.cluster.ssh_route import Hop
 
     spec = load_inventory(HERE / "example-bastion.yml")
     assert spec.config_hash() == load_inventory(ROOT / "inventory.example.yml").config_hash()

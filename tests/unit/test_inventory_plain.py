@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servectl.cluster import inventory
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.inventory_plain import export_resolved
+from tpwarden.cluster import inventory
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory_plain import export_resolved
 
 HERE = Path(__file__).parent / "inventories"
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,5 +27,5 @@ def test_resolved_copy_reads_without_ansible_to_the_same_spec(source, tmp_path, 
 
 def test_without_ansible_a_directory_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setattr(inventory, "_have_ansible", lambda: False)
-    with pytest.raises(Exception, match="servectl\\[control\\]"):
+    with pytest.raises(Exception, match="tpwarden\\[control\\]"):
         load_inventory(HERE / "example-dir")

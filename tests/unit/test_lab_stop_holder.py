@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from servectl.cluster.lab.host import stop_lock_holder
+from tpwarden.cluster.lab.host import stop_lock_holder
 
 HOLDER = """
 import sys, time
-from servectl.watchdog.state import FileLock
+from tpwarden.watchdog.state import FileLock
 lock = FileLock(sys.argv[1]); lock.acquire("probe_url=http://127.0.0.1:1/v1")
 print("held", flush=True)
 time.sleep(120)
@@ -19,7 +19,7 @@ time.sleep(120)
 
 IGNORES_TERM = """
 import signal, sys, time
-from servectl.watchdog.state import FileLock
+from tpwarden.watchdog.state import FileLock
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 lock = FileLock(sys.argv[1]); lock.acquire("")
 print("held", flush=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servectl.cluster.cli import app
-from servectl.cluster.inventory import load_inventory, parse_inventory
-from servectl.cluster.launch import LABEL_CONFIG_HASH, LABEL_ROLE, plan_cluster
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.inventory import load_inventory, parse_inventory
+from tpwarden.cluster.launch import LABEL_CONFIG_HASH, LABEL_ROLE, plan_cluster
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,8 +67,8 @@ def test_secrets_never_reach_the_plan(tmp_path, monkeypatch):
     sentinel = "SENTINEL-not-a-real-key-7f3a9c"
     token_file = tmp_path / "hf_token"
     token_file.write_text(sentinel)
-    monkeypatch.setenv("SERVECTL_API_KEY", sentinel)
-    text = EXAMPLE.read_text().replace("/etc/servectl/secrets/hf_token", str(token_file))
+    monkeypatch.setenv("TPWARDEN_API_KEY", sentinel)
+    text = EXAMPLE.read_text().replace("/etc/tpwarden/secrets/hf_token", str(token_file))
     inv = tmp_path / "inv.yml"
     inv.write_text(text)
     for args in (["plan", "-i", str(inv), "--json"], ["plan", "-i", str(inv)]):
@@ -77,7 +77,7 @@ def test_secrets_never_reach_the_plan(tmp_path, monkeypatch):
         assert sentinel not in result.output
     data = json.loads(runner.invoke(app, ["plan", "-i", str(inv), "--json"]).output)
     head_env = data["nodes"][0]["env"]
-    assert head_env["VLLM_API_KEY"].startswith("<secret from env SERVECTL_API_KEY")
+    assert head_env["VLLM_API_KEY"].startswith("<secret from env TPWARDEN_API_KEY")
     assert head_env["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
     assert "VLLM_API_KEY" not in data["nodes"][1]["env"]  # only the head serves the API
     assert all("--api-key" not in n["argv"] for n in data["nodes"])
@@ -97,13 +97,13 @@ def test_cli_bad_inventory_exits_2_with_location(tmp_path):
     bad.write_text(EXAMPLE.read_text().replace("tensor: 4", "tensor: 3"))
     result = runner.invoke(app, ["inventory", "check", "-i", str(bad)])
     assert result.exit_code == 2
-    assert f"{bad}:" in result.output and "servectl.parallel.tensor" in result.output
+    assert f"{bad}:" in result.output and "tpwarden.parallel.tensor" in result.output
     missing = runner.invoke(app, ["plan", "-i", str(tmp_path / "nope.yml")])
     assert missing.exit_code == 2 and "file not found" in missing.output
 
 
 def test_extra_args_checked_against_the_flag_table(tmp_path):
-    from servectl.cluster.launch import flag_table
+    from tpwarden.cluster.launch import flag_table
 
     if flag_table("0.33.0") is None:
         raise AssertionError("cluster/data/vllm_serve_flags_0.33.0.json is missing")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
-from servectl.watchdog import metrics_reference as ref
+from tpwarden.watchdog import metrics_reference as ref
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-FIX = "python -m servectl.watchdog.metrics_reference --write docs/metrics.md"
+FIX = "python -m tpwarden.watchdog.metrics_reference --write docs/metrics.md"
 
 
 def undocumented(docs: list[ref.MetricDoc], page: str) -> list[str]:
@@ -27,25 +27,25 @@ def test_the_page_is_what_the_generator_writes() -> None:
 
 def test_a_new_metric_without_docs_is_caught() -> None:
     registry = CollectorRegistry()
-    Gauge("servectl_new_thing_celsius", "Added without docs.", ["node"], registry=registry)
-    extra = ref._families(ref.JOB_THERMAL, registry, {"servectl_new_thing_celsius": ("node",)})
+    Gauge("tpwarden_new_thing_celsius", "Added without docs.", ["node"], registry=registry)
+    extra = ref._families(ref.JOB_THERMAL, registry, {"tpwarden_new_thing_celsius": ("node",)})
     assert undocumented(ref.exported_metrics() + extra, DOC.read_text()) == [
-        "servectl_new_thing_celsius"
+        "tpwarden_new_thing_celsius"
     ]
-    assert "servectl_new_thing_celsius" in ref.render(ref.exported_metrics() + extra)
+    assert "tpwarden_new_thing_celsius" in ref.render(ref.exported_metrics() + extra)
 
 
 def test_the_reference_covers_both_jobs_labels_and_the_alert_rules() -> None:
     docs = {d.name: d for d in ref.exported_metrics()}
     # families only exported for some hardware are still documented (GB10 and discrete GPUs)
-    for name in ("servectl_gpu_memory_unified", "servectl_gpu_memory_used_bytes",
-                 "servectl_node_memory_used_bytes", "servectl_thermal_alert_margin_celsius"):  # fmt: skip
+    for name in ("tpwarden_gpu_memory_unified", "tpwarden_gpu_memory_used_bytes",
+                 "tpwarden_node_memory_used_bytes", "tpwarden_thermal_alert_margin_celsius"):  # fmt: skip
         assert docs[name].job == ref.JOB_THERMAL, name
-    assert docs["servectl_thermal_zone_temperature_celsius"].labels == (
+    assert docs["tpwarden_thermal_zone_temperature_celsius"].labels == (
         "node", "role", "type", "zone",
     )  # fmt: skip
-    assert docs["servectl_watchdog_restarts_total"].labels == ("cause",)
-    assert docs["servectl_watchdog_restarts_total"].type == "counter"
+    assert docs["tpwarden_watchdog_restarts_total"].labels == ("cause",)
+    assert docs["tpwarden_watchdog_restarts_total"].type == "counter"
     page = DOC.read_text()
-    for alert in ("ServectlServerHung", "ServectlNodeNearCritical", "ServectlWatchdogBlind"):
+    for alert in ("TpwardenServerHung", "TpwardenNodeNearCritical", "TpwardenWatchdogBlind"):
         assert f"| `{alert}` |" in page

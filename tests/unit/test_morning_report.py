@@ -16,28 +16,28 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from servectl.cluster.bench.runner import write_json
-from servectl.cluster.cli import app
-from servectl.cluster.durable import append_jsonl
-from servectl.cluster.morning_io import Sources, morning_from_files
-from servectl.node.thermal.agent import ThermalAgent
-from servectl.node.thermal.records import THERMAL_REASONS
-from servectl.node.thermal.writer import DurableWriter
-from servectl.node.thermal.zones import SysfsZoneReader
-from servectl.watchdog.alert import Alerter
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon import Watchdog
-from servectl.watchdog.events import EventLog
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from servectl.watchdog.state import StateStore
-from servectl.watchdog.thermal.fakes import (
+from tpwarden.cluster.bench.runner import write_json
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.durable import append_jsonl
+from tpwarden.cluster.morning_io import Sources, morning_from_files
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.records import THERMAL_REASONS
+from tpwarden.node.thermal.writer import DurableWriter
+from tpwarden.node.thermal.zones import SysfsZoneReader
+from tpwarden.watchdog.alert import Alerter
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon import Watchdog
+from tpwarden.watchdog.events import EventLog
+from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.state import StateStore
+from tpwarden.watchdog.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
     set_zone_temps,
 )
-from servectl.watchdog.thermal.localtime import parse_window
-from servectl.watchdog.thermal.plot import THROTTLE_GID, thermal_figure
+from tpwarden.watchdog.thermal.localtime import parse_window
+from tpwarden.watchdog.thermal.plot import THROTTLE_GID, thermal_figure
 from typer.testing import CliRunner
 
 KST = ZoneInfo("Asia/Seoul")
@@ -168,7 +168,7 @@ def _bench(tmp: Path) -> None:
         },
     )
     write_json(old / "table.json", {"kind": "sweep", "rows": rows})
-    # an eval run in the same runs dir (as `servectl eval run` writes it), resumed once
+    # an eval run in the same runs dir (as `tpwarden eval run` writes it), resumed once
     ev = tmp / "night" / "runs" / "20261202T133000Z-eval"
     write_json(
         ev / "manifest.json",
@@ -193,7 +193,7 @@ def _control_log(tmp: Path) -> None:
     """Cluster control's restart log: an operator's restart at 22:17 and the watchdog's own
     (already in the watchdog's log with its cause, so the report must not count it twice)."""
     path = tmp / "night" / "control-events.jsonl"  # as Controller.events writes it
-    for minute, who in ((17, "kim@laptop"), (10, "servectl-watchdog")):
+    for minute, who in ((17, "kim@laptop"), (10, "tpwarden-watchdog")):
         at = datetime.fromtimestamp(T0 + minute * 60, tz=KST).isoformat()
         rec = {"ts": at, "event": "restart", "who": who, "why": "driver update", "ok": True}
         append_jsonl(path, rec)
@@ -358,7 +358,7 @@ def test_cli_report_json_html_and_png(night: dict[str, Any], tmp_path: Path) -> 
 
 
 def test_zone_roles_resolve_by_name_index_then_type() -> None:
-    from servectl.node.thermal.roles import zone_label, zone_role
+    from tpwarden.node.thermal.roles import zone_label, zone_role
 
     roles = {"thermal_zone1": "P-cores", "5": "GPU zone", "acpitz": "ACPI"}
     assert zone_role("thermal_zone1", "acpitz", roles) == "P-cores"
@@ -402,8 +402,8 @@ def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: P
 
 
 def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
-    from servectl.node.thermal.metrics import ThermalCollector
-    from servectl.watchdog.thermal.remote import agent_argv
+    from tpwarden.node.thermal.metrics import ThermalCollector
+    from tpwarden.watchdog.thermal.remote import agent_argv
 
     root = build_fake_sysfs(tmp_path / "sys", zones=ZONES)
     clock = Clock(T0)
@@ -412,7 +412,7 @@ def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> N
     agent.anchor(T0)
     clock.now = T0 + 0.1
     agent.tick()
-    name = "servectl_thermal_zone_temperature_celsius"
+    name = "tpwarden_thermal_zone_temperature_celsius"
     metrics = {m.name: m for m in ThermalCollector(agent, clock, zone_roles=ROLES).collect()}
     roles = {(s.labels["zone"], s.labels["role"]) for s in metrics[name].samples}
     assert {r for r in roles if r[1]} == {
@@ -442,8 +442,8 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
     (SFTP replaced by a copy; node3 unreachable), zone roles from thermal.zone_roles."""
     import shutil
 
-    from servectl.watchdog.thermal import fetch
-    from servectl.watchdog.thermal.fetch import FetchResult
+    from tpwarden.watchdog.thermal import fetch
+    from tpwarden.watchdog.thermal.fetch import FetchResult
 
     good = (Path(__file__).parent / "inventories" / "good.yml").read_text()
     roles = ", ".join(f'"{k}": "{v}"' for k, v in ROLES.items())
@@ -461,8 +461,8 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
         return FetchResult(unreachable={"node3": "SSH connect timed out"})
 
     monkeypatch.setattr(fetch, "fetch_files", fake_fetch)
-    monkeypatch.setenv("SERVECTL_RUNS_DIR", str(night["dir"] / "runs"))
-    monkeypatch.setenv("SERVECTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(night["dir"] / "runs"))
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
     args = ["report", "-i", str(inv), "--since", str(T0), "--until", str(T0 + 10 * SAMPLES),
             "--tz", "Asia/Seoul", "--json"]  # fmt: skip
     result = CliRunner().invoke(app, args)
@@ -477,7 +477,7 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
 
 
 def test_a_restart_while_tokens_grew_is_a_false_restart_candidate() -> None:
-    from servectl.cluster.morning import summarize_watchdog
+    from tpwarden.cluster.morning import summarize_watchdog
 
     def probe(ts, verdict, tokens):
         values = {"vllm:generation_tokens_total": tokens}

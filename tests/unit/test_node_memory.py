@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from servectl.node.memory import parse_meminfo, read_node_memory
+from tpwarden.node.memory import parse_meminfo, read_node_memory
 
 MEMINFO = """MemTotal:       127535896 kB
 MemFree:         1203344 kB
@@ -24,7 +24,7 @@ def test_psutil_reading_is_used_when_given() -> None:
 
 
 def test_meminfo_fallback_when_this_python_has_no_psutil(monkeypatch) -> None:
-    import servectl.node.memory as memory
+    import tpwarden.node.memory as memory
 
     monkeypatch.setattr(memory, "_psutil_virtual_memory", lambda: None)
     m = read_node_memory(read_meminfo=lambda: MEMINFO)

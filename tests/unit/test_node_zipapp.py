@@ -8,7 +8,7 @@ import hashlib
 import zipfile
 
 import pytest
-from servectl.cluster.node_zipapp import (
+from tpwarden.cluster.node_zipapp import (
     COLLECTOR,
     THERMAL_AGENT,
     NodeApp,
@@ -21,7 +21,7 @@ from servectl.cluster.node_zipapp import (
 )
 
 CONTROL_SIDE = ("ssh", "docker", "control", "provision", "ansible", "remote", "fetch", "cli")
-STUB = b'"""servectl (node-side subset)."""\n'
+STUB = b'"""tpwarden (node-side subset)."""\n'
 
 
 def _control_side(module: str) -> bool:
@@ -31,30 +31,30 @@ def _control_side(module: str) -> bool:
 
 def test_the_collector_carries_its_closure_and_nothing_more() -> None:
     assert set(node_closure(COLLECTOR)) == {
-        "servectl.node.collector",
-        "servectl.cluster.errors",
-        "servectl.node.gpu",
-        "servectl.node.memory",
+        "tpwarden.node.collector",
+        "tpwarden.cluster.errors",
+        "tpwarden.node.gpu",
+        "tpwarden.node.memory",
     }
     assert sorted(node_zipapp_files(COLLECTOR)) == [
         "__main__.py",
-        "servectl/__init__.py",
-        "servectl/cluster/__init__.py",
-        "servectl/cluster/errors.py",
-        "servectl/node/__init__.py",
-        "servectl/node/collector.py",
-        "servectl/node/gpu.py",
-        "servectl/node/memory.py",
+        "tpwarden/__init__.py",
+        "tpwarden/cluster/__init__.py",
+        "tpwarden/cluster/errors.py",
+        "tpwarden/node/__init__.py",
+        "tpwarden/node/collector.py",
+        "tpwarden/node/gpu.py",
+        "tpwarden/node/memory.py",
     ]
 
 
 def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
-    thermal = "servectl.node.thermal"
+    thermal = "tpwarden.node.thermal"
     assert set(node_closure(THERMAL_AGENT)) == {
-        "servectl.cluster.durable",
-        "servectl.cluster.errors",
-        "servectl.node.gpu",
-        "servectl.node.memory",
+        "tpwarden.cluster.durable",
+        "tpwarden.cluster.errors",
+        "tpwarden.node.gpu",
+        "tpwarden.node.memory",
         *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "app")),
         *(f"{thermal}.{m}" for m in ("records", "roles", "writer", "zones")),
     }
@@ -63,8 +63,8 @@ def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
     assert not any(
         n.startswith(("prometheus_client/twisted", "prometheus_client/django")) for n in files
     )
-    # the operator's side of thermal logging (servectl.watchdog.thermal) stays home
-    assert not any(n.startswith("servectl/watchdog/") for n in files)
+    # the operator's side of thermal logging (tpwarden.watchdog.thermal) stays home
+    assert not any(n.startswith("tpwarden/watchdog/") for n in files)
 
 
 @pytest.mark.parametrize("app", [COLLECTOR, THERMAL_AGENT], ids=["collector", "thermal"])
@@ -72,7 +72,7 @@ def test_no_control_side_module_and_only_stub_packages(app: NodeApp) -> None:
     assert not [m for m in node_closure(app) if _control_side(m)]
     files = node_zipapp_files(app)
     assert all(data == STUB for name, data in files.items() if name.endswith("__init__.py")
-               and name.startswith("servectl/"))  # fmt: skip
+               and name.startswith("tpwarden/"))  # fmt: skip
     main = files["__main__.py"].decode()
     assert f"from {app.entry} import main" in main
 
@@ -94,20 +94,20 @@ def test_bytes_are_reproducible_and_the_sha_is_theirs(app: NodeApp, tmp_path) ->
 def test_a_control_side_entry_fails_the_build() -> None:
     # cluster.nodes reaches paramiko and docker through the SSH and Docker gateways
     with pytest.raises(NodeZipappError, match="not the standard library"):
-        node_closure(NodeApp(entry="servectl.cluster.nodes"))
+        node_closure(NodeApp(entry="tpwarden.cluster.nodes"))
 
 
 def test_imports_include_function_level_and_skip_type_checking() -> None:
     source = (
         "from __future__ import annotations\n"
         "from typing import TYPE_CHECKING\n"
-        "from servectl.node import gpu\n"
+        "from tpwarden.node import gpu\n"
         "from .memory import read_node_memory\n"
-        "if TYPE_CHECKING:\n    from servectl.cluster.ssh import SshPool\n"
+        "if TYPE_CHECKING:\n    from tpwarden.cluster.ssh import SshPool\n"
         "else:\n    import json\n"
-        "def f():\n    import servectl.cluster.durable\n"
+        "def f():\n    import tpwarden.cluster.durable\n"
     )
-    got = imports_of(source, "servectl.node.collector")
-    assert {"servectl.node.gpu", "servectl.node.memory", "json"} <= got
-    assert "servectl.cluster.durable" in got
+    got = imports_of(source, "tpwarden.node.collector")
+    assert {"tpwarden.node.gpu", "tpwarden.node.memory", "json"} <= got
+    assert "tpwarden.cluster.durable" in got
     assert not any("ssh" in name for name in got)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servectl.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from tpwarden.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = os.environ.get("SERVECTL_TEST_NVML_BUILD_DIR")
+    cache = os.environ.get("TPWARDEN_TEST_NVML_BUILD_DIR")
     out = Path(cache) if cache else tmp_path_factory.getbasetemp() / "nvml-stub"
     return build_nvml_stub(out).parent
 
@@ -58,7 +58,7 @@ def state_file(tmp_path: Path) -> Path:
 @pytest.fixture()
 def public_dir() -> Iterator[Path]:
     """A world-readable directory (pytest's tmp dirs are private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="servectl-nvml-"))
+    path = Path(tempfile.mkdtemp(prefix="tpwarden-nvml-"))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -71,7 +71,7 @@ def run_pynvml(stub_dir: Path, state: Path, code: str, *, user: int | None = Non
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": str(stub_dir),
-        "SERVECTL_LAB_GPU_STATE": str(state),
+        "TPWARDEN_LAB_GPU_STATE": str(state),
         "PYTHONPATH": str(ROOT),
     }
     argv = [sys.executable, "-c", script]

@@ -1,5 +1,5 @@
 """One 1-token probe, one notion of healthy, one /metrics parser, one secret resolution: the
-pieces `servectl status`, the watchdog and cluster control share (issue 18)."""
+pieces `tpwarden status`, the watchdog and cluster control share (issue 18)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.errors import CommandFailed, ConfigError, ProbeError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.metrics_text import sum_by_sample
-from servectl.cluster.secrets import resolve_secret
-from servectl.cluster.settings import SecretRef
-from servectl.watchdog.probe import (
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import CommandFailed, ConfigError, ProbeError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.secrets import resolve_secret
+from tpwarden.cluster.settings import SecretRef
+from tpwarden.watchdog.probe import (
     Outcome,
     ProbeResult,
     is_healthy,
@@ -114,7 +114,7 @@ SPEC = ROOT / "inventory.example.yml"
     ],
 )
 def test_status_judges_with_the_watchdogs_probe(monkeypatch, answer, ok, error) -> None:
-    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "k")
     ctl = Controller(load_inventory(SPEC), http=_client(answer))
     try:
         got_ok, ms, err = ctl.probe(timeout=1)
@@ -203,9 +203,9 @@ def test_the_probe_sends_the_key_it_can_resolve_and_none_it_cannot(monkeypatch) 
 
     ctl = Controller(load_inventory(SPEC), http=_client(answer))
     try:
-        monkeypatch.setenv("SERVECTL_API_KEY", "k")
+        monkeypatch.setenv("TPWARDEN_API_KEY", "k")
         assert ctl.probe(timeout=1)[0]
-        monkeypatch.delenv("SERVECTL_API_KEY")
+        monkeypatch.delenv("TPWARDEN_API_KEY")
         assert ctl.probe(timeout=1)[0]
     finally:
         ctl.close()

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servectl.cluster.control.controller import Controller
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.operator_lock import (
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.operator_lock import (
     ClusterBusy,
     clear_down,
     cluster_lock_path,
     mark_down,
     one_actor,
 )
-from servectl.watchdog.policy_state import WatchdogPhase
-from servectl.watchdog.state import read_hold, write_hold, write_release
+from tpwarden.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.state import read_hold, write_hold, write_release
 
 from .test_watchdog_daemon import REFUSED, make
 
@@ -40,21 +40,21 @@ class FileHolder:
 def test_second_action_is_refused_naming_the_holder(tmp_path: Path) -> None:
     lock = str(tmp_path / "restart-c.lock")
     holder = FileHolder(str(tmp_path / "hold.json"))
-    with one_actor(lock, "servectl rollout by alice", holder, hold_s=600, clock=lambda: 100.0):
+    with one_actor(lock, "tpwarden rollout by alice", holder, hold_s=600, clock=lambda: 100.0):
         assert read_hold(holder.path)[0].until == 700.0  # the watchdog is held meanwhile
-        with pytest.raises(ClusterBusy, match="servectl rollout by alice"):
-            with one_actor(lock, "servectl rollout by bob"):
+        with pytest.raises(ClusterBusy, match="tpwarden rollout by alice"):
+            with one_actor(lock, "tpwarden rollout by bob"):
                 pass
     assert read_hold(holder.path)[0] is None  # released with the lock
-    with one_actor(lock, "servectl restart by bob"):
+    with one_actor(lock, "tpwarden restart by bob"):
         pass
 
 
 def test_cluster_lock_is_the_watchdog_restart_lock(tmp_path: Path) -> None:
-    from servectl.watchdog.wiring import build_config
+    from tpwarden.watchdog.wiring import build_config
 
     spec = load_inventory(ROOT / "inventory.example.yml")
-    cfg = build_config(spec, str(tmp_path / "wd"), environ={"SERVECTL_API_KEY": "k"})
+    cfg = build_config(spec, str(tmp_path / "wd"), environ={"TPWARDEN_API_KEY": "k"})
     assert cfg.restart_lock_path == cluster_lock_path(spec, str(tmp_path / "wd"))
 
 
@@ -62,7 +62,7 @@ def test_watchdog_restart_is_skipped_while_an_operator_restarts(tmp_path: Path) 
     lock = str(tmp_path / "restart.lock")
     wd, prober, act = make(tmp_path, restart_lock_path=lock)
     wd.tick()
-    with one_actor(lock, "servectl restart by ops"):
+    with one_actor(lock, "tpwarden restart by ops"):
         prober.next = REFUSED
         for _ in range(3):
             wd.tick()
@@ -71,7 +71,7 @@ def test_watchdog_restart_is_skipped_while_an_operator_restarts(tmp_path: Path) 
 
 
 def test_operator_down_is_not_restarted_until_up(tmp_path: Path) -> None:
-    # Reproduction (7): `servectl down`, then the watchdog restarted the server.
+    # Reproduction (7): `tpwarden down`, then the watchdog restarted the server.
     wd, prober, act = make(tmp_path)
     wd.tick()
     holder = FileHolder(wd.config.hold_path)
@@ -81,7 +81,7 @@ def test_operator_down_is_not_restarted_until_up(tmp_path: Path) -> None:
         wd.tick()
     assert act.restarts == [] and wd.state is not None
     assert wd.state.consecutive_failures == 0
-    clear_down(holder)  # `servectl up`
+    clear_down(holder)  # `tpwarden up`
     wd.tick()
     assert wd.state.phase is WatchdogPhase.BOOTING and act.restarts == []  # fresh boot grace
     wd.close()
@@ -116,7 +116,7 @@ def test_rollout_hold_is_a_lease_that_lapses_when_its_holder_dies(tmp_path: Path
     # Reproduction (6): a rollout killed with -9 left a 6600 s hold, the server down, no alert.
     import time
 
-    from servectl.cluster.operator_lock import LeasedHolder
+    from tpwarden.cluster.operator_lock import LeasedHolder
 
     holder = FileHolder(str(tmp_path / "hold.json"))
     leased = LeasedHolder(holder, lease_s=0.3)

@@ -38,7 +38,7 @@ def inventory(tmp_path: Path) -> Path:
     path.write_text(
         text.replace(
             "    ansible_user: root\n",
-            "    ansible_user: root\n    servectl_prefix: /srv/servectl\n",
+            "    ansible_user: root\n    tpwarden_prefix: /srv/tpwarden\n",
         )
     )
     return path
@@ -46,14 +46,14 @@ def inventory(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("playbook", ["site.yml", "remove.yml"])
 def test_inventory_value_outranks_the_playbook_default(playbook, inventory):
-    assert _play_vars(playbook, inventory)["servectl_prefix"] == "/srv/servectl"
+    assert _play_vars(playbook, inventory)["tpwarden_prefix"] == "/srv/tpwarden"
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "remove.yml"])
 def test_default_applies_when_the_inventory_is_silent(playbook):
     values = _play_vars(playbook, ROOT / "inventory.example.yml")
-    assert values["servectl_prefix"] == "/opt/servectl"
-    assert values["servectl_min_free_bytes"] == 1073741824
+    assert values["tpwarden_prefix"] == "/opt/tpwarden"
+    assert values["tpwarden_min_free_bytes"] == 1073741824
 
 
 def test_no_play_level_vars_files():

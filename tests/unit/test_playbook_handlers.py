@@ -10,7 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "playbooks" / "roles"
-WANTED = ["servectl-clock-cap", "servectl-thermal", "servectl-watchdog"]
+WANTED = ["tpwarden-clock-cap", "tpwarden-thermal", "tpwarden-watchdog"]
 
 
 def _yaml(path: str) -> list[dict]:
@@ -28,7 +28,7 @@ def _restarted(**variables: object) -> list[str]:
     from ansible.template import Templar, trust_as_template
 
     init_plugin_loader([])
-    loop = _handler("Restart the servectl units")["loop"]
+    loop = _handler("Restart the tpwarden units")["loop"]
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(loop))
 
 
@@ -40,21 +40,21 @@ def _files(*changed: str) -> dict:
     ("variables", "expected"),
     [
         # a unit file changed: that unit only
-        ({"units_wanted": WANTED, "units_files": _files("servectl-thermal")}, ["servectl-thermal"]),
+        ({"units_wanted": WANTED, "units_files": _files("tpwarden-thermal")}, ["tpwarden-thermal"]),
         # nothing changed (the install block skipped): none
         (
             {"units_wanted": WANTED, "units_files": _files(),
-             "servectl_install_reinstall": {"changed": False, "skipped": True}},
+             "tpwarden_install_reinstall": {"changed": False, "skipped": True}},
             [],
         ),
-        # servectl reinstalled: every unit of the node runs the new code
+        # tpwarden reinstalled: every unit of the node runs the new code
         (
             {"units_wanted": WANTED, "units_files": _files(),
-             "servectl_install_reinstall": {"changed": True}},
+             "tpwarden_install_reinstall": {"changed": True}},
             WANTED,
         ),
-        # --tags servectl: the units role did not run, so nothing of it is restarted
-        ({"servectl_install_reinstall": {"changed": True}}, []),
+        # --tags tpwarden: the units role did not run, so nothing of it is restarted
+        ({"tpwarden_install_reinstall": {"changed": True}}, []),
     ],
 )  # fmt: skip
 def test_restart_handler_restarts_changed_units_or_all_after_a_reinstall(variables, expected):
@@ -63,14 +63,14 @@ def test_restart_handler_restarts_changed_units_or_all_after_a_reinstall(variabl
 
 def test_restart_handler_does_nothing_in_check_mode_and_runs_after_the_reload():
     names = [h["name"] for h in _yaml("units/handlers/main.yml")]
-    assert names.index("Reload systemd") < names.index("Restart the servectl units")
-    assert _handler("Restart the servectl units")["when"] == "not ansible_check_mode"
+    assert names.index("Reload systemd") < names.index("Restart the tpwarden units")
+    assert _handler("Restart the tpwarden units")["when"] == "not ansible_check_mode"
 
 
 def test_unit_changes_and_a_reinstall_notify_the_handlers_before_units_start():
     tasks = _yaml("units/tasks/main.yml")
     by_name = {t.get("name"): t for t in tasks}
-    assert by_name["Unit files"]["notify"] == ["Reload systemd", "Restart the servectl units"]
+    assert by_name["Unit files"]["notify"] == ["Reload systemd", "Restart the tpwarden units"]
     assert by_name["Remove unit files that no longer apply"]["notify"] == "Reload systemd"
     names = [t.get("name") for t in tasks]
     flush = next(
@@ -79,6 +79,6 @@ def test_unit_changes_and_a_reinstall_notify_the_handlers_before_units_start():
     # reloaded and restarted after verification, before the units are enabled and started
     assert names.index("Verify the unit files (systemd-analyze verify)") < flush
     assert flush < names.index("Units enabled and running")
-    install = [t for b in _yaml("servectl_install/tasks/main.yml") for t in b.get("block", [b])]
-    (reinstall,) = [t for t in install if t.get("register") == "servectl_install_reinstall"]
-    assert reinstall["notify"] == "Restart the servectl units"
+    install = [t for b in _yaml("tpwarden_install/tasks/main.yml") for t in b.get("block", [b])]
+    (reinstall,) = [t for t in install if t.get("register") == "tpwarden_install_reinstall"]
+    assert reinstall["notify"] == "Restart the tpwarden units"

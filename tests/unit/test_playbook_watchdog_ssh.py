@@ -37,10 +37,10 @@ def _setup(tmp_path: Path) -> Path:
             },
             "vars": {
                 "ansible_user": "root",
-                "servectl_watchdog_ssh_dir": str(tmp_path / "wd"),
-                "servectl_watchdog_key_options": "restrict,port-forwarding",
-                "servectl_watchdog_ssh_from": "",
-                "servectl_watchdog_authorized_keys": str(tmp_path)
+                "tpwarden_watchdog_ssh_dir": str(tmp_path / "wd"),
+                "tpwarden_watchdog_key_options": "restrict,port-forwarding",
+                "tpwarden_watchdog_ssh_from": "",
+                "tpwarden_watchdog_authorized_keys": str(tmp_path)
                 + "/{{ inventory_hostname }}/authorized_keys",
             },
         }
@@ -81,7 +81,7 @@ def _run(tmp_path: Path, *extra: str) -> dict[str, int]:
 
 def _authorized(tmp_path: Path, node: str) -> list[str]:
     lines = (tmp_path / node / "authorized_keys").read_text().splitlines()
-    return [ln for ln in lines if "servectl-watchdog@" in ln]
+    return [ln for ln in lines if "tpwarden-watchdog@" in ln]
 
 
 def test_identity_is_made_once_authorized_everywhere_and_known_hosts_is_the_nodes_keys(
@@ -95,7 +95,7 @@ def test_identity_is_made_once_authorized_everywhere_and_known_hosts_is_the_node
     assert stat.S_IMODE((wd / "id_ed25519").stat().st_mode) == 0o600
     assert stat.S_IMODE((wd / "known_hosts").stat().st_mode) == 0o600
     pub = (wd / "id_ed25519.pub").read_text().strip()
-    assert pub.startswith("ssh-ed25519 ") and pub.endswith(" servectl-watchdog@node1")
+    assert pub.startswith("ssh-ed25519 ") and pub.endswith(" tpwarden-watchdog@node1")
     for node in ("node1", "node2"):
         assert _authorized(tmp_path, node) == [f"restrict,port-forwarding {pub}"]
         path = tmp_path / node / "authorized_keys"
@@ -123,7 +123,7 @@ def test_identity_is_made_once_authorized_everywhere_and_known_hosts_is_the_node
 def test_no_identity_when_the_watchdog_runs_on_no_node(tmp_path: Path) -> None:
     _setup(tmp_path)
     inv = yaml.safe_load((tmp_path / "inventory.yml").read_text())
-    inv["all"]["vars"]["servectl_watchdog_host"] = "control"  # as the lab inventory does
+    inv["all"]["vars"]["tpwarden_watchdog_host"] = "control"  # as the lab inventory does
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
     assert _run(tmp_path) == {"node1": 0, "node2": 0}
     assert not (tmp_path / "wd").exists() and not (tmp_path / "node1").exists()

@@ -1,4 +1,4 @@
-"""`servectl prometheus config`: targets from listen addresses, loopback errors with the fix, the
+"""`tpwarden prometheus config`: targets from listen addresses, loopback errors with the fix, the
 API key by file only, per-host thermal metrics addresses, and the real promtool accepts it."""
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
-from servectl.cluster.cli import app
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import parse_inventory
-from servectl.cluster.lab.inventory import inventory_doc
-from servectl.cluster.lab.paths import LabPaths
-from servectl.cluster.prometheus_config import PromOptions, build_config, duration, render_yaml
-from servectl.watchdog.thermal.remote import agent_argv
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.lab.inventory import inventory_doc
+from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.cluster.prometheus_config import PromOptions, build_config, duration, render_yaml
+from tpwarden.watchdog.thermal.remote import agent_argv
 from typer.testing import CliRunner
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory.example.yml"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 RULES = """groups:
-- name: servectl-test
+- name: tpwarden-test
   rules:
   - alert: Anything
     expr: up == 0
@@ -67,14 +67,14 @@ def test_the_lab_config_passes_the_real_promtool(tmp_path):
         "scrape_timeout": "2s",
         "evaluation_interval": "2s",
     }
-    # each node's agent at its own address (host var servectl_thermal_metrics_host), node label
-    assert cfg.targets("servectl-thermal") == [f"127.0.0.1{i}:9411" for i in range(1, 5)]
+    # each node's agent at its own address (host var tpwarden_thermal_metrics_host), node label
+    assert cfg.targets("tpwarden-thermal") == [f"127.0.0.1{i}:9411" for i in range(1, 5)]
     groups = cfg.doc["scrape_configs"][0]["static_configs"]
     assert [g["labels"]["node"] for g in groups] == ["node1", "node2", "node3", "node4"]
-    assert cfg.targets("servectl-watchdog") == ["127.0.0.1:9410"]
+    assert cfg.targets("tpwarden-watchdog") == ["127.0.0.1:9410"]
     assert cfg.targets("vllm") == ["127.0.0.11:8000"]
     # the watchdog on "control" listens on loopback: fine only beside Prometheus, said so
-    (warning,) = [f for f in cfg.warnings if f.job == "servectl-watchdog"]
+    (warning,) = [f for f in cfg.warnings if f.job == "tpwarden-watchdog"]
     assert "only a Prometheus on control" in warning.message
 
 
@@ -88,12 +88,12 @@ def test_promtool_rejects_what_a_missing_rules_file_would_break(tmp_path):
 def test_loopback_on_a_node_is_an_error_with_the_fix_and_the_cli_writes_nothing(tmp_path):
     spec = parse_inventory(EXAMPLE.read_text())
     cfg = build_config(spec, PromOptions(rules_path="/r.yml"))
-    thermal = [f for f in cfg.errors if f.job == "servectl-thermal"]
+    thermal = [f for f in cfg.errors if f.job == "tpwarden-thermal"]
     assert [f.target for f in thermal] == ["127.0.0.1:9411"] * 4
-    assert "servectl_thermal_metrics_host of node2" in thermal[1].fix
+    assert "tpwarden_thermal_metrics_host of node2" in thermal[1].fix
     assert "10.0.0.12" in thermal[1].fix
-    (wd,) = [f for f in cfg.errors if f.job == "servectl-watchdog"]  # default: on the head
-    assert "servectl.watchdog.metrics_host" in wd.fix
+    (wd,) = [f for f in cfg.errors if f.job == "tpwarden-watchdog"]  # default: on the head
+    assert "tpwarden.watchdog.metrics_host" in wd.fix
     out = tmp_path / "prom.yml"
     res = CliRunner().invoke(app, ["prometheus", "config", "-i", str(EXAMPLE), "-o", str(out)])
     assert res.exit_code == 2 and not out.exists()
@@ -102,11 +102,11 @@ def test_loopback_on_a_node_is_an_error_with_the_fix_and_the_cli_writes_nothing(
 
 def test_wildcard_listen_dials_the_inventory_address_and_env_key_warns(tmp_path):
     doc = _example()
-    s = doc["all"]["vars"]["servectl"]
+    s = doc["all"]["vars"]["tpwarden"]
     s["thermal"] = {"metrics_host": "0.0.0.0"}
     s["watchdog"] = {**s.get("watchdog", {}), "metrics_host": "0.0.0.0"}
     s["host"] = "0.0.0.0"
-    doc["all"]["children"]["workers"]["hosts"]["node3"]["servectl_thermal_metrics_port"] = 9511
+    doc["all"]["children"]["workers"]["hosts"]["node3"]["tpwarden_thermal_metrics_port"] = 9511
     inv = tmp_path / "inv.yml"
     inv.write_text(_yaml_text(doc))
     res = CliRunner().invoke(
@@ -115,21 +115,21 @@ def test_wildcard_listen_dials_the_inventory_address_and_env_key_warns(tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     jobs = {j["job_name"]: j for j in out["config"]["scrape_configs"]}
-    thermal = [g["targets"][0] for g in jobs["servectl-thermal"]["static_configs"]]
+    thermal = [g["targets"][0] for g in jobs["tpwarden-thermal"]["static_configs"]]
     assert thermal == ["10.0.0.11:9411", "10.0.0.12:9411", "10.0.0.13:9511", "10.0.0.14:9411"]
-    assert jobs["servectl-watchdog"]["static_configs"][0]["targets"] == ["10.0.0.11:9410"]
+    assert jobs["tpwarden-watchdog"]["static_configs"][0]["targets"] == ["10.0.0.11:9410"]
     assert jobs["vllm"]["static_configs"][0]["targets"] == ["10.0.0.11:8000"]
     # the example's key lives in an env var: no token in the config, a warning with the fix
     assert "authorization" not in jobs["vllm"]
     (warn,) = [f for f in out["findings"] if f["job"] == "vllm"]
-    assert "SERVECTL_API_KEY" in warn["message"] and "--api-key-file" in warn["fix"]
+    assert "TPWARDEN_API_KEY" in warn["message"] and "--api-key-file" in warn["fix"]
 
 
 def test_api_key_file_is_referenced_never_read(tmp_path):
     key = tmp_path / "api_key"
     key.write_text("s3cret-value\n")
     doc = inventory_doc(LabPaths(tmp_path / "lab"))
-    doc["all"]["vars"]["servectl"]["secrets"]["api_key"] = {"file": str(key)}
+    doc["all"]["vars"]["tpwarden"]["secrets"]["api_key"] = {"file": str(key)}
     cfg = build_config(parse_inventory(_yaml_text(doc)), PromOptions(rules_path="/r.yml"))
     vllm = cfg.doc["scrape_configs"][2]
     assert vllm["authorization"] == {"type": "Bearer", "credentials_file": str(key)}
@@ -147,8 +147,8 @@ def test_per_host_thermal_address_reaches_the_agent_and_is_validated(tmp_path):
     assert argv[argv.index("--metrics-host") + 1] == "127.0.0.12"
     assert argv[argv.index("--metrics-port") + 1] == "9411"
     doc = inventory_doc(LabPaths(tmp_path / "lab"))
-    doc["all"]["children"]["workers"]["hosts"]["node2"]["servectl_thermal_metrics_port"] = 70000
-    with pytest.raises(ConfigError, match="servectl_thermal_metrics_port"):
+    doc["all"]["children"]["workers"]["hosts"]["node2"]["tpwarden_thermal_metrics_port"] = 70000
+    with pytest.raises(ConfigError, match="tpwarden_thermal_metrics_port"):
         parse_inventory(_yaml_text(doc))
 
 
@@ -158,7 +158,7 @@ def test_default_rules_named_only_when_installed(tmp_path):
     assert "rule_files" not in absent.doc
     assert [f.job for f in absent.warnings if f.job == "rule_files"] == ["rule_files"]
     present = build_config(spec, PromOptions(), rules_exists=lambda p: True)
-    assert present.doc["rule_files"][0].endswith("monitoring/servectl-rules.yml")
+    assert present.doc["rule_files"][0].endswith("monitoring/tpwarden-rules.yml")
 
 
 def test_durations():

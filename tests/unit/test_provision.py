@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.provision import gateway as prov
-from servectl.cluster.provision import wheelhouse as wh
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.provision import gateway as prov
+from tpwarden.cluster.provision import wheelhouse as wh
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
@@ -27,8 +27,8 @@ def _load(path: Path, name: str):
     return module
 
 
-manifest = _load(PLAYBOOKS / "roles/model/files/servectl_manifest.py", "servectl_manifest")
-filters = _load(PLAYBOOKS / "filter_plugins/servectl_filters.py", "servectl_filters")
+manifest = _load(PLAYBOOKS / "roles/model/files/tpwarden_manifest.py", "tpwarden_manifest")
+filters = _load(PLAYBOOKS / "filter_plugins/tpwarden_filters.py", "tpwarden_filters")
 
 
 # --- runner arguments ---------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def test_prepare_builds_runner_arguments(tmp_path):
     assert k["inventory"] == str(inv) and k["tags"] == "units,model"
     assert k["cmdline"] == "--check --diff"
     assert k["envvars"]["PATH"].startswith("/venv/bin:")
-    assert k["extravars"]["servectl_control_python"] == "/venv/bin/python"
+    assert k["extravars"]["tpwarden_control_python"] == "/venv/bin/python"
 
 
 def test_prepare_remove_and_bad_input(tmp_path):
@@ -185,7 +185,7 @@ def test_systemd_quoting():
     with pytest.raises(ValueError):
         filters.systemd_quote("a\nb")
     assert (
-        filters.systemd_dir_under("/var/lib/servectl/watchdog", "/var/lib") == "servectl/watchdog"
+        filters.systemd_dir_under("/var/lib/tpwarden/watchdog", "/var/lib") == "tpwarden/watchdog"
     )
     assert filters.systemd_dir_under("/data/thermal", "/var/log") == ""
 
@@ -210,7 +210,7 @@ def test_unit_templates_keep_nvml_and_declare_restart():
     units = PLAYBOOKS / "roles/units/templates"
     for path in units.glob("*.service.j2"):
         text = path.read_text()
-        if path.name != "servectl-watchdog.service.j2":  # NVML's units; the watchdog uses none
+        if path.name != "tpwarden-watchdog.service.j2":  # NVML's units; the watchdog uses none
             assert "PrivateDevices" not in text.replace("no PrivateDevices", ""), path.name
             assert "DevicePolicy=closed" in text and "DeviceAllow=/dev/nvidiactl rw" in text
         assert "Restart=on-failure" in text and "StartLimitBurst=" in text, path.name
@@ -226,17 +226,17 @@ def test_thermal_unit_passes_listen_address_alert_margin_and_zone_roles():
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters.update(filters.FilterModule().filters())
-    defaults = yaml.safe_load((PLAYBOOKS / "roles/servectl/defaults/main.yml").read_text())[
-        "servectl_spec_defaults"
+    defaults = yaml.safe_load((PLAYBOOKS / "roles/tpwarden/defaults/main.yml").read_text())[
+        "tpwarden_spec_defaults"
     ]
     cfg = json.loads(json.dumps(defaults))
     cfg["thermal"].update(
         metrics_host="10.0.0.5", alert_margin_c=7, zone_roles={"5": "GPU zone", "3": "P-cores"}
     )
-    template = (PLAYBOOKS / "roles/units/templates/servectl-thermal.service.j2").read_text()
+    template = (PLAYBOOKS / "roles/units/templates/tpwarden-thermal.service.j2").read_text()
     text = env.from_string(template).render(
         ansible_managed="managed", inventory_hostname="node2", groups={"head": ["node1"]},
-        servectl_cfg=cfg, servectl_venv="/opt/servectl/venv",
+        tpwarden_cfg=cfg, tpwarden_venv="/opt/tpwarden/venv",
     )  # fmt: skip
     (exec_start,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
     argv = shlex.split(exec_start.removeprefix("ExecStart="))  # each argument double-quoted
@@ -262,36 +262,36 @@ def _render_unit(name: str, cfg: dict, **values: object) -> str:
     template = (PLAYBOOKS / f"roles/units/templates/{name}").read_text()
     return env.from_string(template).render(
         ansible_managed="managed", inventory_hostname="node1", groups={"head": ["node1"]},
-        servectl_cfg=cfg, servectl_venv="/opt/servectl/venv", servectl_etc="/etc/servectl",
+        tpwarden_cfg=cfg, tpwarden_venv="/opt/tpwarden/venv", tpwarden_etc="/etc/tpwarden",
         **values,
     )  # fmt: skip
 
 
 def _defaults() -> dict:
-    return yaml.safe_load((PLAYBOOKS / "roles/servectl/defaults/main.yml").read_text())
+    return yaml.safe_load((PLAYBOOKS / "roles/tpwarden/defaults/main.yml").read_text())
 
 
 def test_watchdog_unit_passes_its_own_ssh_key_and_known_hosts():
     import shlex
 
-    cfg = json.loads(json.dumps(_defaults()["servectl_spec_defaults"]))
+    cfg = json.loads(json.dumps(_defaults()["tpwarden_spec_defaults"]))
     text = _render_unit(
-        "servectl-watchdog.service.j2", cfg, servectl_watchdog_ssh_dir="/etc/servectl/watchdog"
+        "tpwarden-watchdog.service.j2", cfg, tpwarden_watchdog_ssh_dir="/etc/tpwarden/watchdog"
     )
     (exec_start,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
     argv = shlex.split(exec_start.removeprefix("ExecStart="))
-    assert argv[:3] == ["/opt/servectl/venv/bin/servectl", "watchdog", "run"]
-    assert argv[argv.index("--ssh-key") + 1] == "/etc/servectl/watchdog/id_ed25519"
-    assert argv[argv.index("--known-hosts") + 1] == "/etc/servectl/watchdog/known_hosts"
-    assert argv[argv.index("--applied") + 1] == "/var/lib/servectl/watchdog/applied.json"
+    assert argv[:3] == ["/opt/tpwarden/venv/bin/tpwarden", "watchdog", "run"]
+    assert argv[argv.index("--ssh-key") + 1] == "/etc/tpwarden/watchdog/id_ed25519"
+    assert argv[argv.index("--known-hosts") + 1] == "/etc/tpwarden/watchdog/known_hosts"
+    assert argv[argv.index("--applied") + 1] == "/var/lib/tpwarden/watchdog/applied.json"
     # the restart job writes cluster control's records and takes the restart lock: both must be
     # writable under ProtectSystem=strict / ProtectHome=read-only
     env = [shlex.split(ln.removeprefix("Environment="))[0] for ln in text.splitlines()
            if ln.startswith("Environment=")]  # fmt: skip
-    assert "SERVECTL_STATE_DIR=/var/lib/servectl/watchdog/control" in env
-    assert 'ReadWritePaths="-/var/lib/servectl"' in text.splitlines()
+    assert "TPWARDEN_STATE_DIR=/var/lib/tpwarden/watchdog/control" in env
+    assert 'ReadWritePaths="-/var/lib/tpwarden"' in text.splitlines()
     # the defaults name the same place the role writes to
-    assert _defaults()["servectl_watchdog_ssh_dir"] == "{{ servectl_etc }}/watchdog"
+    assert _defaults()["tpwarden_watchdog_ssh_dir"] == "{{ tpwarden_etc }}/watchdog"
 
 
 def _tasks(path: str) -> list[dict]:
@@ -320,10 +320,10 @@ def test_watchdog_key_is_generated_once_on_the_watchdog_host_and_never_scanned()
     cmd = _module(keygen, "command")
     assert cmd["creates"] == "{{ units_wd_key }}"  # idempotent: once, then kept
     assert cmd["argv"][:5] == ["ssh-keygen", "-q", "-t", "ed25519", "-N"]
-    assert "servectl-watchdog@" in " ".join(cmd["argv"])
+    assert "tpwarden-watchdog@" in " ".join(cmd["argv"])
     assert "inventory_hostname == units_wd_host" in keygen["when"]
     (wd_dir,) = [t for t in tasks if (_module(t, "file") or {}).get("path") == (
-        "{{ servectl_watchdog_ssh_dir }}")]  # fmt: skip
+        "{{ tpwarden_watchdog_ssh_dir }}")]  # fmt: skip
     assert _module(wd_dir, "file")["mode"] == "0700"
     # the host keys come from the nodes themselves, over Ansible's connection
     assert "keyscan" not in text.replace("Never ssh-keyscan", "").replace("never ssh-keyscan", "")
@@ -336,7 +336,7 @@ def test_watchdog_key_is_generated_once_on_the_watchdog_host_and_never_scanned()
     assert _module(known, "template")["dest"] == "{{ units_wd_known_hosts }}"
     (auth,) = [t for t in tasks if _module(t, "lineinfile")]
     li = _module(auth, "lineinfile")
-    assert li["mode"] == "0600" and li["create"] is True and "servectl-watchdog@" in li["regexp"]
+    assert li["mode"] == "0600" and li["create"] is True and "tpwarden-watchdog@" in li["regexp"]
     # the units role runs these before it writes and starts the unit
     main = _tasks("roles/units/tasks/main.yml")
     names = [t.get("ansible.builtin.import_tasks") or t["name"] for t in main]
@@ -351,7 +351,7 @@ def test_known_hosts_entries_are_keyed_as_the_watchdog_connects():
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
     env.filters["b64decode"] = lambda s: base64.b64decode(s).decode()
-    template = (PLAYBOOKS / "roles/units/templates/servectl-watchdog-known-hosts.j2").read_text()
+    template = (PLAYBOOKS / "roles/units/templates/tpwarden-watchdog-known-hosts.j2").read_text()
 
     def pub(blob: str) -> dict:
         return {"content": base64.b64encode(f"ssh-ed25519 {blob} root@n\n".encode()).decode()}
@@ -380,8 +380,8 @@ def test_remove_takes_the_watchdog_identity_away():
     text = (PLAYBOOKS / "remove.yml").read_text()
     (auth,) = [t for t in tasks if _module(t, "lineinfile")]
     li = _module(auth, "lineinfile")
-    assert li["state"] == "absent" and "servectl-watchdog@" in li["regexp"]
-    assert "servectl_watchdog_ssh_dir" in text  # the key pair and known_hosts
+    assert li["state"] == "absent" and "tpwarden-watchdog@" in li["regexp"]
+    assert "tpwarden_watchdog_ssh_dir" in text  # the key pair and known_hosts
 
 
 def test_the_nodes_wheel_is_built_from_every_package_folder(tmp_path):

@@ -1,4 +1,4 @@
-"""The nodes' servectl wheel without a source tree: repacked from an installed distribution
+"""The nodes' tpwarden wheel without a source tree: repacked from an installed distribution
 (`provision_repack`), and the wheelhouse built from it with an injected pip (no network).
 
 The installed distribution is a small fake site-packages written here (files, dist-info, RECORD
@@ -16,13 +16,13 @@ from pathlib import Path
 import jinja2.nativetypes
 import pytest
 import yaml
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.provision import gateway as prov
-from servectl.cluster.provision import repack as rp
-from servectl.cluster.provision import wheelhouse as wh
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.provision import gateway as prov
+from tpwarden.cluster.provision import repack as rp
+from tpwarden.cluster.provision import wheelhouse as wh
 
 ROOT = Path(__file__).resolve().parents[2]
-DIST_INFO = "servectl-0.1.0.dist-info"
+DIST_INFO = "tpwarden-0.1.0.dist-info"
 
 
 def _hash(data: bytes) -> str:
@@ -30,27 +30,27 @@ def _hash(data: bytes) -> str:
 
 
 def _install(site: Path) -> md.Distribution:
-    """What pip leaves after installing servectl's wheel: files, dist-info, RECORD, script."""
+    """What pip leaves after installing tpwarden's wheel: files, dist-info, RECORD, script."""
     wheel_files = {
-        "servectl/cluster/__init__.py": b"",
-        "servectl/cluster/provision/gateway.py": b"X = 1\n",
-        "servectl/playbooks/site.yml": b"- hosts: all\n",
-        "servectl/playbooks/roles/units/templates/a.service.j2": b"[Unit]\n",
+        "tpwarden/cluster/__init__.py": b"",
+        "tpwarden/cluster/provision/gateway.py": b"X = 1\n",
+        "tpwarden/playbooks/site.yml": b"- hosts: all\n",
+        "tpwarden/playbooks/roles/units/templates/a.service.j2": b"[Unit]\n",
         f"{DIST_INFO}/METADATA": (
-            b"Metadata-Version: 2.4\nName: servectl\nVersion: 0.1.0\n"
+            b"Metadata-Version: 2.4\nName: tpwarden\nVersion: 0.1.0\n"
             b"Requires-Dist: paramiko<6,>=5.1\n"
             b'Requires-Dist: ansible-core<2.22,>=2.19; extra == "control"\n'
             b"Provides-Extra: control\n"
         ),
         f"{DIST_INFO}/WHEEL": b"Wheel-Version: 1.0\nGenerator: setuptools\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",
-        f"{DIST_INFO}/entry_points.txt": b"[console_scripts]\nservectl = servectl.cluster.cli:app\n",
+        f"{DIST_INFO}/entry_points.txt": b"[console_scripts]\ntpwarden = tpwarden.cluster.cli:app\n",
     }
     added_by_pip = {
         f"{DIST_INFO}/INSTALLER": b"pip\n",
         f"{DIST_INFO}/REQUESTED": b"",
         f"{DIST_INFO}/direct_url.json": json.dumps({"url": "file:///w.whl", "archive_info": {}}),
-        "servectl/cluster/__pycache__/provision.cpython-311.pyc": b"\x00pyc",
+        "tpwarden/cluster/__pycache__/provision.cpython-311.pyc": b"\x00pyc",
     }
     record = []
     for name, data in {**wheel_files, **added_by_pip}.items():
@@ -59,7 +59,7 @@ def _install(site: Path) -> md.Distribution:
         path.write_bytes(data.encode() if isinstance(data, str) else data)
         hashed = name in wheel_files or name.endswith("INSTALLER")
         record.append(f"{name},{_hash(path.read_bytes()) if hashed else ''},")
-    record += ["../../../bin/servectl,,", f"{DIST_INFO}/RECORD,,"]
+    record += ["../../../bin/tpwarden,,", f"{DIST_INFO}/RECORD,,"]
     (site / DIST_INFO / "RECORD").write_text("\n".join(record) + "\n")
     return md.PathDistribution(site / DIST_INFO)
 
@@ -67,13 +67,13 @@ def _install(site: Path) -> md.Distribution:
 def test_repack_is_the_wheel_pip_installed_and_reproducible(tmp_path):
     dist = _install(tmp_path / "site")
     first = rp.repack(dist, tmp_path / "a", 1700000000)
-    assert first.name == "servectl-0.1.0-py3-none-any.whl"
+    assert first.name == "tpwarden-0.1.0-py3-none-any.whl"
     names = zipfile.ZipFile(first).namelist()
     assert names == [  # package files, then dist-info, RECORD last; nothing pip added
-        "servectl/cluster/__init__.py",
-        "servectl/cluster/provision/gateway.py",
-        "servectl/playbooks/roles/units/templates/a.service.j2",
-        "servectl/playbooks/site.yml",
+        "tpwarden/cluster/__init__.py",
+        "tpwarden/cluster/provision/gateway.py",
+        "tpwarden/playbooks/roles/units/templates/a.service.j2",
+        "tpwarden/playbooks/site.yml",
         f"{DIST_INFO}/METADATA",
         f"{DIST_INFO}/WHEEL",
         f"{DIST_INFO}/entry_points.txt",
@@ -97,7 +97,7 @@ def test_repack_is_the_wheel_pip_installed_and_reproducible(tmp_path):
 
 def test_an_edited_installation_is_refused(tmp_path):
     dist = _install(tmp_path / "site")
-    (tmp_path / "site/servectl/cluster/provision/gateway.py").write_text("X = 2  # a local fix\n")
+    (tmp_path / "site/tpwarden/cluster/provision/gateway.py").write_text("X = 2  # a local fix\n")
     with pytest.raises(rp.RepackError, match="differs from the installed release"):
         rp.repack(dist, tmp_path / "out", 1700000000)
 
@@ -105,7 +105,7 @@ def test_an_edited_installation_is_refused(tmp_path):
 def test_data_files_outside_site_packages_are_refused(tmp_path):
     dist = _install(tmp_path / "site")
     record = tmp_path / "site" / DIST_INFO / "RECORD"
-    record.write_text(record.read_text() + "../../../share/servectl/x.txt,,\n")
+    record.write_text(record.read_text() + "../../../share/tpwarden/x.txt,,\n")
     with pytest.raises(rp.RepackError, match="outside site-packages"):
         rp.wheel_entries(dist)
 
@@ -138,32 +138,32 @@ def test_wheelhouse_without_source_uses_the_installation(tmp_path):
 
     house = wh.build(wh.Target("3.11", "aarch64", "2.39"), None, tmp_path / "cache", pip, dist)
     assert not house.missing
-    assert house.wheels == ["servectl-0.1.0-py3-none-any.whl"]  # the fake pip downloads nothing
+    assert house.wheels == ["tpwarden-0.1.0-py3-none-any.whl"]  # the fake pip downloads nothing
     (download,) = calls
     # runtime requirements from the installed metadata, pinned to what this machine runs;
     # the `control` extra (Ansible) never goes to the nodes
     assert f"paramiko=={md.version('paramiko')}" in download
     assert not [a for a in download if a.startswith("ansible")]
     wheel = house.dir / house.wheels[0]
-    assert "servectl/playbooks/site.yml" in zipfile.ZipFile(wheel).namelist()
+    assert "tpwarden/playbooks/site.yml" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_wheelhouse_role_passes_source_only_when_there_is_one():
-    tasks = yaml.safe_load((ROOT / "playbooks/roles/servectl_install/tasks/main.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "playbooks/roles/tpwarden_install/tasks/main.yml").read_text())
     (build,) = [t for t in tasks if t["name"].startswith("Build the wheelhouse")]
     argv = jinja2.nativetypes.NativeEnvironment().from_string(
         build["ansible.builtin.command"]["argv"]
     )
     item = {"python_version": "3.11", "machine": "aarch64", "glibc": "2.39"}
     common = dict(
-        servectl_control_python="/c/python", servectl_wheelhouse_cache="/cache", item=item
+        tpwarden_control_python="/c/python", tpwarden_wheelhouse_cache="/cache", item=item
     )
-    installed = argv.render(servectl_source_dir="", **common)
+    installed = argv.render(tpwarden_source_dir="", **common)
     assert installed == [
-        "/c/python", "-m", "servectl.cluster.provision.wheelhouse", "--python-version", "3.11",
+        "/c/python", "-m", "tpwarden.cluster.provision.wheelhouse", "--python-version", "3.11",
         "--machine", "aarch64", "--glibc", "2.39", "--cache", "/cache",
     ]  # fmt: skip
-    assert argv.render(servectl_source_dir="/src", **common)[-2:] == ["--source", "/src"]
+    assert argv.render(tpwarden_source_dir="/src", **common)[-2:] == ["--source", "/src"]
 
 
 def test_wheelhouse_cli_defaults_to_this_checkout(monkeypatch, capsys):

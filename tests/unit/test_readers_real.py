@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servectl.cluster.bench.parse import (
+from tpwarden.cluster.bench.parse import (
     NoCompletedRequests,
     ResultFormatError,
     load_result_text,
@@ -16,13 +16,13 @@ from servectl.cluster.bench.parse import (
     spec_counters,
     spec_delta,
 )
-from servectl.cluster.metrics_text import sum_by_sample
-from servectl.cluster.status import server_gauges
-from servectl.node.thermal.alerts import AlertPolicy
-from servectl.node.thermal.zones import SysfsZoneReader, zone_to_record
-from servectl.watchdog.probe import metrics_snapshot
-from servectl.watchdog.thermal.remote import live_row
-from servectl.watchdog.verdict import progress_signal
+from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.status import server_gauges
+from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.zones import SysfsZoneReader, zone_to_record
+from tpwarden.watchdog.probe import metrics_snapshot
+from tpwarden.watchdog.thermal.remote import live_row
+from tpwarden.watchdog.verdict import progress_signal
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 CAPTURED = Path(__file__).parent / "fixtures" / "bench" / "vllm-0.33.0-captured-sweep-c1.json"

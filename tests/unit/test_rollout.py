@@ -6,10 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import ConfigError, ServectlError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.rollout.edit import apply_changes, parse_guard, parse_set, text_diff
-from servectl.cluster.rollout.sequence import (
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.rollout.edit import apply_changes, parse_guard, parse_set, text_diff
+from tpwarden.cluster.rollout.sequence import (
     Measurement,
     Rollout,
     RolloutInProgress,
@@ -40,7 +40,7 @@ class FakeCluster:
         if self.crash_on_restart:
             raise KeyboardInterrupt("killed mid-restart")
         if spec.config_hash() in self.raise_for:
-            raise ServectlError("pre-flight failed:\n  node1: /models/missing does not exist")
+            raise TpwardenError("pre-flight failed:\n  node1: /models/missing does not exist")
         ok = spec.config_hash() not in self.fail_hashes
         self.running = spec.config_hash() if ok else None
         return ok
@@ -54,7 +54,7 @@ class FakeCluster:
 
     def wait_running(self, spec, timeout_s):
         # the watchdog restarts the server on whatever the inventory says now
-        from servectl.cluster.inventory import load_inventory
+        from tpwarden.cluster.inventory import load_inventory
 
         current = load_inventory(spec.source_file)
         self.restarts.append(("watchdog", current.serving.drafter.num_speculative_tokens))
@@ -216,7 +216,7 @@ def test_set_quotes_strings_and_keeps_comments(tmp_path, inv):
 
 
 def load_inventory_hash(text):
-    from servectl.cluster.inventory import parse_inventory
+    from tpwarden.cluster.inventory import parse_inventory
 
     return parse_inventory(text).config_hash()
 
@@ -276,7 +276,7 @@ def test_failure_after_the_write_rolls_back_by_itself(tmp_path, inv):
 
 def test_rollback_reports_progress_and_keeps_the_path(tmp_path, inv):
     # Issue 18: rollback built its ports positionally and put `on_event` into `via`, so
-    # `servectl rollback` never printed progress (and took a function for its restart path).
+    # `tpwarden rollback` never printed progress (and took a function for its restart path).
     cluster, events = FakeCluster(), []
     ro, store, _ = _rollout(tmp_path, cluster, measure=None)
     ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])

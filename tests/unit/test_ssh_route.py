@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from servectl.cluster.ssh_route import Hop, parse_hop, parse_ssh_args, route_for
+from tpwarden.cluster.ssh_route import Hop, parse_hop, parse_ssh_args, route_for
 
 
 @pytest.mark.parametrize(
@@ -41,9 +41,9 @@ def test_route_from_args_wins_over_ssh_config(tmp_path):
 
 
 def test_chain_and_known_hosts():
-    route = route_for("n2", "-J a@h1,h2:2200 -o UserKnownHostsFile=/etc/servectl/kh", None)
+    route = route_for("n2", "-J a@h1,h2:2200 -o UserKnownHostsFile=/etc/tpwarden/kh", None)
     assert route.jumps == (Hop("h1", 22, "a"), Hop("h2", 2200, None))
-    assert route.known_hosts == "/etc/servectl/kh"
+    assert route.known_hosts == "/etc/tpwarden/kh"
 
 
 def test_proxycommand_none_means_none():

@@ -1,4 +1,4 @@
-"""`servectl status` memory: the collector's reading, NodeStatus.memory, the cell and --json.
+"""`tpwarden status` memory: the collector's reading, NodeStatus.memory, the cell and --json.
 
 GB10's GPU has no memory of its own (NVML answers Not Supported; the lab's NVML stand-in does
 the same), so status shows the node's unified memory there, and the GPU's where NVML has it.
@@ -10,11 +10,11 @@ import json
 import subprocess
 import sys
 
-from servectl.cluster.node_zipapp import COLLECTOR, build_node_zipapp
-from servectl.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict, node_memory
-from servectl.cluster.status_view import memory_cell
-from servectl.node.collector import main, node_memory_json
-from servectl.node.memory import NodeMemory
+from tpwarden.cluster.node_zipapp import COLLECTOR, build_node_zipapp
+from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict, node_memory
+from tpwarden.cluster.status_view import memory_cell
+from tpwarden.node.collector import main, node_memory_json
+from tpwarden.node.memory import NodeMemory
 
 GIB = 1024**3
 GB10_GPU = {

@@ -1,9 +1,9 @@
-"""`servectl status` on small and large terminals, from fixed observations.
+"""`tpwarden status` on small and large terminals, from fixed observations.
 
 Snapshots live in tests/unit/snapshots/status_<width>.txt; the checks below them say what the
 snapshots must show (no word broken across lines, every reason in full, one node per line at
 80 columns) so a regenerated snapshot cannot silently get worse.
-Regenerate after an intended layout change: SERVECTL_UPDATE_SNAPSHOTS=1 pytest this file.
+Regenerate after an intended layout change: TPWARDEN_UPDATE_SNAPSHOTS=1 pytest this file.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from servectl.cluster.cli.control import status_renderables
-from servectl.cluster.status import (
+from tpwarden.cluster.cli.control import status_renderables
+from tpwarden.cluster.status import (
     ClusterStatus,
     NodeStatus,
     ServerStatus,
@@ -23,7 +23,7 @@ from servectl.cluster.status import (
     derive_verdict,
     node_memory,
 )
-from servectl.cluster.status_view import choose_columns, fmt, node_cells, status_view
+from tpwarden.cluster.status_view import choose_columns, fmt, node_cells, status_view
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 HASH = "1f2661cca5ba9e07"
@@ -68,12 +68,12 @@ ZONE_ROLES = {"1": "P-cores", "3": "E-cores", "5": "GPU zone", "0": "SoC"}
 # What a 3 a.m. page looks like: a worker cut off, another one's container killed, one hot.
 NODES = (
     NodeStatus(
-        "node1", "head", True, container="servectl-glm-node1", state="running",
+        "node1", "head", True, container="tpwarden-glm-node1", state="running",
         uptime_s=34217.0, config_hash=HASH, gpus=_gpu(66, 1998, 87.4), zones=_zones(82.0, 69.0),
         memory=node_memory(GB10_MEMORY, _gpu(66, 1998, 87.4)),
     ),
     NodeStatus(
-        "node2", "worker", True, container="servectl-glm-node2", state="running",
+        "node2", "worker", True, container="tpwarden-glm-node2", state="running",
         uptime_s=34210.0, config_hash=HASH, gpus=_gpu(91, 1020, 60.2, ["sw_thermal_slowdown"]),
         zones=_zones(72.0, 94.0),
     ),
@@ -82,7 +82,7 @@ NODES = (
         reason="SSH connect to 127.0.0.13:22 timed out after 5 s (no route to host)",
     ),
     NodeStatus(
-        "node4", "worker", True, container="servectl-glm-node4", state="exited",
+        "node4", "worker", True, container="tpwarden-glm-node4", state="exited",
         exit_code=137, config_hash=HASH, gpus=(), gpu_reason="NVML: Not Supported",
     ),
 )  # fmt: skip
@@ -112,7 +112,7 @@ def _words(text: str) -> set[str]:
 def test_status_snapshot(width):
     text = _render(width)
     path = SNAPSHOTS / f"status_{width}.txt"
-    if os.environ.get("SERVECTL_UPDATE_SNAPSHOTS"):
+    if os.environ.get("TPWARDEN_UPDATE_SNAPSHOTS"):
         path.write_text(text)
     assert text == path.read_text(), f"status at {width} columns changed; see {path}"
 
@@ -189,7 +189,7 @@ def test_none_is_a_dash_everywhere():
 
 
 def test_hottest_zone_is_named_by_its_role():
-    from servectl.cluster.status_view import hottest_zone
+    from tpwarden.cluster.status_view import hottest_zone
 
     assert hottest_zone(NODES[0], ZONE_ROLES) == "82 P-cores"
     assert hottest_zone(NODES[1], ZONE_ROLES) == "94 GPU zone"
@@ -199,8 +199,8 @@ def test_hottest_zone_is_named_by_its_role():
 
 
 def test_collector_reads_zones_one_bad_zone_spoils_nothing(tmp_path):
-    from servectl.node.collector import read_zones
-    from servectl.watchdog.thermal.fakes import build_fake_sysfs
+    from tpwarden.node.collector import read_zones
+    from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
 
     zones = tuple(("acpitz", 45_000 + 1000 * i) for i in range(12))
     root = build_fake_sysfs(tmp_path, zones=zones)

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.node.thermal.agent import ThermalAgent
-from servectl.node.thermal.alerts import AlertPolicy
-from servectl.node.thermal.metrics import MetricsServer, ThermalCollector
-from servectl.node.thermal.zones import SysfsZoneReader
-from servectl.watchdog.thermal.fakes import (
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector
+from tpwarden.node.thermal.zones import SysfsZoneReader
+from tpwarden.watchdog.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
@@ -170,7 +170,7 @@ class FakeVirtualMemory:
 
 
 def test_metrics_exposition_over_loopback(tmp_path: Path) -> None:
-    from servectl.node.memory import memory_reader
+    from tpwarden.node.memory import memory_reader
 
     clock = FakeClock(1000.0)
     gpu = FakeGpuSampler([gb10_sample(reasons=("sw_thermal_slowdown", "gpu_idle"))])
@@ -192,51 +192,51 @@ def test_metrics_exposition_over_loopback(tmp_path: Path) -> None:
     gpu0_r = 'gpu="0",model="NVIDIA GB10",node="node1",reason="%s",uuid="GPU-fake-0000"'
     zone1 = 'node="node1",role="P-cores",type="cpu-p-core",zone="1"'
     for line in (
-        f"servectl_thermal_zone_temperature_celsius{{{zone1}}} 68.0",
-        'servectl_thermal_zone_temperature_celsius{node="node1",role="",type="acpitz",zone="0"} 45.0',
-        f"servectl_thermal_zone_critical_margin_celsius{{{zone1}}} 36.8",
-        'servectl_thermal_zone_trip_celsius{node="node1",role="",trip="0",trip_type="critical",'
+        f"tpwarden_thermal_zone_temperature_celsius{{{zone1}}} 68.0",
+        'tpwarden_thermal_zone_temperature_celsius{node="node1",role="",type="acpitz",zone="0"} 45.0',
+        f"tpwarden_thermal_zone_critical_margin_celsius{{{zone1}}} 36.8",
+        'tpwarden_thermal_zone_trip_celsius{node="node1",role="",trip="0",trip_type="critical",'
         'type="acpitz",zone="0"} 104.8',
-        f"servectl_gpu_temperature_celsius{{{gpu0}}} 55.0",
-        f"servectl_gpu_sm_clock_hertz{{{gpu0}}} 2e+09",
-        f"servectl_gpu_sm_clock_max_hertz{{{gpu0}}} 3.003e+09",
-        f"servectl_gpu_clock_limit_hertz{{{gpu0}}} 2e+09",
-        f"servectl_gpu_power_watts{{{gpu0}}} 30.0",
-        f"servectl_gpu_utilization_ratio{{{gpu0}}} 0.8",
-        f"servectl_gpu_clock_event_reasons{{{gpu0}}} 33.0",
-        f"servectl_gpu_throttle_active{{{gpu0_r % 'sw_thermal_slowdown'}}} 1.0",
-        f"servectl_gpu_throttle_active{{{gpu0_r % 'hw_slowdown'}}} 0.0",
-        f"servectl_gpu_thermal_throttle_active{{{gpu0}}} 1.0",
-        f"servectl_gpu_memory_unified{{{gpu0}}} 1.0",
-        'servectl_node_memory_total_bytes{node="node1"} 1.28e+11',
-        'servectl_node_memory_used_bytes{node="node1"} 9.8e+10',
-        'servectl_node_memory_available_bytes{node="node1"} 3e+10',
-        'servectl_hwmon_temperature_celsius{chip="hwmon1",chip_name="nvme",label="Composite",'
+        f"tpwarden_gpu_temperature_celsius{{{gpu0}}} 55.0",
+        f"tpwarden_gpu_sm_clock_hertz{{{gpu0}}} 2e+09",
+        f"tpwarden_gpu_sm_clock_max_hertz{{{gpu0}}} 3.003e+09",
+        f"tpwarden_gpu_clock_limit_hertz{{{gpu0}}} 2e+09",
+        f"tpwarden_gpu_power_watts{{{gpu0}}} 30.0",
+        f"tpwarden_gpu_utilization_ratio{{{gpu0}}} 0.8",
+        f"tpwarden_gpu_clock_event_reasons{{{gpu0}}} 33.0",
+        f"tpwarden_gpu_throttle_active{{{gpu0_r % 'sw_thermal_slowdown'}}} 1.0",
+        f"tpwarden_gpu_throttle_active{{{gpu0_r % 'hw_slowdown'}}} 0.0",
+        f"tpwarden_gpu_thermal_throttle_active{{{gpu0}}} 1.0",
+        f"tpwarden_gpu_memory_unified{{{gpu0}}} 1.0",
+        'tpwarden_node_memory_total_bytes{node="node1"} 1.28e+11',
+        'tpwarden_node_memory_used_bytes{node="node1"} 9.8e+10',
+        'tpwarden_node_memory_available_bytes{node="node1"} 3e+10',
+        'tpwarden_hwmon_temperature_celsius{chip="hwmon1",chip_name="nvme",label="Composite",'
         'node="node1",sensor="temp1"} 41.0',
-        'servectl_thermal_samples_total{node="node1"} 2.0',
-        'servectl_thermal_late_ticks_total{node="node1"} 1.0',
-        'servectl_thermal_dropped_records_total{node="node1"} 0.0',
-        'servectl_thermal_alert_margin_celsius{node="node1"} 7.5',
-        'servectl_thermal_last_sample_timestamp_seconds{node="node1"} 1013.0',
+        'tpwarden_thermal_samples_total{node="node1"} 2.0',
+        'tpwarden_thermal_late_ticks_total{node="node1"} 1.0',
+        'tpwarden_thermal_dropped_records_total{node="node1"} 0.0',
+        'tpwarden_thermal_alert_margin_celsius{node="node1"} 7.5',
+        'tpwarden_thermal_last_sample_timestamp_seconds{node="node1"} 1013.0',
     ):
         assert line in text.splitlines(), line
     # NOT_SUPPORTED on GB10: absent, not zero
-    for absent in ("servectl_gpu_shutdown_temperature_celsius{", "servectl_gpu_memory_used_bytes{"):
+    for absent in ("tpwarden_gpu_shutdown_temperature_celsius{", "tpwarden_gpu_memory_used_bytes{"):
         assert absent not in text
     assert "node_thermal" not in text and "DCGM_" not in text and "node_hwmon" not in text
 
 
 def test_discrete_gpu_memory_is_served_and_not_unified() -> None:
-    from servectl.node.thermal.metrics_gpu import gpu_metrics
+    from tpwarden.node.thermal.metrics_gpu import gpu_metrics
 
     gpu = {"index": 1, "uuid": "GPU-x", "name": "H200", "memory_used_mib": 1024.0,
            "memory_total_mib": 2048.0, "clock_event_reasons": None, "null_reasons": {}}  # fmt: skip
     fams = {m.name: m for m in gpu_metrics({"gpus": [gpu]}, "n9")}
-    assert [s.value for s in fams["servectl_gpu_memory_used_bytes"].samples] == [2**30]
-    assert [s.value for s in fams["servectl_gpu_memory_unified"].samples] == [0.0]
+    assert [s.value for s in fams["tpwarden_gpu_memory_used_bytes"].samples] == [2**30]
+    assert [s.value for s in fams["tpwarden_gpu_memory_unified"].samples] == [0.0]
     # unknown clock-event reasons are not "none active"
-    assert fams["servectl_gpu_thermal_throttle_active"].samples == []
-    assert fams["servectl_gpu_throttle_active"].samples == []
+    assert fams["tpwarden_gpu_thermal_throttle_active"].samples == []
+    assert fams["tpwarden_gpu_throttle_active"].samples == []
 
 
 def test_stale_sample_is_not_served(tmp_path: Path) -> None:
@@ -245,8 +245,8 @@ def test_stale_sample_is_not_served(tmp_path: Path) -> None:
     agent.tick()
     clock.now = 1100.0  # 10 intervals without a sample
     names = {m.name for m in ThermalCollector(agent, clock).collect()}
-    assert "servectl_thermal_zone_temperature_celsius" not in names
-    assert "servectl_gpu_temperature_celsius" not in names
-    assert "servectl_node_memory_used_bytes" not in names
-    assert "servectl_thermal_samples" in names  # agent health is always served
-    assert "servectl_thermal_last_sample_timestamp_seconds" in names
+    assert "tpwarden_thermal_zone_temperature_celsius" not in names
+    assert "tpwarden_gpu_temperature_celsius" not in names
+    assert "tpwarden_node_memory_used_bytes" not in names
+    assert "tpwarden_thermal_samples" in names  # agent health is always served
+    assert "tpwarden_thermal_last_sample_timestamp_seconds" in names

@@ -36,10 +36,10 @@ clock_event_reasons=0x21
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from servectl.cluster.errors import LabError
-    from servectl.cluster.lab.nvml.build import build_nvml_stub
+    from tpwarden.cluster.errors import LabError
+    from tpwarden.cluster.lab.nvml.build import build_nvml_stub
 
-    cache = os.environ.get("SERVECTL_TEST_NVML_BUILD_DIR")
+    cache = os.environ.get("TPWARDEN_TEST_NVML_BUILD_DIR")
     out = Path(cache) if cache else tmp_path_factory.getbasetemp() / "nvml-stub"
     try:
         return build_nvml_stub(out)
@@ -53,11 +53,11 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
     code = textwrap.dedent(
         f"""
         import ctypes
-        from servectl.node.gpu import Nvml
-        from servectl.node.thermal.agent import ThermalAgent
-        from servectl.watchdog.thermal.fakes import build_fake_sysfs
-        from servectl.node.thermal.writer import DurableWriter
-        from servectl.node.thermal.zones import SysfsZoneReader
+        from tpwarden.node.gpu import Nvml
+        from tpwarden.node.thermal.agent import ThermalAgent
+        from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
+        from tpwarden.node.thermal.writer import DurableWriter
+        from tpwarden.node.thermal.zones import SysfsZoneReader
         nvml = Nvml(library_loader=lambda: ctypes.CDLL({str(stub)!r}))
         now = [1_700_000_000.0]
         w = DurableWriter({str(tmp_path / "logs")!r}, "node1")
@@ -69,7 +69,7 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
         w.close(); nvml.close()
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SERVECTL_LAB_GPU_STATE": str(state)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TPWARDEN_LAB_GPU_STATE": str(state)}
     res = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
@@ -92,10 +92,10 @@ def test_agent_without_driver_logs_zones_and_says_why(stub: Path, tmp_path: Path
     code = textwrap.dedent(
         f"""
         import ctypes, json
-        from servectl.node.gpu import Nvml
-        from servectl.node.thermal.agent import ThermalAgent
-        from servectl.watchdog.thermal.fakes import build_fake_sysfs
-        from servectl.node.thermal.zones import SysfsZoneReader
+        from tpwarden.node.gpu import Nvml
+        from tpwarden.node.thermal.agent import ThermalAgent
+        from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
+        from tpwarden.node.thermal.zones import SysfsZoneReader
         class W:
             def write(self, r):
                 print(json.dumps(r)); return True
@@ -108,7 +108,7 @@ def test_agent_without_driver_logs_zones_and_says_why(stub: Path, tmp_path: Path
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "SERVECTL_LAB_GPU_STATE": str(tmp_path / "absent"),
+        "TPWARDEN_LAB_GPU_STATE": str(tmp_path / "absent"),
     }
     res = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120

@@ -10,11 +10,11 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from servectl.cluster.cli.thermal import app
-from servectl.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
-from servectl.node.thermal.app import node_status
-from servectl.watchdog.thermal.fetch import wanted
-from servectl.watchdog.thermal.remote import (
+from tpwarden.cluster.cli.thermal import app
+from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
+from tpwarden.node.thermal.app import node_status
+from tpwarden.watchdog.thermal.fetch import wanted
+from tpwarden.watchdog.thermal.remote import (
     AGENT_PATH,
     PERMANENT_UNIT,
     TRANSIENT_UNIT,
@@ -44,7 +44,7 @@ MainPID=4242
 NRestarts=2
 """
 THERMAL = SimpleNamespace(
-    interval_s=1.0, dir="/var/log/servectl/thermal", disk_budget_mb=512, metrics_port=9411,
+    interval_s=1.0, dir="/var/log/tpwarden/thermal", disk_budget_mb=512, metrics_port=9411,
     alert_margin_c=10.0, metrics_host="127.0.0.1",
 )  # fmt: skip
 SPEC = SimpleNamespace(thermal=THERMAL)
@@ -164,10 +164,10 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
     pyz, sha = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
     assert build_node_zipapp(THERMAL_AGENT, tmp_path / "b.pyz")[1] == sha  # reproducible
     names = set(zipfile.ZipFile(pyz).namelist())
-    assert {"servectl/node/gpu.py", "servectl/cluster/errors.py", "servectl/node/thermal/app.py",
+    assert {"tpwarden/node/gpu.py", "tpwarden/cluster/errors.py", "tpwarden/node/thermal/app.py",
             "prometheus_client/__init__.py", "__main__.py"} <= names  # fmt: skip
     assert not any(
-        n.startswith(("servectl/cluster/cli", "servectl/cluster/ssh", "servectl/watchdog/daemon"))
+        n.startswith(("tpwarden/cluster/cli", "tpwarden/cluster/ssh", "tpwarden/watchdog/daemon"))
         for n in names
     )
     (tmp_path / "d").mkdir()
@@ -177,7 +177,7 @@ def test_zipapp_is_self_contained_and_runs_with_an_isolated_python(tmp_path: Pat
     assert json.loads(out)["files"] == 0
 
 
-def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path: Path) -> None:
+def test_zipapp_agent_serves_tpwarden_names_and_meminfo_without_psutil(tmp_path: Path) -> None:
     """The `thermal start` agent runs on the node's python3 (here -I -S: no site-packages, so
     no psutil and no pynvml): zones, node memory from /proc/meminfo and the alert margin."""
     import signal
@@ -185,7 +185,7 @@ def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path:
     import time
     import urllib.request
 
-    from servectl.watchdog.thermal.fakes import build_fake_sysfs
+    from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
 
     pyz, _ = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
     sysfs = build_fake_sysfs(tmp_path / "sys")
@@ -199,7 +199,7 @@ def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         text, deadline = "", time.monotonic() + 20
-        while "servectl_node_memory_total_bytes{" not in text and time.monotonic() < deadline:
+        while "tpwarden_node_memory_total_bytes{" not in text and time.monotonic() < deadline:
             time.sleep(0.1)
             try:
                 url = f"http://127.0.0.1:{port}/metrics"
@@ -211,12 +211,12 @@ def test_zipapp_agent_serves_servectl_names_and_meminfo_without_psutil(tmp_path:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     lines = text.splitlines()
-    total = next(ln for ln in lines if ln.startswith("servectl_node_memory_total_bytes{"))
+    total = next(ln for ln in lines if ln.startswith("tpwarden_node_memory_total_bytes{"))
     mem_total_kb = int(Path("/proc/meminfo").read_text().split()[1])  # MemTotal comes first
     assert float(total.split()[-1]) == mem_total_kb * 1024
-    assert 'servectl_thermal_alert_margin_celsius{node="n1"} 9.0' in lines
+    assert 'tpwarden_thermal_alert_margin_celsius{node="n1"} 9.0' in lines
     assert any(
-        ln.startswith("servectl_thermal_zone_temperature_celsius{")
+        ln.startswith("tpwarden_thermal_zone_temperature_celsius{")
         and 'role="P-cores"' in ln
         and 'zone="1"' in ln
         for ln in lines
@@ -233,7 +233,7 @@ def test_agent_listens_where_the_inventory_says() -> None:
     # it whatever thermal.metrics_host said; the node-side parser now takes the address.
     import socket
 
-    from servectl.node.thermal import app as nodeapp
+    from tpwarden.node.thermal import app as nodeapp
 
     seen: list[nodeapp.AgentOptions] = []
     orig = nodeapp.run_agent
@@ -245,7 +245,7 @@ def test_agent_listens_where_the_inventory_says() -> None:
         nodeapp.run_agent = orig
     assert [o.metrics_host for o in seen] == ["127.0.0.7", "127.0.0.1"]
     assert seen[1].budget_bytes == 512 * 2**20  # the spec's disk_budget_mb default
-    from servectl.node.thermal.metrics import MetricsServer
+    from tpwarden.node.thermal.metrics import MetricsServer
 
     class Nothing:
         def collect(self):
@@ -261,14 +261,14 @@ def test_agent_listens_where_the_inventory_says() -> None:
 
 
 def test_call_each_node_keeps_node_order_and_sorts_failures() -> None:
-    from servectl.cluster.errors import NodeUnreachable, ServectlError
-    from servectl.watchdog.thermal.remote import NodeCall, call_each_node
+    from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+    from tpwarden.watchdog.thermal.remote import NodeCall, call_each_node
 
     def call(node: SimpleNamespace) -> int:
         if node.name == "dead":
             raise NodeUnreachable("dead", "no route to host")
         if node.name == "bad":
-            raise ServectlError("bad: permission denied")
+            raise TpwardenError("bad: permission denied")
         if node.name == "torn":
             raise EOFError("transport closed")
         return len(node.name)

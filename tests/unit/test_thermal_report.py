@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster.cli.thermal import app
-from servectl.node.thermal.agent import ThermalAgent
-from servectl.node.thermal.writer import DurableWriter
-from servectl.node.thermal.zones import SysfsZoneReader
-from servectl.watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
-from servectl.watchdog.thermal.fakes import (
+from tpwarden.cluster.cli.thermal import app
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.writer import DurableWriter
+from tpwarden.node.thermal.zones import SysfsZoneReader
+from tpwarden.watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
+from tpwarden.watchdog.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
     set_zone_temps,
 )
-from servectl.watchdog.thermal.report import build_report, find_gaps, report_to_json
+from tpwarden.watchdog.thermal.report import build_report, find_gaps, report_to_json
 from typer.testing import CliRunner
 
 T0 = 1_700_000_000.0  # on a 10 s boundary

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servectl.node.thermal.writer import DurableWriter, ReadStats, iter_records, read_records
+from tpwarden.node.thermal.writer import DurableWriter, ReadStats, iter_records, read_records
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -27,7 +27,7 @@ def test_kill_9_loses_at_most_the_in_flight_record(tmp_path: Path) -> None:
     child = textwrap.dedent(
         f"""
         import sys
-        from servectl.node.thermal.writer import DurableWriter
+        from tpwarden.node.thermal.writer import DurableWriter
         w = DurableWriter({str(tmp_path)!r}, "node1", max_file_bytes=1 << 30, max_total_bytes=1 << 31)
         i = 0
         while True:

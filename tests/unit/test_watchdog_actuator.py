@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from servectl.cluster.errors import ServectlError
-from servectl.watchdog.actuator import raise_unless_applied, result_doc
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.actuator import raise_unless_applied, result_doc
 
 from tests.unit.test_watchdog_daemon import REFUSED, FakeActuator, kinds, make
 
@@ -35,18 +35,18 @@ def test_a_node_without_an_outcome_is_a_failure() -> None:
     # apply() stops after a failed wave: the later waves' nodes have no outcome at all
     doc = result_doc(_result(True, ("n1", True)), _spec("n1", "n2"))
     assert not doc["ok"] and doc["missing"] == ["n2"]
-    with pytest.raises(ServectlError, match="n2: not started"):
+    with pytest.raises(TpwardenError, match="n2: not started"):
         raise_unless_applied(doc)
 
 
 def test_a_failed_node_is_named() -> None:
     doc = result_doc(_result(False, ("n1", False), ("n2", True)), _spec("n1", "n2"))
-    with pytest.raises(ServectlError, match="n1: m"):
+    with pytest.raises(TpwardenError, match="n1: m"):
         raise_unless_applied(doc)
 
 
 def test_a_job_error_is_a_failure() -> None:
-    with pytest.raises(ServectlError, match="Drift"):
+    with pytest.raises(TpwardenError, match="Drift"):
         raise_unless_applied({"ok": False, "error": "Drift: x"})
 
 
@@ -98,10 +98,10 @@ def test_an_old_server_is_restarted(tmp_path: Path) -> None:
     assert len(act2.restarts) == 1
 
 
-def test_servectl_status_line_reads_the_state_dir(tmp_path: Path) -> None:
-    from servectl.cluster.cli.watchdog_view import watchdog_line
-    from servectl.watchdog.policy_state import PolicyState, WatchdogPhase
-    from servectl.watchdog.state import StateStore
+def test_tpwarden_status_line_reads_the_state_dir(tmp_path: Path) -> None:
+    from tpwarden.cluster.cli.watchdog_view import watchdog_line
+    from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
+    from tpwarden.watchdog.state import StateStore
 
     assert watchdog_line(str(tmp_path))[0] is None
     StateStore(str(tmp_path / "state.json")).save(

@@ -1,4 +1,4 @@
-"""servectl's own alerts in Alertmanager's webhook format (payload version 4), delivered to a
+"""tpwarden's own alerts in Alertmanager's webhook format (payload version 4), delivered to a
 real HTTP receiver on 127.0.0.1; where the event is one a Prometheus rule also sees, the
 alertname and severity are the rule's."""
 
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.settings import WatchdogSpec
-from servectl.watchdog.alert import Alerter
-from servectl.watchdog.alertmanager import CATEGORIES, NEVER, alert_identity, fingerprint
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.monitoring_files import rules_path
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.settings import WatchdogSpec
+from tpwarden.watchdog.alert import Alerter
+from tpwarden.watchdog.alertmanager import CATEGORIES, NEVER, alert_identity, fingerprint
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.monitoring_files import rules_path
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 T0 = 1_764_720_000.0  # 2025-12-03T00:00:00Z
@@ -32,7 +32,7 @@ GAVE_UP = {
     "message": "gave up restarting: boot failed; 2 boots in a row failed. Fix it, then `release`.",
     "phase": "given_up",
     "consecutive_failures": 3,
-    "events_path": "/var/lib/servectl/watchdog/events.jsonl",
+    "events_path": "/var/lib/tpwarden/watchdog/events.jsonl",
 }
 
 
@@ -86,14 +86,14 @@ def test_gave_up_arrives_as_alertmanager_v4_payload(receiver: Receiver) -> None:
         "commonLabels", "commonAnnotations", "externalURL", "alerts",
     }  # fmt: skip
     assert (body["version"], body["status"], body["truncatedAlerts"]) == ("4", "firing", 0)
-    assert body["receiver"] == "servectl-watchdog" and isinstance(body["externalURL"], str)
+    assert body["receiver"] == "tpwarden-watchdog" and isinstance(body["externalURL"], str)
     (alert,) = body["alerts"]
     assert set(alert) == {
         "status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint",
     }  # fmt: skip
     labels = alert["labels"]
-    rule = rule_labels()["ServectlWatchdogGaveUp"]
-    assert labels["alertname"] == "ServectlWatchdogGaveUp"
+    rule = rule_labels()["TpwardenWatchdogGaveUp"]
+    assert labels["alertname"] == "TpwardenWatchdogGaveUp"
     assert labels["severity"] == rule["severity"] == "critical"
     assert labels["category"] == "gave_up" and labels["incident"] == "inc-3-1764719000"
     assert alert["status"] == "firing"
@@ -104,13 +104,13 @@ def test_gave_up_arrives_as_alertmanager_v4_payload(receiver: Receiver) -> None:
     assert alert["annotations"]["summary"] == GAVE_UP["message"]
     assert "phase: given_up" in alert["annotations"]["description"]
     assert alert["annotations"]["runbook"] == "docs/runbook.md#watchdog-gave-up"
-    assert body["groupLabels"] == {"alertname": "ServectlWatchdogGaveUp"}
+    assert body["groupLabels"] == {"alertname": "TpwardenWatchdogGaveUp"}
     assert body["commonLabels"] == labels
     assert body["commonAnnotations"] == alert["annotations"]
-    assert body["groupKey"] == '{}:{alertname="ServectlWatchdogGaveUp"}'
+    assert body["groupKey"] == '{}:{alertname="TpwardenWatchdogGaveUp"}'
 
 
-def test_default_format_is_servectls_incident_record(receiver: Receiver) -> None:
+def test_default_format_is_tpwardens_incident_record(receiver: Receiver) -> None:
     assert Alerter(webhook=receiver.url).send(dict(GAVE_UP)) == []
     assert receiver.json() == GAVE_UP
 
@@ -135,9 +135,9 @@ def test_events_a_rule_also_sees_use_the_rules_name_and_severity() -> None:
     rules = rule_labels()
     shared = {c: n for c, (n, _, _) in CATEGORIES.items() if n in rules}
     assert shared == {
-        "gave_up": "ServectlWatchdogGaveUp",
-        "budget_exhausted": "ServectlWatchdogHeld",
-        "misconfig": "ServectlWatchdogBlind",
+        "gave_up": "TpwardenWatchdogGaveUp",
+        "budget_exhausted": "TpwardenWatchdogHeld",
+        "misconfig": "TpwardenWatchdogBlind",
     }
     for category, name in shared.items():
         assert alert_identity(category)[1] == rules[name]["severity"], category
@@ -148,7 +148,7 @@ def test_every_runbook_link_resolves() -> None:
     anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
     for category in CATEGORIES:
         assert alert_identity(category)[2].partition("#")[2] in anchors, category
-    assert alert_identity("something_new")[:2] == ("ServectlWatchdogSomethingNew", "warning")
+    assert alert_identity("something_new")[:2] == ("TpwardenWatchdogSomethingNew", "warning")
 
 
 def test_fingerprint_is_prometheus_fnv1a() -> None:
@@ -163,7 +163,7 @@ def test_format_is_configured_from_the_inventory_spec() -> None:
     cfg = WatchdogConfig.from_spec(spec, probe_url="http://127.0.0.1:8000")
     assert cfg.alert_webhook_format == "alertmanager"
     assert WatchdogConfig.from_spec(WatchdogSpec(), probe_url="http://x").alert_webhook_format == (
-        "servectl"
+        "tpwarden"
     )
     with pytest.raises(ValidationError):
         WatchdogSpec(alert_webhook_format="slack")
@@ -176,11 +176,11 @@ def test_format_is_configured_from_the_inventory_spec() -> None:
 def test_the_production_wiring_sends_the_configured_format(
     receiver: Receiver, tmp_path: Path
 ) -> None:
-    from servectl.watchdog.daemon import build_watchdog
+    from tpwarden.watchdog.daemon import build_watchdog
 
     spec = WatchdogSpec(alert_webhook=receiver.url, alert_webhook_format="alertmanager")
     cfg = WatchdogConfig.from_spec(spec, probe_url="http://127.0.0.1:9", state_dir=str(tmp_path))
     wd = build_watchdog(cfg, actuator=None)  # type: ignore[arg-type] - never restarts here
     assert wd._alerter.send(dict(GAVE_UP, category="misconfig")) == []
     labels = receiver.json()["alerts"][0]["labels"]
-    assert (labels["alertname"], labels["severity"]) == ("ServectlWatchdogBlind", "warning")
+    assert (labels["alertname"], labels["severity"]) == ("TpwardenWatchdogBlind", "warning")

@@ -1,12 +1,12 @@
-"""`servectl watchdog status/hold/release/history` against a state dir written by a real daemon."""
+"""`tpwarden watchdog status/hold/release/history` against a state dir written by a real daemon."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from servectl.cluster.cli.watchdog import app, parse_duration
-from servectl.watchdog.state import read_hold
+from tpwarden.cluster.cli.watchdog import app, parse_duration
+from tpwarden.watchdog.state import read_hold
 from typer.testing import CliRunner
 
 from tests.unit.test_watchdog_daemon import REFUSED, make  # noqa: I001

@@ -10,15 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-from servectl.watchdog.alert import Alerter
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon import Watchdog
-from servectl.watchdog.events import EventLog, read_events
-from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.observation import BootReading
-from servectl.watchdog.policy_state import PolicyState, WatchdogPhase
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from servectl.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
+from tpwarden.watchdog.alert import Alerter
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon import Watchdog
+from tpwarden.watchdog.events import EventLog, read_events
+from tpwarden.watchdog.exporter import WatchdogMetrics
+from tpwarden.watchdog.observation import BootReading
+from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
+from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
 
 OK = ProbeResult(Outcome.OK, 0.3)
 REFUSED = ProbeResult(Outcome.REFUSED, 0.01, "connect failed")
@@ -288,8 +288,8 @@ def test_metrics_endpoint_and_scheduler(tmp_path: Path) -> None:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
         wd.stop()
-    assert 'servectl_watchdog_probe_total{outcome="ok"}' in text
-    assert "servectl_watchdog_probe_latency_seconds_bucket" in text
-    assert 'servectl_watchdog_state{servectl_watchdog_state="ready"} 1.0' in text
-    assert "servectl_watchdog_consecutive_failures 0.0" in text
+    assert 'tpwarden_watchdog_probe_total{outcome="ok"}' in text
+    assert "tpwarden_watchdog_probe_latency_seconds_bucket" in text
+    assert 'tpwarden_watchdog_state{tpwarden_watchdog_state="ready"} 1.0' in text
+    assert "tpwarden_watchdog_consecutive_failures 0.0" in text
     assert "daemon_stop" in kinds(wd.config)

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from servectl.watchdog.alert import Alerter
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.daemon import Watchdog
-from servectl.watchdog.events import EventLog, read_events
-from servectl.watchdog.exporter import WatchdogMetrics
-from servectl.watchdog.observation import BootReading
-from servectl.watchdog.policy_state import WatchdogPhase
-from servectl.watchdog.runtime import Cadence, SteadyClock
-from servectl.watchdog.state import StateStore
+from tpwarden.watchdog.alert import Alerter
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.daemon import Watchdog
+from tpwarden.watchdog.events import EventLog, read_events
+from tpwarden.watchdog.exporter import WatchdogMetrics
+from tpwarden.watchdog.observation import BootReading
+from tpwarden.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.runtime import Cadence, SteadyClock
+from tpwarden.watchdog.state import StateStore
 
 from .test_watchdog_daemon import REFUSED, FakeActuator, FakeClock, FakeProber, make
 
@@ -71,9 +71,9 @@ def test_full_disk_still_counts_restarts_exports_and_alerts(tmp_path: Path) -> N
     assert len(actuator.restarts) == 1
     assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING
     reg = metrics.registry
-    assert reg.get_sample_value("servectl_watchdog_write_errors_total", {"file": "events"}) > 10
-    assert reg.get_sample_value("servectl_watchdog_write_errors_total", {"file": "state"}) > 3
-    assert reg.get_sample_value("servectl_watchdog_restarts_total", {"cause": "probe_failures"})
+    assert reg.get_sample_value("tpwarden_watchdog_write_errors_total", {"file": "events"}) > 10
+    assert reg.get_sample_value("tpwarden_watchdog_write_errors_total", {"file": "state"}) > 3
+    assert reg.get_sample_value("tpwarden_watchdog_restarts_total", {"cause": "probe_failures"})
     assert poster.calls == 2  # one alert per broken file, delivered although the disk is full
     wd.close()
 
@@ -159,9 +159,9 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
 
 
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
-    from servectl.cluster.boot import BootProgress
-    from servectl.cluster.boot_phase import BootPhase
-    from servectl.watchdog.actuator import boot_reading
+    from tpwarden.cluster.boot import BootProgress
+    from tpwarden.cluster.boot_phase import BootPhase
+    from tpwarden.watchdog.actuator import boot_reading
 
     got = boot_reading(BootProgress(phase=BootPhase.FAILED, shards_loaded=3))
     assert got.failed and got.progress == 3

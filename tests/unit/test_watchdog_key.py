@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servectl.cluster.errors import ConfigError
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.settings import SecretRef
-from servectl.watchdog.wiring import build_config, resolve_api_key
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.settings import SecretRef
+from tpwarden.watchdog.wiring import build_config, resolve_api_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_key_env_missing_refuses_to_start(tmp_path: Path) -> None:
     # Reproduction: the key could not be resolved, the daemon probed without it (401 forever).
     spec = load_inventory(ROOT / "inventory.example.yml")
-    with pytest.raises(ConfigError, match="SERVECTL_API_KEY"):
+    with pytest.raises(ConfigError, match="TPWARDEN_API_KEY"):
         build_config(spec, str(tmp_path), environ={})
-    cfg = build_config(spec, str(tmp_path), environ={"SERVECTL_API_KEY": "k"})
+    cfg = build_config(spec, str(tmp_path), environ={"TPWARDEN_API_KEY": "k"})
     assert cfg.api_key == "k" and cfg.config_hash == spec.config_hash()
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.policy import Policy, ProbeVerdict
-from servectl.watchdog.policy_state import (
+from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.watchdog.policy import Policy, ProbeVerdict
+from tpwarden.watchdog.policy_state import (
     Alert,
     CountFailure,
     GiveUp,
@@ -17,7 +17,7 @@ from servectl.watchdog.policy_state import (
     Restart,
     WatchdogPhase,
 )
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
 CFG = PolicyConfig(
     failures=3,

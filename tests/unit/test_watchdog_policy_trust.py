@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from servectl.watchdog.observation import BootReading, Observation, OperatorHold
-from servectl.watchdog.policy import Policy
-from servectl.watchdog.policy_state import (
+from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.watchdog.policy import Policy
+from tpwarden.watchdog.policy_state import (
     Alert,
     CountFailure,
     GiveUp,
@@ -14,7 +14,7 @@ from servectl.watchdog.policy_state import (
     Restart,
     WatchdogPhase,
 )
-from servectl.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
 from .test_watchdog_policy import BAD_KEY, CFG, DEAD, OK, REFUSED, TIMEOUT, Sim, snap
 
@@ -115,12 +115,12 @@ def test_expired_hold_alerts_once_and_rearms_restarts() -> None:
 def test_intentional_down_is_never_restarted_and_up_gets_a_fresh_boot_grace() -> None:
     # Reproduction (7): the watchdog restarted a server an operator had stopped on purpose.
     sim = Sim()
-    down = OperatorHold(until=sim.now + 7 * 86400, reason="servectl down", by="ops", kind="down")
+    down = OperatorHold(until=sim.now + 7 * 86400, reason="tpwarden down", by="ops", kind="down")
     for _ in range(40):
         sim.step(REFUSED, hold=down)
     assert not sim.of(Restart) and not sim.of(CountFailure)
     assert "intentional stop" in sim.decisions[-1].reason
-    # `servectl up` removes the hold: the new server boots under a full grace
+    # `tpwarden up` removes the hold: the new server boots under a full grace
     sim.step(REFUSED, dt=10)
     assert sim.state.phase is WatchdogPhase.BOOTING and not sim.of(Restart)
 

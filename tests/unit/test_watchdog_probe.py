@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from servectl.watchdog.config import WatchdogConfig
-from servectl.watchdog.probe import Outcome, Prober, metrics_snapshot
-from servectl.watchdog.verdict import progress_signal
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.probe import Outcome, Prober, metrics_snapshot
+from tpwarden.watchdog.verdict import progress_signal
 
 SAMPLE = Path("/work/shared/reference/samples/v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt")
 

@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servectl.cluster.applied import AppliedPlan, plan_for, write_local
-from servectl.cluster.cli import watchdog as wd_cli
-from servectl.cluster.inventory import load_inventory
-from servectl.cluster.ssh_connect import SshOptions, SshTarget, connect
-from servectl.cluster.ssh_identity import SshIdentity, with_ssh_identity
-from servectl.watchdog import actuator as actuator_mod
-from servectl.watchdog import restart_job as restart_job_mod
-from servectl.watchdog import wiring
+from tpwarden.cluster.applied import AppliedPlan, plan_for, write_local
+from tpwarden.cluster.cli import watchdog as wd_cli
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.ssh_identity import SshIdentity, with_ssh_identity
+from tpwarden.watchdog import actuator as actuator_mod
+from tpwarden.watchdog import restart_job as restart_job_mod
+from tpwarden.watchdog import wiring
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = "/etc/servectl/watchdog/id_ed25519"
-KNOWN = "/etc/servectl/watchdog/known_hosts"
+KEY = "/etc/tpwarden/watchdog/id_ed25519"
+KNOWN = "/etc/tpwarden/watchdog/known_hosts"
 
 
 def _inventory(tmp_path: Path, port: int = 8000, extra_vars: str = "") -> Path:
@@ -29,7 +29,7 @@ def _inventory(tmp_path: Path, port: int = 8000, extra_vars: str = "") -> Path:
     text = text.replace(
         "    ansible_user: root\n",
         "    ansible_user: root\n"
-        "    ansible_ssh_private_key_file: /home/ops/.ssh/servectl_ed25519\n"
+        "    ansible_ssh_private_key_file: /home/ops/.ssh/tpwarden_ed25519\n"
         "    ansible_ssh_common_args: -o UserKnownHostsFile=/home/ops/.ssh/kh"
         " -o ProxyJump=ops@bastion:2222\n" + extra_vars,
     )
@@ -51,7 +51,7 @@ def _applied(tmp_path: Path, port: int = 8000, action: str = "up") -> tuple[Appl
 
 def test_identity_replaces_every_nodes_key_and_the_known_hosts(tmp_path: Path) -> None:
     spec = load_inventory(_inventory(tmp_path))
-    assert {n.ssh_key_file for n in spec.nodes} == {"/home/ops/.ssh/servectl_ed25519"}
+    assert {n.ssh_key_file for n in spec.nodes} == {"/home/ops/.ssh/tpwarden_ed25519"}
     mine = with_ssh_identity(spec, KEY, KNOWN)
     assert [n.ssh_key_file for n in mine.nodes] == [KEY] * len(spec.nodes)
     assert mine.ssh.known_hosts == KNOWN and mine.settings.ssh.known_hosts == KNOWN
@@ -60,7 +60,7 @@ def test_identity_replaces_every_nodes_key_and_the_known_hosts(tmp_path: Path) -
     assert [(n.name, n.ssh_host, n.ssh_port, n.ssh_user, n.ssh_args) for n in mine.nodes] == strip
     # the watcher's deployment, not the server's config: same hash, the input untouched
     assert mine.config_hash() == spec.config_hash()
-    assert spec.nodes[0].ssh_key_file == "/home/ops/.ssh/servectl_ed25519"
+    assert spec.nodes[0].ssh_key_file == "/home/ops/.ssh/tpwarden_ed25519"
     assert spec.ssh.known_hosts is None
 
 
@@ -136,7 +136,7 @@ def test_every_hop_of_the_route_uses_the_watchdogs_key_and_known_hosts(
 def test_watched_plan_gives_the_identity_to_the_actuator_and_to_every_new_plan(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "k")
     plan, path = _applied(tmp_path)
     identity = SshIdentity(KEY, KNOWN)
     cfg, actuator, follower = wiring.watched_plan(
@@ -163,7 +163,7 @@ def test_watched_plan_gives_the_identity_to_the_actuator_and_to_every_new_plan(
 
 
 def test_run_options_reach_watched_plan(tmp_path: Path, monkeypatch) -> None:
-    from servectl.cluster.cli import app
+    from tpwarden.cluster.cli import app
     from typer.testing import CliRunner
 
     key, known = tmp_path / "id_ed25519", tmp_path / "known_hosts"
@@ -187,7 +187,7 @@ def test_run_options_reach_watched_plan(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("SERVECTL_API_KEY", "k")
+    monkeypatch.setenv("TPWARDEN_API_KEY", "k")
     _, path = _applied(tmp_path)
     spawned: list[list[str]] = []
 
@@ -209,7 +209,7 @@ def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch)
     finally:
         actuator.close()
     (argv,) = spawned
-    assert argv[:3] == [sys.executable, "-m", "servectl.watchdog.restart_job"]
+    assert argv[:3] == [sys.executable, "-m", "tpwarden.watchdog.restart_job"]
     assert argv[3:] == [
         str(path), "watchdog: hang", "--ssh-key", KEY, "--known-hosts", KNOWN,
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""What `servectl plan --json` renders for the field report's cluster, parsed by vLLM 0.33.0's own
+"""What `tpwarden plan --json` renders for the field report's cluster, parsed by vLLM 0.33.0's own
 `vllm serve` parser (and its post-parse checks): every node's argv, head and headless workers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servectl.cluster.cli import app
+from tpwarden.cluster.cli import app
 from typer.testing import CliRunner
 
 from tests.vllm_parser.test_real_parser import _check

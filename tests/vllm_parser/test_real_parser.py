@@ -1,7 +1,7 @@
-"""servectl's vLLM argv against vLLM 0.33.0's real `vllm serve` parser (tools/vllm/check_argv.py).
+"""tpwarden's vLLM argv against vLLM 0.33.0's real `vllm serve` parser (tools/vllm/check_argv.py).
 
-Needs the venv made by tools/vllm/install-cpu.sh; its path comes from SERVECTL_VLLM_VENV
-(default /opt/servectl-vllm-0.33.0). A missing venv is a failure, not a skip.
+Needs the venv made by tools/vllm/install-cpu.sh; its path comes from TPWARDEN_VLLM_VENV
+(default /opt/tpwarden-vllm-0.33.0). A missing venv is a failure, not a skip.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ TIMEOUT_S = 300
 
 
 def _venv_python() -> Path:
-    venv = Path(os.environ.get("SERVECTL_VLLM_VENV", "/opt/servectl-vllm-0.33.0"))
+    venv = Path(os.environ.get("TPWARDEN_VLLM_VENV", "/opt/tpwarden-vllm-0.33.0"))
     python = venv / "bin" / "python"
     if not python.is_file():
         pytest.fail(
-            f"vLLM venv not found at {venv} (SERVECTL_VLLM_VENV); "
+            f"vLLM venv not found at {venv} (TPWARDEN_VLLM_VENV); "
             "run tools/vllm/install-cpu.sh first (VLLM_VENV=... to choose the path)"
         )
     return python

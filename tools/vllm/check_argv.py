@@ -2,10 +2,10 @@
 
 Run with the interpreter of the venv made by tools/vllm/install-cpu.sh:
 
-    /opt/servectl-vllm-0.33.0/bin/python tools/vllm/check_argv.py [FILE]   # else stdin
+    /opt/tpwarden-vllm-0.33.0/bin/python tools/vllm/check_argv.py [FILE]   # else stdin
 
 Input: JSON, a list whose items are argv lists (["vllm", "serve", MODEL, ...]) or objects with
-an "argv" key (and optionally "name"), as in `servectl plan --json`. Output on stdout: one JSON
+an "argv" key (and optionally "name"), as in `tpwarden plan --json`. Output on stdout: one JSON
 document with a verdict per argv. Exit 0 only if every argv passes every stage; 1 if one fails;
 2 if the input itself is unusable.
 

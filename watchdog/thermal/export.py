@@ -14,10 +14,10 @@ from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.durable import atomic_write_bytes, atomic_write_text
-from servectl.node.thermal.records import iso_utc
-from servectl.node.thermal.writer import ReadStats, read_records
-from servectl.watchdog.thermal.report import (
+from tpwarden.cluster.durable import atomic_write_bytes, atomic_write_text
+from tpwarden.node.thermal.records import iso_utc
+from tpwarden.node.thermal.writer import ReadStats, read_records
+from tpwarden.watchdog.thermal.report import (
     FieldReport,
     build_report,
     filter_window,
@@ -96,7 +96,7 @@ def write_plot(
 ) -> Path:
     """PNG: one panel per node (GPU and zones in °C, critical trip, throttle episodes)."""
     # deferred: plot loads matplotlib (the `control` extra, ~0.6 s); only PNG exports need it
-    from servectl.watchdog.thermal.plot import figure_png, thermal_figure
+    from tpwarden.watchdog.thermal.plot import figure_png, thermal_figure
 
     data = figure_png(thermal_figure(rep, records, tz, zone_roles))
     path = Path(path)

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from servectl.cluster.errors import NodeUnreachable
-from servectl.cluster.ssh import SshPool
-from servectl.watchdog.thermal.remote import call_each_node
+from tpwarden.cluster.errors import NodeUnreachable
+from tpwarden.cluster.ssh import SshPool
+from tpwarden.watchdog.thermal.remote import call_each_node
 
-REMOTE_DIR = "/var/log/servectl/thermal"
+REMOTE_DIR = "/var/log/tpwarden/thermal"
 
 
 @dataclass

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from servectl.cluster.errors import ServectlError
-from servectl.node.thermal.roles import zone_role
-from servectl.watchdog.thermal.localtime import span_text, tz_name
-from servectl.watchdog.thermal.report import GAP_FACTOR, FieldReport, NodeReport
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.node.thermal.roles import zone_role
+from tpwarden.watchdog.thermal.localtime import span_text, tz_name
+from tpwarden.watchdog.thermal.report import GAP_FACTOR, FieldReport, NodeReport
 
 THROTTLE_GID = "throttle"  # gid of each episode's span (tests find them by it)
 THROTTLE_COLOUR = "#ff8c00"
@@ -25,8 +25,8 @@ def _pyplot() -> Any:
     try:
         # deferred: an optional dependency (see below)
         import matplotlib
-    except ImportError:  # nodes install servectl without the control machine's extras
-        raise ServectlError("the plot needs matplotlib: pip install 'servectl[control]'") from None
+    except ImportError:  # nodes install tpwarden without the control machine's extras
+        raise TpwardenError("the plot needs matplotlib: pip install 'tpwarden[control]'") from None
     matplotlib.use("Agg")
     # deferred: pyplot after choosing the Agg backend (matplotlib.use)
     import matplotlib.pyplot as plt

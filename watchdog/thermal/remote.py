@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servectl.cluster.errors import NodeUnreachable, ServectlError
-from servectl.cluster.nodes import fan_out
-from servectl.cluster.spec import NodeSpec, thermal_metrics_address
-from servectl.node.thermal.roles import zone_label
-from servectl.node.thermal.zones import critical_trip_c
+from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+from tpwarden.cluster.nodes import fan_out
+from tpwarden.cluster.spec import NodeSpec, thermal_metrics_address
+from tpwarden.node.thermal.roles import zone_label
+from tpwarden.node.thermal.zones import critical_trip_c
 
-AGENT_PATH = "/var/lib/servectl/thermal-agent.pyz"
-TRANSIENT_UNIT = "servectl-thermal-agent.service"
+AGENT_PATH = "/var/lib/tpwarden/thermal-agent.pyz"
+TRANSIENT_UNIT = "tpwarden-thermal-agent.service"
 TRANSIENT_FRAGMENT = "/run/systemd/transient/" + TRANSIENT_UNIT
-PERMANENT_UNIT = "servectl-thermal.service"  # installed by provisioning
+PERMANENT_UNIT = "tpwarden-thermal.service"  # installed by provisioning
 TAIL_BYTES = 32 * 1024
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     steps.append(
         Step(
             "start the agent",
-            ("systemd-run", "--unit", TRANSIENT_UNIT, "--description", "servectl thermal agent",
+            ("systemd-run", "--unit", TRANSIENT_UNIT, "--description", "tpwarden thermal agent",
              "--property=Restart=on-failure", "--property=RestartSec=1",
              "--property=StartLimitIntervalSec=0", *agent_argv(spec, node)),
         )
@@ -186,7 +186,7 @@ class NodeCall:
 
 def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> list[NodeCall]:
     """``fn(node)`` on every node in parallel (cluster control's one fan-out), as one row per
-    node in the given order: servectl and OS errors fail the row, a dead node or transport
+    node in the given order: tpwarden and OS errors fail the row, a dead node or transport
     (anything else) marks it unreachable."""
 
     def one(node: NodeSpec) -> NodeCall:
@@ -194,7 +194,7 @@ def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> li
             return NodeCall(node.name, True, fn(node))
         except NodeUnreachable as exc:
             return NodeCall(node.name, False, error=exc.reason, unreachable=True)
-        except (ServectlError, OSError) as exc:
+        except (TpwardenError, OSError) as exc:
             return NodeCall(node.name, False, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. a transport dying mid-SFTP: one node's row
             return NodeCall(

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from servectl.node.thermal.records import THERMAL_REASONS, iso_utc
-from servectl.node.thermal.roles import zone_label, zone_role
-from servectl.node.thermal.zones import critical_trip_c
+from tpwarden.node.thermal.records import THERMAL_REASONS, iso_utc
+from tpwarden.node.thermal.roles import zone_label, zone_role
+from tpwarden.node.thermal.zones import critical_trip_c
 
 GAP_FACTOR = 1.5  # consecutive samples further apart than this many intervals make a gap
 GPU_SUMMARY_FIELDS = (

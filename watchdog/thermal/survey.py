@@ -1,4 +1,4 @@
-"""`servectl thermal zones`: each node's zones as the samples show them, to help write the
+"""`tpwarden thermal zones`: each node's zones as the samples show them, to help write the
 inventory's ``thermal.zone_roles``. GB10 zones all say ``acpitz``; what tells them apart is how
 each one moves: the GPU zone follows the GPU's own temperature, the P-cores climb most on the
 head (API server, scheduler, bench client). Pure over sample records."""
@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servectl.node.thermal.roles import zone_role
-from servectl.node.thermal.zones import _natural_key
+from tpwarden.node.thermal.roles import zone_role
+from tpwarden.node.thermal.zones import _natural_key
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,13 +4,13 @@ The stub is compiled against NVIDIA's real ``nvml.h`` so its exports carry NVIDI
 signatures and constants. The header comes from the PyPI package ``nvidia-nvml-dev`` (headers
 only). Where it is looked for, in order:
 
-1. ``$SERVECTL_NVML_INCLUDE`` (a directory holding ``nvml.h``);
+1. ``$TPWARDEN_NVML_INCLUDE`` (a directory holding ``nvml.h``);
 2. an installed ``nvidia-nvml-dev`` in this interpreter (``nvidia/cu*/include/nvml.h``);
 3. a cached copy in ``OUT_DIR/.nvml-dev/``, fetched once with ``pip download`` (no install).
 
 The build is cached: it reruns only when the source, the header or the compiler flags change.
 
-Usage: ``python -m servectl.cluster.lab.nvml.build OUT_DIR`` prints the path of the built library.
+Usage: ``python -m tpwarden.cluster.lab.nvml.build OUT_DIR`` prints the path of the built library.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from servectl.cluster.errors import LabError
+from tpwarden.cluster.errors import LabError
 
 SOURCE = Path(__file__).with_name("nvml_stub.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
@@ -43,11 +43,11 @@ _TIMEOUT_S = 300
 
 def find_nvml_header(cache_dir: Path) -> Path:
     """Return the path of NVIDIA's ``nvml.h``, downloading ``nvidia-nvml-dev`` if needed."""
-    env_dir = os.environ.get("SERVECTL_NVML_INCLUDE")
+    env_dir = os.environ.get("TPWARDEN_NVML_INCLUDE")
     if env_dir:
         header = Path(env_dir) / "nvml.h"
         if not header.is_file():
-            raise LabError(f"SERVECTL_NVML_INCLUDE={env_dir} holds no nvml.h")
+            raise LabError(f"TPWARDEN_NVML_INCLUDE={env_dir} holds no nvml.h")
         return header
     for entry in sys.path:
         hits = sorted(glob.glob(os.path.join(entry, "nvidia", "cu*", "include", "nvml.h")))
@@ -74,7 +74,7 @@ def _download_header(cache_dir: Path) -> Path:
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
             raise LabError(
                 f"pip download {NVML_DEV_REQUIREMENT} failed ({proc.returncode}): {tail}; "
-                "install it or set SERVECTL_NVML_INCLUDE to a directory holding nvml.h"
+                "install it or set TPWARDEN_NVML_INCLUDE to a directory holding nvml.h"
             )
         wheels = sorted(Path(tmp).glob("*.whl"))
         if not wheels:
@@ -125,7 +125,7 @@ def build_nvml_stub(out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m servectl.cluster.lab.nvml.build OUT_DIR\n")
+        sys.stderr.write("usage: python -m tpwarden.cluster.lab.nvml.build OUT_DIR\n")
         return 2
     try:
         path = build_nvml_stub(Path(args[0]))

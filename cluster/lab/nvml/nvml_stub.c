@@ -1,5 +1,5 @@
 /*
- * servectl lab: a stand-in for NVIDIA's libnvidia-ml.so.1 (NVML) on a simulated GB10 node.
+ * tpwarden lab: a stand-in for NVIDIA's libnvidia-ml.so.1 (NVML) on a simulated GB10 node.
  *
  * Compiled against NVIDIA's real nvml.h (PyPI package nvidia-nvml-dev), so every export has
  * NVIDIA's exact signature, enum values and struct layouts. The lab installs it inside each node
@@ -7,7 +7,7 @@
  * pynvml (nvidia-ml-py) and nvidia-smi-free tooling then run against it unchanged.
  *
  * STATE FILE
- *   Path: $SERVECTL_LAB_GPU_STATE, default /var/lib/servectl-lab/gpu/state.
+ *   Path: $TPWARDEN_LAB_GPU_STATE, default /var/lib/tpwarden-lab/gpu/state.
  *   Written by the lab's sensor model (cluster/lab/sensors.py), re-read on every call.
  *   Format: one `key=value` per line; blank lines and lines starting with '#' are ignored;
  *   no quoting, the value runs to the end of the line. Integers may be decimal or 0x-hex.
@@ -67,7 +67,7 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
-#define DEFAULT_STATE_PATH "/var/lib/servectl-lab/gpu/state"
+#define DEFAULT_STATE_PATH "/var/lib/tpwarden-lab/gpu/state"
 #define MAX_KEYS 64
 #define MAX_LINE 256
 #define MAX_DEVICES 8
@@ -87,7 +87,7 @@ static int g_init_count = 0;
 
 static const char *state_path(void)
 {
-    const char *p = getenv("SERVECTL_LAB_GPU_STATE");
+    const char *p = getenv("TPWARDEN_LAB_GPU_STATE");
     return (p && *p) ? p : DEFAULT_STATE_PATH;
 }
 

@@ -1,4 +1,4 @@
-"""``python -m servectl.cluster.lab.vllm_sim serve MODEL [flags]`` == ``vllm serve MODEL [flags]``."""
+"""``python -m tpwarden.cluster.lab.vllm_sim serve MODEL [flags]`` == ``vllm serve MODEL [flags]``."""
 
 import sys
 

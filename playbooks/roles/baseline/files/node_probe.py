@@ -1,11 +1,11 @@
-"""servectl node probe: facts the playbooks need, as one JSON document on stdout.
+"""tpwarden node probe: facts the playbooks need, as one JSON document on stdout.
 
 Runs with the node's own python3 (standard library, plus pynvml if installed). Copied to the
 node by Ansible's script module and run from there; parameters come from the environment (no
 command line built from variables):
 
-    SERVECTL_PROBE_PATHS  JSON list of paths: disk space of each (nearest existing ancestor)
-    SERVECTL_PROBE_DIRS   JSON list of directories: do they exist (the removal baseline)
+    TPWARDEN_PROBE_PATHS  JSON list of paths: disk space of each (nearest existing ancestor)
+    TPWARDEN_PROBE_DIRS   JSON list of directories: do they exist (the removal baseline)
 """
 
 import json
@@ -83,8 +83,8 @@ def time_sync():
 
 
 def main():
-    paths = json.loads(os.environ.get("SERVECTL_PROBE_PATHS") or "[]")
-    dirs = json.loads(os.environ.get("SERVECTL_PROBE_DIRS") or "[]")
+    paths = json.loads(os.environ.get("TPWARDEN_PROBE_PATHS") or "[]")
+    dirs = json.loads(os.environ.get("TPWARDEN_PROBE_DIRS") or "[]")
     libc, libc_version = platform.libc_ver()
     doc = {
         "python_version": "{}.{}".format(*sys.version_info[:2]),

@@ -1,13 +1,13 @@
-"""servectl model manifest: size + sha256 of every file in a model directory.
+"""tpwarden model manifest: size + sha256 of every file in a model directory.
 
 Runs on a node with its own python3 (standard library only), copied there by Ansible's script
 module. Parameters come from the environment (nothing is built into a command line):
 
-    SERVECTL_MANIFEST_ACTION  ensure | check
-    SERVECTL_MANIFEST_DIR     the model directory
-    SERVECTL_MANIFEST_TEXT    check: the reference manifest's text
-    SERVECTL_MANIFEST_VERIFY  check: sha256 (read every byte, default) | size (quick)
-    SERVECTL_MANIFEST_DRY     ensure: 1 = report what would be written, write nothing
+    TPWARDEN_MANIFEST_ACTION  ensure | check
+    TPWARDEN_MANIFEST_DIR     the model directory
+    TPWARDEN_MANIFEST_TEXT    check: the reference manifest's text
+    TPWARDEN_MANIFEST_VERIFY  check: sha256 (read every byte, default) | size (quick)
+    TPWARDEN_MANIFEST_DRY     ensure: 1 = report what would be written, write nothing
 
 ensure: write DIR/MANIFEST.sha256 if it is missing (first use) and print it.
 check:  compare DIR with the reference manifest; print the differences (never copies).
@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 NAME = "MANIFEST.sha256"
-HEADER = "# servectl manifest v1: sha256  size_bytes  path"
+HEADER = "# tpwarden manifest v1: sha256  size_bytes  path"
 
 
 def scan(root, verify="sha256"):
@@ -110,20 +110,20 @@ def ensure(root, dry):
 
 def main():
     env = os.environ
-    action, root = env.get("SERVECTL_MANIFEST_ACTION"), env.get("SERVECTL_MANIFEST_DIR", "")
+    action, root = env.get("TPWARDEN_MANIFEST_ACTION"), env.get("TPWARDEN_MANIFEST_DIR", "")
     doc = {"action": action, "dir": root, "ok": True, "error": None}
     try:
         if not os.path.isdir(root):
             raise FileNotFoundError(f"{root} is not a directory on this node")
         if action == "ensure":
-            doc.update(ensure(root, env.get("SERVECTL_MANIFEST_DRY") == "1"))
+            doc.update(ensure(root, env.get("TPWARDEN_MANIFEST_DRY") == "1"))
         elif action == "check":
-            verify = env.get("SERVECTL_MANIFEST_VERIFY", "sha256")
-            reference = parse(env.get("SERVECTL_MANIFEST_TEXT", ""))
+            verify = env.get("TPWARDEN_MANIFEST_VERIFY", "sha256")
+            reference = parse(env.get("TPWARDEN_MANIFEST_TEXT", ""))
             doc.update(compare(reference, scan(root, verify)))
             doc["files"], doc["bytes"] = len(reference), sum(s for s, _ in reference.values())
         else:
-            raise ValueError("SERVECTL_MANIFEST_ACTION must be ensure or check")
+            raise ValueError("TPWARDEN_MANIFEST_ACTION must be ensure or check")
     except (OSError, ValueError) as e:
         doc["ok"], doc["error"] = False, f"{type(e).__name__}: {e}"
     json.dump(doc, sys.stdout, sort_keys=True)

@@ -1,4 +1,4 @@
-"""Jinja filters for the servectl playbooks (loaded by Ansible from this directory)."""
+"""Jinja filters for the tpwarden playbooks (loaded by Ansible from this directory)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def systemd_argv(argv: list[object]) -> str:
 
 
 def systemd_dir_under(path: str, base: str) -> str:
-    """``/var/lib/servectl/watchdog`` under ``/var/lib`` -> ``servectl/watchdog``; '' if not
+    """``/var/lib/tpwarden/watchdog`` under ``/var/lib`` -> ``tpwarden/watchdog``; '' if not
     under it (then the unit uses ReadWritePaths= instead of StateDirectory=/LogsDirectory=)."""
     base = base.rstrip("/") + "/"
     path = path.rstrip("/")
