@@ -28,4 +28,12 @@ bash scripts/typecheck.sh
 echo "==> import contracts (lint-imports; pyproject [tool.importlinter])"
 .venv/bin/lint-imports
 echo "==> pytest"
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+# The JUnit report lets bench/test_tiers.py break the run down by tier afterwards.
+mkdir -p build
+rc=0
+.venv/bin/python -m pytest -p no:cacheprovider --junitxml=build/test-report.xml "$@" || rc=$?
+if [ -s build/test-report.xml ]; then
+  echo "==> each tier's share of the run (bench/test_tiers.py)"
+  .venv/bin/python bench/test_tiers.py build/test-report.xml || true
+fi
+exit "$rc"
