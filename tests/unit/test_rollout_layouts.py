@@ -217,3 +217,23 @@ def test_a_bad_value_names_the_real_file_and_line(layout, tmp_path):
         )
     assert info.value.file == str(settings) and info.value.line is not None
     assert "tpwarden-rollout-" not in str(info.value)
+
+
+def test_a_revision_from_before_multi_file_revisions_still_rolls_back(tmp_path):
+    """Revisions used to be the single inventory file's text (revisions/<id>.yml)."""
+    inventory = tmp_path / "inv.yml"
+    shutil.copy(HERE / "good.yml", inventory)
+    store = RolloutStore(tmp_path / "store")
+    store.revisions.mkdir(parents=True)
+    old = (
+        (HERE / "good.yml")
+        .read_text()
+        .replace("num_speculative_tokens: 3", "num_speculative_tokens: 6")
+    )
+    (store.revisions / "0123456789.yml").write_text(old)
+    assert store.revision_files("0123456789", str(inventory)) == {"inv.yml": old}
+    ports = RolloutPorts(FakeCluster(), FakeHolder(), None, clock=lambda: 1_767_000_000.0)
+    assert rollback_to(store, ports, str(inventory), "0123456789").step == "done"
+    assert inventory.read_text() == old
+    with pytest.raises(ConfigError, match="no config revision"):
+        store.revision_files("feedfacefe", str(inventory))
