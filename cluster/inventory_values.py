@@ -36,7 +36,7 @@ MANAGED_FLAGS = {
     "distributed_executor_backend": "tpwarden.parallel.backend",
     "quantization": "tpwarden.model.quantization",
     "tokenizer": "tpwarden.model.tokenizer",
-    "speculative_config": "tpwarden.drafter",
+    "speculative_config": "tpwarden.drafter (more keys: tpwarden.drafter.extra)",
     "kv_cache_dtype": "tpwarden.kv_cache.dtype",
     "kv_cache_memory_bytes": "tpwarden.kv_cache.memory",
     "max_model_len": "tpwarden.max_model_len",

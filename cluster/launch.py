@@ -169,6 +169,7 @@ def vllm_serve_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             if getattr(s.drafter, key) is not None:
                 config[key] = getattr(s.drafter, key)
+        config.update(s.drafter.extra)  # its keys never repeat the ones above (settings)
         argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     if s.kv_cache.dtype != "auto":
         argv += ["--kv-cache-dtype", s.kv_cache.dtype]

@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -134,6 +135,16 @@ SPEC_METHODS = (
 )
 
 
+# --speculative-config keys tpwarden renders from drafter's own fields (launch.vllm_serve_argv)
+DRAFTER_SETS = {
+    "method": "drafter.method",
+    "model": "drafter.path",
+    "num_speculative_tokens": "drafter.num_speculative_tokens",
+    "prompt_lookup_min": "drafter.prompt_lookup_min",
+    "prompt_lookup_max": "drafter.prompt_lookup_max",
+}
+
+
 class DrafterSpec(_Model):
     method: Literal[
         "dflash", "eagle", "eagle3", "mtp", "deepseek_mtp", "draft_model", "ngram", "suffix"
@@ -148,6 +159,26 @@ class DrafterSpec(_Model):
     prompt_lookup_max: int | None = Field(
         None, ge=1, le=64, description="ngram only: longest n-gram matched in the prompt."
     )
+    extra: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="More vLLM --speculative-config keys, passed through as given, e.g. "
+        "{draft_tensor_parallel_size: 1}; not the ones tpwarden sets ("
+        + ", ".join(DRAFTER_SETS)
+        + ").",
+    )
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        for key in value:
+            if key in DRAFTER_SETS:
+                raise ValueError(
+                    f"{key} is set by tpwarden: use {DRAFTER_SETS[key]} (tpwarden sets "
+                    f"{', '.join(DRAFTER_SETS)} itself)"
+                )
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not a --speculative-config key (lower_snake_case)")
+        return value
 
     @model_validator(mode="after")
     def _lookup(self) -> DrafterSpec:

@@ -124,10 +124,11 @@ class ClusterSpec:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-_LATER_SETTINGS = (
+_LATER_SETTINGS: tuple[tuple[str, Any], ...] = (
     ("ipc_mode", "host"),
     ("drafter.prompt_lookup_min", None),
     ("drafter.prompt_lookup_max", None),
+    ("drafter.extra", {}),
 )
 
 

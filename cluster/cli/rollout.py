@@ -3,6 +3,7 @@
 Examples:
     tpwarden rollout -i inv.yml --set drafter.num_speculative_tokens=3 --bench quick \\
         --guard "c=32 aggregate >= -5%"
+    tpwarden rollout -i inv.yml --set drafter=null --bench quick   # the no-drafter baseline
     tpwarden rollout -i inv.yml --resume        # finish a rollout that was interrupted
     tpwarden rollout -i inv.yml --abort         # or roll it back
     tpwarden rollout history -i inv.yml
@@ -33,9 +34,9 @@ from tpwarden.cluster.cli.common import (
 from tpwarden.cluster.control.controller import operator_identity
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import parse_inventory
 from tpwarden.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
 from tpwarden.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
+from tpwarden.cluster.rollout.layout import Files, shown, spec_with
 from tpwarden.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
 from tpwarden.cluster.rollout.sequence import (
     TERMINAL,
@@ -100,7 +101,12 @@ def rollout(
     ctx: typer.Context,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     set_: Annotated[
-        list[str], typer.Option("--set", help="KEY=VALUE under tpwarden (repeatable).")
+        list[str],
+        typer.Option(
+            "--set",
+            help="KEY=VALUE under tpwarden (repeatable), VALUE in YAML; edits the file the value "
+            "came from. drafter=null switches the drafter off, a {mapping} sets a section.",
+        ),
     ] = [],  # noqa: B006
     bench: Annotated[
         str,
@@ -174,16 +180,18 @@ def rollout(
         )
         ro = Rollout(store, ports)
         record = ro.prepare(str(inventory), changes, guards)
-        old_text = store.revision_text(record.old_revision)
-        new_text = store.revision_text(record.new_revision)
-        argv = argv_diff(parse_inventory(old_text), parse_inventory(new_text))
+        old_files = store.revision_files(record.old_revision, str(inventory))
+        new_files = store.revision_files(record.new_revision, str(inventory))
+        diff = _files_diff(str(inventory), old_files, new_files)
+        argv = argv_diff(spec_with(str(inventory), old_files), spec_with(str(inventory), new_files))
         if as_json and dry_run:
             emit_json(
                 "rollout",
                 {
                     "ok": True,
                     "dry_run": True,
-                    "diff": text_diff(old_text, new_text, inventory.name),
+                    "diff": diff,
+                    "files": [shown(str(inventory), rel) for rel in sorted(new_files)],
                     "argv_diff": {
                         n: [ln for ln in lines if ln[:1] in "+-"] for n, lines in argv.items()
                     },
@@ -193,7 +201,9 @@ def rollout(
             raise typer.Exit(0)
         if as_json:
             raise typer.Exit(_render(ro.run(record, guards), as_json))
-        console.print(text_diff(old_text, new_text, inventory.name), highlight=False, markup=False)
+        console.print(diff, highlight=False, markup=False)
+        for line in record.summary:
+            console.print(f"change: {line}", highlight=False, markup=False)
         for node, lines in argv.items():
             console.print(
                 f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
@@ -256,6 +266,13 @@ def rollback(
     raise typer.Exit(_render(result, as_json, "rollback"))
 
 
+def _files_diff(inventory: str, old: Files, new: Files) -> str:
+    """The unified diff of each edited file, named as the user named the inventory."""
+    return "".join(
+        text_diff(old[rel], new[rel], shown(inventory, rel)) for rel in sorted(new) if rel in old
+    )
+
+
 def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollout") -> int:
     code = 0 if record.step == "done" else 1
     if as_json:
@@ -280,6 +297,8 @@ def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollou
         console.print(
             f"guard {v['guard']}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} ({v['detail']})"
         )
+    for line in record.summary:
+        console.print(f"change: {line}", highlight=False, markup=False)
     colour = {"done": "green", "rolled_back": "yellow"}.get(record.step, "red")
     console.print(
         f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"

@@ -1,20 +1,20 @@
-"""Pure pieces of a rollout: `--set KEY=VALUE` changes applied to the inventory text as a minimal
-diff (comments, order and every other line untouched), argv diffs, and `--guard` rules.
+"""Pure pieces of a rollout: `--set KEY=VALUE` changes (applied by `yaml_edit` as a minimal diff
+of the file each value came from, chosen by `layout`), what a change changes (settings and argv
+diffs), and `--guard` rules.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory import parse_inventory
 from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.rollout.yaml_edit import set_value, yaml_text
 from tpwarden.cluster.spec import ClusterSpec
 
 SETTINGS_PATH = ("all", "vars", "tpwarden")
@@ -24,7 +24,7 @@ SETTINGS_PATH = ("all", "vars", "tpwarden")
 class Change:
     key: str  # dotted under tpwarden, e.g. drafter.num_speculative_tokens
     value: Any
-    text: str  # the YAML text written for the value
+    text: str  # the YAML text of the value (a mapping is written as a block)
 
 
 def parse_set(item: str) -> Change:
@@ -45,101 +45,17 @@ def parse_set(item: str) -> Change:
         value = yaml.load(raw) if raw.strip() else ""
     except Exception as exc:  # ruamel raises many types for bad scalars
         raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
-    if isinstance(value, (dict, list)):
-        text = json.dumps(value)
-    elif isinstance(value, str):
-        text = json.dumps(value) if _needs_quotes(value) else value
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    else:
-        text = str(value)
-    return Change(key, value, text)
-
-
-def _needs_quotes(value: str) -> bool:
-    safe = re.fullmatch(r"[A-Za-z0-9_./:@+-][A-Za-z0-9_./:@+ -]*", value) is not None
-    return not safe or value.lower() in ("true", "false", "yes", "no", "null", "on", "off")
+    return Change(key, value, yaml_text(value))
 
 
 def apply_changes(text: str, changes: list[Change], source: str) -> str:
-    """New inventory text with each change applied in place. Existing keys: only the value's
-    characters on its line change. A new key is inserted after its parent's last child.
-    The result is validated as a whole inventory (raises ConfigError)."""
+    """New text of a single-file YAML inventory (settings under all.vars.tpwarden) with each
+    change applied in place (`yaml_edit`), validated as a whole inventory (raises ConfigError).
+    Other layouts: `layout.plan_edit`, which edits the file each value came from."""
     for change in changes:
-        text = _apply_one(text, change, source)
+        text = set_value(text, SETTINGS_PATH, change.key, change.value, source)
     parse_inventory(text, source)  # the whole file must still be valid
     return text
-
-
-def _apply_one(text: str, change: Change, source: str) -> str:
-    yaml = YAML(typ="rt")
-    data = yaml.load(text)
-    node: Any = data
-    for part in SETTINGS_PATH:
-        node = node[part]
-    parts = change.key.split(".")
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part) if isinstance(node, CommentedMap) else None
-        if not isinstance(child, CommentedMap):
-            raise ConfigError(
-                f"--set {change.key}: tpwarden.{'.'.join(parts[: i + 1])} is not a mapping in {source}",
-                hint="set an existing section's key, or edit the inventory by hand",
-            )
-        node = child
-    leaf = parts[-1]
-    lines = text.splitlines(keepends=True)
-    if leaf in node:
-        current = node[leaf]
-        if isinstance(current, (CommentedMap, list)):
-            raise ConfigError(
-                f"--set {change.key}: is a section, not a value", hint="set one of its keys"
-            )
-        line, col = node.lc.value(leaf)
-        old = lines[line]
-        end = _scalar_end(old, col)
-        lines[line] = old[:col] + change.text + old[end:]
-        return "".join(lines)
-    # A new key: insert it after the parent's last child, at the children's indentation.
-    last_key = list(node.keys())[-1]
-    line, col = node.lc.key(last_key)
-    insert_at = _block_end(lines, line, col)
-    lines.insert(insert_at, " " * col + f"{leaf}: {change.text}\n")
-    return "".join(lines)
-
-
-def _scalar_end(line: str, col: int) -> int:
-    """Index just past the scalar that starts at `col` (before a trailing comment)."""
-    rest = line[col:]
-    if rest[:1] in ("'", '"'):
-        quote = rest[0]
-        i = 1
-        while i < len(rest):
-            if rest[i] == "\\" and quote == '"':
-                i += 2
-                continue
-            if rest[i] == quote:
-                return col + i + 1
-            i += 1
-        return col + len(rest.rstrip("\n"))
-    match = re.search(r"\s+#", rest)
-    body = rest[: match.start()] if match else rest.rstrip("\r\n")
-    return col + len(body.rstrip())
-
-
-def _block_end(lines: list[str], line: int, col: int) -> int:
-    """First line after the entry at `line` whose indentation is <= col (or a blank run end)."""
-    i = line + 1
-    while i < len(lines):
-        stripped = lines[i].strip()
-        indent = len(lines[i]) - len(lines[i].lstrip(" "))
-        if stripped and not stripped.startswith("#") and indent <= col:
-            break
-        i += 1
-    while i > line + 1 and not lines[i - 1].strip():
-        i -= 1
-    return i
 
 
 def text_diff(old: str, new: str, name: str) -> str:
@@ -154,8 +70,44 @@ def argv_diff(old: ClusterSpec, new: ClusterSpec) -> dict[str, list[str]]:
     a, b = plan_cluster(old), plan_cluster(new)
     for ca, cb in zip(a.containers, b.containers, strict=True):
         diff = list(difflib.unified_diff(list(ca.vllm_argv), list(cb.vllm_argv), lineterm="", n=1))
-        out[ca.node] = [d for d in diff if not d.startswith(("---", "+++"))]
+        # the two header lines only: a removed flag is itself "---flag" ("-" + "--flag")
+        out[ca.node] = diff[2:]
     return out
+
+
+def describe_changes(old: ClusterSpec, new: ClusterSpec) -> list[str]:
+    """What a rollout changes, one line per setting: "drafter: dflash k=3 -> off",
+    "kv_cache.memory: 17179869184 -> 25769803776". The drafter is named as a whole when it is
+    switched on or off or its method or k changes; otherwise its fields are listed."""
+    a, b = old.settings.model_dump(), new.settings.model_dump()
+    out = []
+    da, db = old.settings.drafter, new.settings.drafter
+    if _drafter_name(da) != _drafter_name(db):
+        out.append(f"drafter: {_drafter_name(da)} -> {_drafter_name(db)}")
+        a.pop("drafter"), b.pop("drafter")
+    fa, fb = _flat(a), _flat(b)
+    for key in sorted(set(fa) | set(fb)):
+        if key not in fa or key not in fb or fa[key] != fb[key]:
+            out.append(f"{key}: {_shown(fa, key)} -> {_shown(fb, key)}")
+    return out
+
+
+def _drafter_name(d: Any) -> str:
+    return "off" if d is None else f"{d.method} k={d.num_speculative_tokens}"
+
+
+def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}, "c": {}} -> {"a.b": 1}: leaves only (an empty mapping has none)."""
+    if isinstance(doc, dict):
+        out: dict[str, Any] = {}
+        for key, value in doc.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): doc}
+
+
+def _shown(flat: dict[str, Any], key: str) -> str:
+    return yaml_text(flat[key]) if key in flat else "(unset)"
 
 
 # --- guards: "c=32 aggregate >= -5%" -----------------------------------------------------------

@@ -2,7 +2,10 @@
 
 Every step is recorded in `<state>/rollout/current.json` before it is taken, so a rollout killed
 midway leaves a defined state that the next `tpwarden rollout` resumes or rolls back. Each config
-revision (the whole inventory text) is kept under `<state>/rollout/revisions/`, and each finished
+revision is kept under `<state>/rollout/revisions/<id>.json`: the exact text of every inventory
+file the rollout edits (the inventory file, or group_vars files: `layout`), by its path relative
+to the inventory's home, so a rollback restores each file byte for byte. (Revisions written
+before that, `<id>.yml`, hold a single-file inventory's text and are still read.) Each finished
 rollout or rollback is one line of `<state>/rollout/history.jsonl`.
 
 The cluster, the benchmark, the watchdog hold and the clock are injected (`RolloutPorts`), so the
@@ -13,16 +16,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tpwarden.cluster.durable import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from tpwarden.cluster.durable import append_jsonl, atomic_write_json, read_jsonl
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.inventory import parse_inventory
-from tpwarden.cluster.rollout.edit import Change, Guard, GuardVerdict, apply_changes, check_guard
+from tpwarden.cluster.rollout.edit import Change, Guard, GuardVerdict, check_guard, describe_changes
+from tpwarden.cluster.rollout.layout import (
+    Files,
+    plan_edit,
+    read_files,
+    spec_with,
+    write_files,
+)
 from tpwarden.cluster.spec import ClusterSpec
 
 TERMINAL = ("done", "rolled_back", "failed", "abandoned", "refused")
@@ -88,10 +98,11 @@ class RolloutRecord:
     reason: str | None = None
     finished_at: float | None = None
     via: str = "direct"
+    summary: list[str] = field(default_factory=list)  # "drafter: dflash k=3 -> off"
 
 
 class RolloutStore:
-    """current.json (atomic), revisions/*.yml and history.jsonl under one directory."""
+    """current.json (atomic), revisions/*.json and history.jsonl under one directory."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -115,27 +126,24 @@ class RolloutStore:
     def history(self) -> list[dict[str, Any]]:
         return read_jsonl(self.history_path)
 
-    def save_revision(self, text: str) -> str:
-        """Store an inventory text; returns its revision id (content hash)."""
-        rev = hashlib.sha256(text.encode()).hexdigest()[:10]
+    def save_revision(self, files: Files) -> str:
+        """Store the exact text of some inventory files; returns the revision id (content hash)."""
+        doc = {"files": dict(sorted(files.items()))}
+        rev = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
         self.revisions.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self.revisions / f"{rev}.yml"
+        path = self.revisions / f"{rev}.json"
         if not path.exists():
-            atomic_write_text(path, text)  # never a torn revision that `exists()` then skips
+            atomic_write_json(path, doc)  # never a torn revision that `exists()` then skips
         return rev
 
-    def revision_text(self, rev: str) -> str:
-        path = self.revisions / f"{rev}.yml"
-        if not path.exists():
-            raise ConfigError(f"no config revision {rev}", hint="see `tpwarden rollout history`")
-        return path.read_text()
-
-
-def write_inventory(path: str, text: str) -> None:
-    """Atomic replace, keeping the file's mode."""
-    target = Path(path)
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    atomic_write_text(target, text, mode=mode)
+    def revision_files(self, rev: str, inventory: str) -> Files:
+        path = self.revisions / f"{rev}.json"
+        if path.exists():
+            return dict(json.loads(path.read_bytes())["files"])
+        legacy = self.revisions / f"{rev}.yml"  # before multi-file revisions: the inventory file
+        if legacy.exists() and not Path(inventory).is_dir():
+            return {os.path.basename(inventory): legacy.read_bytes().decode("utf-8")}
+        raise ConfigError(f"no config revision {rev}", hint="see `tpwarden rollout history`")
 
 
 class Rollout:
@@ -152,25 +160,22 @@ class Rollout:
             raise RolloutInProgress(
                 f"rollout {current.id} stopped at step '{current.step}'",
             )
-        old_text = Path(inventory).read_text()
-        new_text = apply_changes(old_text, changes, inventory)
-        old_spec, new_spec = (
-            parse_inventory(old_text, inventory),
-            parse_inventory(new_text, inventory),
-        )
+        edit = plan_edit(inventory, changes)
+        old_spec, new_spec = spec_with(inventory, edit.old), spec_with(inventory, edit.new)
         now = self.ports.clock()
         return RolloutRecord(
             id=time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)),
             inventory=inventory,
             step="planned",
             changes=[{"key": c.key, "value": c.value} for c in changes],
-            old_revision=self.store.save_revision(old_text),
-            new_revision=self.store.save_revision(new_text),
+            old_revision=self.store.save_revision(edit.old),
+            new_revision=self.store.save_revision(edit.new),
             old_hash=old_spec.config_hash(),
             new_hash=new_spec.config_hash(),
             started_at=now,
             guards=[str(g) for g in guards],
             via=self.ports.via,
+            summary=describe_changes(old_spec, new_spec),
         )
 
     # -- the sequence ------------------------------------------------------------------------------
@@ -233,7 +238,9 @@ class Rollout:
             self.ports.holder.release()
 
     def _apply(self, record, old_spec, new_spec, guards, deadline_s) -> RolloutRecord:
-        write_inventory(record.inventory, self.store.revision_text(record.new_revision))
+        write_files(
+            record.inventory, self.store.revision_files(record.new_revision, record.inventory)
+        )
         self._step(record, "inventory_written")
         self._step(record, "restarting")
         why = f"rollout {record.id}: {_summary(record)}"
@@ -273,7 +280,9 @@ class Rollout:
     def _rollback(self, record: RolloutRecord, old_spec: ClusterSpec, why: str) -> RolloutRecord:
         record.reason = why
         self._step(record, "rolling_back")
-        write_inventory(record.inventory, self.store.revision_text(record.old_revision))
+        write_files(
+            record.inventory, self.store.revision_files(record.old_revision, record.inventory)
+        )
         if self.ports.via == "watchdog":
             # Roll back directly, with the watchdog held, rather than race it.
             held = self.ports.clock() + old_spec.watchdog.boot_deadline_s + 900
@@ -307,7 +316,7 @@ class Rollout:
         self.ports.on_event(step, {"id": record.id, "reason": record.reason})
 
     def _spec(self, revision: str, inventory: str) -> ClusterSpec:
-        return parse_inventory(self.store.revision_text(revision), inventory)
+        return spec_with(inventory, self.store.revision_files(revision, inventory))
 
 
 def rollback_to(
@@ -315,7 +324,6 @@ def rollback_to(
 ) -> RolloutRecord:
     """`tpwarden rollback [REVISION]`: restore a recorded config revision and restart on it."""
     history = store.history()
-    current_text = Path(inventory).read_text()
     if revision is None:
         done = [h for h in history if h["step"] == "done"]
         if not done:
@@ -323,18 +331,21 @@ def rollback_to(
                 "no finished rollout to roll back", hint="see `tpwarden rollout history`"
             )
         revision = done[-1]["old_revision"]
-    target_text = store.revision_text(revision)
+    target = store.revision_files(revision, inventory)
+    current = read_files(inventory, sorted(target))
+    old_spec, new_spec = spec_with(inventory, current), spec_with(inventory, target)
     now = ports.clock()
     record = RolloutRecord(
         id=time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-rollback",
         inventory=inventory,
         step="planned",
         changes=[{"key": "<revision>", "value": revision}],
-        old_revision=store.save_revision(current_text),
+        old_revision=store.save_revision(current),
         new_revision=revision,
-        old_hash=parse_inventory(current_text, inventory).config_hash(),
-        new_hash=parse_inventory(target_text, inventory).config_hash(),
+        old_hash=old_spec.config_hash(),
+        new_hash=new_spec.config_hash(),
         started_at=now,
+        summary=describe_changes(old_spec, new_spec),
     )
     rollback_ports = RolloutPorts(
         ports.cluster, ports.holder, None, clock=ports.clock, via=ports.via, on_event=ports.on_event
