@@ -18,12 +18,12 @@ from tpwarden.cluster.tune.model import LevelMeasure
 class RecordingRunner(BenchRunner):
     """A BenchRunner that keeps every /metrics page it reads (two per level, in order)."""
 
-    pages: list[str | None]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pages: list[str | None] = []
 
     def _metrics(self) -> str | None:
         text = super()._metrics()
-        if not hasattr(self, "pages"):
-            self.pages = []
         self.pages.append(text)
         return text
 

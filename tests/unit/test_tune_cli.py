@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpx
 import pytest
 from tpwarden.cluster.bench.parse import load_result_text, parse_result
 from tpwarden.cluster.bench.plan import BenchError
@@ -14,7 +16,7 @@ from tpwarden.cluster.cli import app
 from tpwarden.cluster.tune.acceptance import DraftCounts
 from tpwarden.cluster.tune.history import history_points
 from tpwarden.cluster.tune.model import LevelMeasure
-from tpwarden.cluster.tune.runner import level_json, levels_from, save
+from tpwarden.cluster.tune.runner import RecordingRunner, level_json, levels_from, save
 from typer.testing import CliRunner
 
 from tests.unit.test_tune_model import FIELD_DRAFTS, FIELD_K7, FIELD_SURVIVAL
@@ -101,3 +103,19 @@ def test_history_points_from_an_earlier_sweep():
     assert history_points(manifest, {**table, "kind": "prefill"}) == []
     no_drafter = {**manifest, "server_defaults": {"drafter_k": None}}
     assert history_points(no_drafter, table) == []
+
+
+def test_recording_runner_keeps_every_page_it_reads():
+    page = (FIX / "tune" / "v1-layout_k3_ngram_after.prom.txt").read_text()
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, text=page)
+
+    ctl = SimpleNamespace(spec=SimpleNamespace(api_base="http://127.0.0.1:8000"))
+    runner = RecordingRunner(
+        ctl, Path("unused"), http=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    assert runner._metrics() == page and runner._metrics() == page
+    assert runner.pages == [page, page] and seen == ["http://127.0.0.1:8000/metrics"] * 2
