@@ -148,6 +148,7 @@ def _mount_optional() -> None:
         ("tpwarden.cluster.cli.decide", "decide"),
         ("tpwarden.cluster.cli.eval", "eval"),
         ("tpwarden.cluster.cli.prometheus", "prometheus"),
+        ("tpwarden.cluster.cli.tune", "tune"),
     ):
         try:
             sub = importlib.import_module(module)
