@@ -187,6 +187,7 @@ class Watchdog(DaemonIO, RestartPath):
     def _prepare(self) -> Cadence:
         self.open()
         if self._metrics is not None:
+            self._metrics.last_probe.set(self._wall())  # the clock of the probes-stopped alert
             self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
@@ -288,6 +289,7 @@ class Watchdog(DaemonIO, RestartPath):
         m, now = self._metrics, self._clock()
         m.consecutive_failures.set(state.consecutive_failures)
         m.probe_interval.set(self.config.interval_s)
+        m.probe_timeout.set(self.config.timeout_s)
         m.state.state(state.phase.value)
         held = (
             state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP) or (hold_until or 0) > now

@@ -84,12 +84,17 @@ class WatchdogMetrics:
         )
         self.last_probe = Gauge(
             "tpwarden_watchdog_last_probe_timestamp_seconds",
-            "Wall time of the last probe made (any outcome).",
+            "Wall time of the last probe made (any outcome), or of the daemon's start.",
             registry=r,
         )
         self.probe_interval = Gauge(
             "tpwarden_watchdog_probe_interval_seconds",
             "The probe interval in force (for the probes-stopped alert).",
+            registry=r,
+        )
+        self.probe_timeout = Gauge(
+            "tpwarden_watchdog_probe_timeout_seconds",
+            "The probe timeout in force (for the probes-stopped alert).",
             registry=r,
         )
         self._server: Any = None
