@@ -47,6 +47,8 @@ from tpwarden.watchdog.state import FileLock, StateStore
 
 log = logging.getLogger(__name__)
 
+TICK_ERRORS_ALERT = 3  # this many failed ticks in a row -> one alert (category tick_errors)
+
 
 class Actuator(Protocol):
     """Cluster control as the watchdog sees it (implemented in `tpwarden.cluster.control.controller`)."""
@@ -115,6 +117,7 @@ class Watchdog(DaemonIO, RestartPath):
         self._tick_lock = threading.Lock()
         self._outbox = Outbox(alerter, max_retry_s=config.alert_retry_max_s)
         self._broken_writes: set[str] = set()  # "state" / "events" failing right now
+        self._failed_ticks = 0  # consecutive ticks that raised
         self._overdue_job: Any = None  # a restart job past the actuator's wait, still running
         self._clock_step_seen: float | None = None
         self._wall: Callable[[], float] = time.time  # /metrics timestamps (Prometheus time())
@@ -193,11 +196,25 @@ class Watchdog(DaemonIO, RestartPath):
         return self._cadence
 
     def _safe_tick(self) -> None:
+        """One tick that never raises. Ticks that fail in a row (a prober that raises sees
+        nothing, decides nothing) are alerted once at TICK_ERRORS_ALERT, not only counted."""
         try:
             self.tick()
         except Exception as exc:  # the loop must survive anything one tick does
             log.exception("watchdog tick failed")
             self._seam_error("tick", exc)
+            self._failed_ticks += 1
+            if self._failed_ticks == TICK_ERRORS_ALERT:
+                self._queue_alert(
+                    {
+                        "incident_id": "tick-errors",
+                        "category": "tick_errors",
+                        "message": f"{self._failed_ticks} watchdog ticks failed in a row (last: "
+                        f"{type(exc).__name__}: {exc}); hangs are not judged until they pass",
+                    }
+                )
+        else:
+            self._failed_ticks = 0
 
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:

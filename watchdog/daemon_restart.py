@@ -8,8 +8,9 @@ outlives the actuator's wait keeps the cluster restart lock until its process re
 
 Fencing runs on one clock: the failure times are on the daemon's steady clock, the head
 container's start time is the node's wall time; the incident's start is placed on the wall
-clock as "this long ago" (monotonic), so a wall clock stepped since the daemon started (NTP
-fixing a clock 24 h behind) neither hides nor invents a restart by someone else.
+clock as "this long ago" (monotonic). When the wall clock stepped since the daemon started
+(NTP fixing a clock 24 h behind, or breaking one), the step is recorded and fencing skips
+nothing: restarting a hang is the safe side of not knowing which clock was right.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class RestartPath:
                 still_running = getattr(exc, "still_running", None)
                 if lock is not None and callable(still_running) and still_running():
                     keep_lock, self._overdue_job = True, exc
-                    self._record("restart_job_overdue", restart_id=d.restart_id, pid=exc.pid)
+                    pid = getattr(exc, "pid", None)
+                    self._record("restart_job_overdue", restart_id=d.restart_id, pid=pid)
                 return False, f"{type(exc).__name__}: {exc}", False
             return True, "", False
         finally:
@@ -161,7 +163,13 @@ class RestartPath:
             since = min(ats) - (self.config.interval_s + self.config.timeout_s) if ats else None
         if since is None:
             return None
-        since += self._wall_offset()  # steady -> wall: the container's start is wall time
+        offset = self._wall_offset()
+        if abs(offset) > CLOCK_STEP_NOTE_S:
+            # The wall clock stepped since this daemon started: which side was wrong is not
+            # known, so no restart is skipped on a time comparison (the restart lock still
+            # serialises restarts). Conservative: a hang is restarted.
+            return None
+        since += offset  # steady -> wall: the container's start is the node's wall time
         try:
             started = self._cluster_call(started_at, "started_at")
         except (Exception, CallTimedOut) as exc:  # cannot tell: restarting is the safe side
