@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from tpwarden.cluster.errors import TpwardenError
+
 T = TypeVar("T")
 
 
@@ -106,7 +108,7 @@ def bounded(fn: Callable[[], T], timeout_s: float, what: str = "call") -> T:
     return box["value"]  # type: ignore[return-value]
 
 
-class RestartJobOverdue(TimeoutError):
+class RestartJobOverdue(TpwardenError):
     """The restart job outlived the actuator's wait. It is still running: whoever holds the
     cluster restart lock keeps it until `still_running()` says the job really ended."""
 
