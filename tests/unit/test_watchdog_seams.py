@@ -298,3 +298,23 @@ def test_restart_decision_carries_its_start_time() -> None:
     s = PolicyState(phase=WatchdogPhase.READY)
     s2, d = policy.decide(s, Observation(REFUSED, None, None, None, None), 500.0)
     assert any(isinstance(x, Restart) for x in d) and s2.restart_started_at == 500.0
+
+
+def test_truncated_applied_plan_is_waited_past_not_a_crash_loop(tmp_path: Path) -> None:
+    # Reproduction: a truncated applied.json crash-looped the unit into `failed`.
+    from tpwarden.cluster.applied import write_local
+    from tpwarden.cluster.watchdog_plan import wait_for_applied
+
+    from .test_applied_plan import _inventory, _plan
+
+    path = tmp_path / "applied.json"
+    path.write_text('{"cluster": "glm", "config_ha')
+    naps: list[float] = []
+
+    def sleep(s: float) -> None:
+        naps.append(s)
+        if len(naps) == 2:  # the next `tpwarden up` writes it again
+            write_local(_plan(_inventory(tmp_path)), [str(path)])
+
+    plan = wait_for_applied(str(path), poll_s=1.0, sleep=sleep)
+    assert plan.cluster and naps == [1.0, 1.0]
