@@ -318,3 +318,13 @@ def test_truncated_applied_plan_is_waited_past_not_a_crash_loop(tmp_path: Path) 
 
     plan = wait_for_applied(str(path), poll_s=1.0, sleep=sleep)
     assert plan.cluster and naps == [1.0, 1.0]
+
+
+def test_the_watchdog_unit_orders_after_time_sync() -> None:
+    # The steady clock starts from the wall clock at daemon start: after time sync, not before.
+    unit = Path(__file__).resolve().parents[2] / "playbooks/roles/units/templates"
+    text = (unit / "tpwarden-watchdog.service.j2").read_text()
+    after = next(ln for ln in text.splitlines() if ln.startswith("After="))
+    wants = next(ln for ln in text.splitlines() if ln.startswith("Wants="))
+    assert "time-sync.target" in after.split("=")[1].split()
+    assert "time-sync.target" in wants.split("=")[1].split()
