@@ -27,15 +27,27 @@ def plan_key(plan: AppliedPlan | None) -> tuple[str, str] | None:
 def wait_for_applied(
     path: str, poll_s: float = 10.0, sleep: Callable[[float], None] = time.sleep
 ) -> AppliedPlan:
-    """A provisioned watchdog before the first `tpwarden up`: nothing runs, nothing to watch."""
-    said = False
+    """A provisioned watchdog before the first `tpwarden up`: nothing runs, nothing to watch.
+
+    An applied plan that cannot be read (truncated JSON, wrong shape) is waited past too, with
+    an error in the log, instead of crash-looping the unit into `failed` (issue 29): the next
+    `up` rewrites it, and meanwhile no /metrics answer, which TpwardenWatchdogDown alerts."""
+    said: str | None = None
     while True:
-        plan = read_applied(path)
+        try:
+            plan = read_applied(path)
+            why = f"no applied plan at {path} yet: waiting for `tpwarden up`"
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            plan = None
+            why = (
+                f"applied plan {path} is invalid ({type(exc).__name__}: {exc}): "
+                "waiting for `tpwarden up` to write it again"
+            )
         if plan is not None:
             return plan
-        if not said:
-            log.info("no applied plan at %s yet: waiting for `tpwarden up`", path)
-            said = True
+        if why != said:
+            (log.info if why.startswith("no applied") else log.error)("%s", why)
+            said = why
         sleep(poll_s)
 
 

@@ -21,6 +21,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.errors import ProbeError, TpwardenError
 from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.watchdog.observation import BootReading
+from tpwarden.watchdog.runtime import RestartJobOverdue
 
 RESTART_JOB_TIMEOUT_S = 1800.0  # waiting for the restart job (removal + starts, not the boot)
 EVIDENCE_LOG_LINES = 50
@@ -94,8 +95,11 @@ class ControllerActuator:
         try:
             out, err = proc.communicate(timeout=RESTART_JOB_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise TpwardenError(
-                f"restart job (pid {proc.pid}) still running after {RESTART_JOB_TIMEOUT_S:g}s"
+            # Still applying: the caller keeps the cluster restart lock until it really ends.
+            raise RestartJobOverdue(
+                f"restart job (pid {proc.pid}) still running after {RESTART_JOB_TIMEOUT_S:g}s",
+                proc.pid,
+                lambda: proc.poll() is None,
             ) from None
         try:
             doc = json.loads(out.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -74,8 +75,8 @@ class Alerter:
                 if proc.returncode != 0:
                     tail = (proc.stderr or b"").decode(errors="replace").strip()[-200:]
                     problems.append(f"alert command exited {proc.returncode}: {tail}")
-            except (OSError, subprocess.SubprocessError) as exc:
-                problems.append(f"alert command failed: {exc}")
+            except Exception as exc:  # noqa: BLE001 - any failure is a problem, never raised
+                problems.append(f"alert command failed: {type(exc).__name__}: {exc}")
         if self._webhook:
             body = payload
             if self._webhook_format == "alertmanager":
@@ -90,8 +91,8 @@ class Alerter:
                 )
                 if getattr(resp, "status_code", 200) >= 400:
                     problems.append(f"alert webhook answered HTTP {resp.status_code}")
-            except httpx.HTTPError as exc:
-                problems.append(f"alert webhook failed: {exc}")
+            except Exception as exc:  # noqa: BLE001 - e.g. httpx.InvalidURL is no HTTPError
+                problems.append(f"alert webhook failed: {type(exc).__name__}: {exc}")
         for p in problems:
             log.error("%s", p)
         return problems
@@ -117,19 +118,36 @@ class Outbox:
     def add(self, incident: dict[str, Any], now: float) -> None:
         self.pending.append({"incident": incident, "attempts": 0, "next_at": now, "problems": []})
 
-    def load(self, pending: list[dict[str, Any]]) -> None:
-        self.pending = [p for p in pending if isinstance(p, dict) and "incident" in p]
+    def load(self, pending: list[Any]) -> list[tuple[Any, str]]:
+        """Take the items a previous daemon left; returns the malformed ones dropped, with why
+        (an item without `next_at` would otherwise raise on every flush)."""
+        self.pending, dropped = [], []
+        for item in pending:
+            why = item_problem(item)
+            if why is None:
+                self.pending.append(item)
+            else:
+                dropped.append((repr(item)[:300], why))
+        return dropped
 
     def flush(self, now: float) -> list[dict[str, Any]]:
-        """Try every alert that is due; returns one report per attempt made."""
+        """Try every alert that is due; returns one report per attempt made (or per malformed
+        item dropped: `dropped` true). A hook that raises is a failed attempt, retried."""
         reports: list[dict[str, Any]] = []
         keep: list[dict[str, Any]] = []
         for item in self.pending:
+            why = item_problem(item)
+            if why is not None:
+                reports.append({"dropped": True, "error": why, "item": repr(item)[:300]})
+                continue
             if item["next_at"] > now:
                 keep.append(item)
                 continue
             if self._alerter.configured:
-                problems = self._alerter.send(item["incident"])
+                try:
+                    problems = self._alerter.send(item["incident"])
+                except Exception as exc:  # noqa: BLE001 - retried like any failed delivery
+                    problems = [f"alerter raised {type(exc).__name__}: {exc}"]
             else:
                 problems = ["no alert hook configured"]
             item["attempts"] += 1
@@ -152,3 +170,18 @@ class Outbox:
             )
         self.pending = keep
         return reports
+
+
+def item_problem(item: Any) -> str | None:
+    """Why an outbox item cannot be used (None: it can)."""
+    if not isinstance(item, dict):
+        return f"outbox item is {type(item).__name__}, not an object"
+    if not isinstance(item.get("incident"), dict):
+        return "outbox item has no incident object"
+    at = item.get("next_at")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        return f"outbox item has no usable next_at ({at!r})"
+    n = item.get("attempts")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return f"outbox item has no usable attempts count ({n!r})"
+    return None

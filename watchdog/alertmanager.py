@@ -34,6 +34,8 @@ CATEGORIES: dict[str, tuple[str, str, str]] = {
     "restarted": ("TpwardenWatchdogRestarted", "warning", "requests-hang-but-health-says-200"),
     "busy_ceiling": ("TpwardenServerBusy", "warning", "requests-hang-but-health-says-200"),
     "unwritable": ("TpwardenWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
+    "tick_errors": ("TpwardenWatchdogTickErrors", "warning", "watchdog-tick-errors"),
+    "state_invalid": ("TpwardenWatchdogStateInvalid", "warning", "watchdog-state-file-invalid"),
     "plan_unusable": (
         "TpwardenWatchdogPlanUnusable",
         "warning",

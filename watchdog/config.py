@@ -18,6 +18,9 @@ from tpwarden.cluster.errors import ConfigError
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
+# The RESTARTING phase ends by this deadline whatever happened to the restart (the actuator
+# waits up to 1800 s for the restart job; past this the policy counts it as a failed restart).
+RESTART_DEADLINE_S = 1900.0
 
 
 def hold_path(state_dir: str) -> str:
@@ -58,6 +61,8 @@ class WatchdogConfig:
     crash_backoff_s: float = 60.0  # retry delay after a boot that failed (doubles per failure)
     max_boot_failures: int = 2  # consecutive failed boots (deadline or crash) -> give up
     alert_retry_max_s: float = 900.0  # undelivered alerts are retried with backoff up to this
+    restart_deadline_s: float = RESTART_DEADLINE_S  # a restart still "in progress" after this fails
+    events_max_bytes: int = 64 * 1024 * 1024  # events.jsonl rotates to events.jsonl.1 past this
     config_hash: str | None = None  # the applied plan this config was built from
 
     def __post_init__(self) -> None:

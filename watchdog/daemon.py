@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon_io import DaemonIO
+from tpwarden.watchdog.daemon_restart import RestartPath
 from tpwarden.watchdog.events import EventLog
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.observation import BootReading, Observation
@@ -41,15 +42,12 @@ from tpwarden.watchdog.policy_state import (
     decision_name,
 )
 from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
-from tpwarden.watchdog.runtime import Cadence, CallTimedOut, SteadyClock, bounded
-from tpwarden.watchdog.state import (
-    FileLock,
-    StateStore,
-    WatchdogLocked,
-    read_hold,
-)
+from tpwarden.watchdog.runtime import Cadence, SteadyClock, bounded
+from tpwarden.watchdog.state import FileLock, StateStore
 
 log = logging.getLogger(__name__)
+
+TICK_ERRORS_ALERT = 3  # this many failed ticks in a row -> one alert (category tick_errors)
 
 
 class Actuator(Protocol):
@@ -85,7 +83,7 @@ class ProberLike(Protocol):
     def scrape_metrics(self) -> MetricsSnapshot: ...
 
 
-class Watchdog(DaemonIO):
+class Watchdog(DaemonIO, RestartPath):
     def __init__(
         self,
         config: WatchdogConfig,
@@ -119,6 +117,10 @@ class Watchdog(DaemonIO):
         self._tick_lock = threading.Lock()
         self._outbox = Outbox(alerter, max_retry_s=config.alert_retry_max_s)
         self._broken_writes: set[str] = set()  # "state" / "events" failing right now
+        self._failed_ticks = 0  # consecutive ticks that raised
+        self._overdue_job: Any = None  # a restart job past the actuator's wait, still running
+        self._clock_step_seen: float | None = None
+        self._wall: Callable[[], float] = time.time  # /metrics timestamps (Prometheus time())
         # A call into the cluster (boot progress, evidence) waits at most this long per tick.
         self.cluster_call_timeout_s = max(1.0, min(30.0, config.interval_s / 2))
         # Evidence is read once, just before a restart that takes minutes, and its own reads
@@ -143,6 +145,8 @@ class Watchdog(DaemonIO):
         self._record(
             "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
         )
+        for aside, error in getattr(self._store, "quarantined", ()):
+            self._file_invalid("state", self.config.state_path, aside, error)
         if loaded is not None and loaded.restart_in_progress:
             self._record(
                 "restart_interrupted",
@@ -186,28 +190,46 @@ class Watchdog(DaemonIO):
     def _prepare(self) -> Cadence:
         self.open()
         if self._metrics is not None:
+            self._metrics.last_probe.set(self._wall())  # the clock of the probes-stopped alert
             self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
 
     def _safe_tick(self) -> None:
+        """One tick that never raises. Ticks that fail in a row (a prober that raises sees
+        nothing, decides nothing) are alerted once at TICK_ERRORS_ALERT, not only counted."""
         try:
             self.tick()
         except Exception as exc:  # the loop must survive anything one tick does
             log.exception("watchdog tick failed")
-            self._record("tick_error", error=f"{type(exc).__name__}: {exc}")
+            self._seam_error("tick", exc)
+            self._failed_ticks += 1
+            if self._failed_ticks == TICK_ERRORS_ALERT:
+                self._queue_alert(
+                    {
+                        "incident_id": "tick-errors",
+                        "category": "tick_errors",
+                        "message": f"{self._failed_ticks} watchdog ticks failed in a row (last: "
+                        f"{type(exc).__name__}: {exc}); hangs are not judged until they pass",
+                    }
+                )
+        else:
+            self._failed_ticks = 0
 
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
         with self._tick_lock:
             self.open()
+            self._reap_restart_job()
             self._follow_plan()
             assert self._state is not None
             probe = self._prober.probe()
+            if self._metrics is not None:
+                self._metrics.last_probe.set(self._wall())
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
             boot = self._boot_progress() if self._state.phase is WatchdogPhase.BOOTING else None
-            hold, released_at = read_hold(self.config.hold_path)
+            hold, released_at = self._read_hold()
             obs = Observation(probe, metrics, boot, hold, released_at)
             now = self._clock()
             state, decisions = self._policy.decide(self._state, obs, now)
@@ -257,93 +279,12 @@ class Watchdog(DaemonIO):
             if not isinstance(d, Restart):
                 self._record("decision", decision=decision_name(d), **dataclasses.asdict(d))
             if isinstance(d, Alert):
-                self._send_alert(d, state)
+                try:
+                    self._send_alert(d, state)
+                except Exception as exc:  # noqa: BLE001 - an alert never stops a decision
+                    self._seam_error("alerter", exc)
             elif isinstance(d, Restart):
                 self._restart(d)
-
-    def _restart(self, d: Restart) -> None:
-        evidence = dict(d.evidence)
-        try:
-            evidence["nodes"] = self._cluster_call(
-                self._actuator.collect_evidence, "evidence", self.evidence_timeout_s
-            )
-        except Exception as exc:
-            evidence["nodes_error"] = f"{type(exc).__name__}: {exc}"
-        self._record(
-            "restart_begin",
-            restart_id=d.restart_id,
-            reason=d.reason,
-            cause=d.cause,
-            evidence=evidence,
-        )
-        if self._restart_lock is not None:
-            try:
-                self._restart_lock.acquire(f"restart_id={d.restart_id}")
-            except WatchdogLocked as exc:
-                self._skip_restart(d, str(exc))
-                return
-        fenced = self._restarted_by_someone_else(d)
-        if fenced:
-            if self._restart_lock is not None:
-                self._restart_lock.release()
-            self._skip_restart(d, fenced)
-            return
-        if self._metrics is not None:
-            self._metrics.restarts_total.labels(d.cause).inc()
-        ok, error = True, ""
-        try:
-            self._actuator.restart(d.reason, evidence)
-        except Exception as exc:  # the actuator raises on failure; the loop goes on
-            ok, error = False, f"{type(exc).__name__}: {exc}"
-        finally:
-            if self._restart_lock is not None:
-                self._restart_lock.release()
-        self._record("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
-        assert self._state is not None
-        state, more = self._policy.on_restart_result(self._state, self._clock(), ok=ok, error=error)
-        self._commit(state, more)
-
-    def _skip_restart(self, d: Restart, why: str) -> None:
-        """Another actor restarts (or just restarted) the server: boot grace, no budget used."""
-        self._record("restart_skipped", restart_id=d.restart_id, error=why)
-        assert self._state is not None
-        state, more = self._policy.on_restart_result(
-            self._state, self._clock(), ok=False, skipped=True
-        )
-        self._commit(state, more)
-
-    def _restarted_by_someone_else(self, d: Restart) -> str | None:
-        """Fencing against a restart already made by another watchdog or an operator.
-
-        The restart lock only serialises restarts; a second watchdog that reaches its N-th
-        failure after the first one finished (its probes were refused while the new server
-        booted) would restart again. So, holding the lock, ask the cluster when the head's
-        container started: after this incident's evidence began (the first counted failure,
-        less one probe period: refusals of a boot that began just before it), or after the boot
-        this watchdog is timing, the restart was made by someone else -> skip.
-        """
-        started_at = getattr(self._actuator, "server_started_at", None)
-        if not callable(started_at):
-            return None
-        assert self._state is not None
-        if d.cause == "boot_deadline":
-            since = self._state.boot_started_at
-        else:
-            ats = [f.get("at") for f in d.evidence.get("failures") or () if f.get("at")]
-            since = min(ats) - (self.config.interval_s + self.config.timeout_s) if ats else None
-        if since is None:
-            return None
-        try:
-            started = self._cluster_call(started_at, "started_at")
-        except (Exception, CallTimedOut) as exc:  # cannot tell: restarting is the safe side
-            log.warning("server_started_at() failed: %s", exc)
-            return None
-        if started is not None and started > since:
-            return (
-                f"server (re)started at {started:.1f}, after this incident began ({since:.1f}): "
-                "restarted by another watchdog or an operator; verifying in boot grace"
-            )
-        return None
 
     def _send_alert(self, a: Alert, state: PolicyState) -> None:
         self._queue_alert(
@@ -364,6 +305,8 @@ class Watchdog(DaemonIO):
             return
         m, now = self._metrics, self._clock()
         m.consecutive_failures.set(state.consecutive_failures)
+        m.probe_interval.set(self.config.interval_s)
+        m.probe_timeout.set(self.config.timeout_s)
         m.state.state(state.phase.value)
         held = (
             state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP) or (hold_until or 0) > now
@@ -389,7 +332,7 @@ def build_watchdog(
         actuator=actuator,
         clock=clock,
         state_store=StateStore(config.state_path),
-        event_log=EventLog(config.events_path, clock),
+        event_log=EventLog(config.events_path, clock, max_bytes=config.events_max_bytes),
         alerter=Alerter(
             config.alert_command,
             config.alert_webhook,

@@ -13,6 +13,7 @@ from typing import Any
 from tpwarden.cluster.durable import atomic_write_json, read_json
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
+from tpwarden.watchdog.state import load_hold
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
 
@@ -29,6 +30,7 @@ class DaemonIO:
     _broken_writes: set[str]
     _follow: Any
     _follow_error: str | None
+    _hold_error: str | None = None
     _prober: Any
     _actuator: Any
     _policy: Policy
@@ -41,7 +43,7 @@ class DaemonIO:
         """Append an event; a failed write is counted and alerted, never raised."""
         try:
             self._events.append(kind, **fields)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - a full disk, or any other broken writer
             self._write_failed("events", exc)
         else:
             self._write_ok("events")
@@ -49,13 +51,42 @@ class DaemonIO:
     def _save(self, state: PolicyState) -> None:
         try:
             self._store.save(state)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - decisions are applied all the same
             self._write_failed("state", exc)
         else:
             self._write_ok("state")
 
-    def _write_failed(self, what: str, exc: OSError) -> None:
-        log.error("cannot write watchdog %s: %s", what, exc)
+    def _seam_error(self, seam: str, exc: BaseException) -> None:
+        """A failure inside one tick (any exception type, at any seam): logged, recorded as a
+        `tick_error` event and counted on /metrics (`tpwarden_watchdog_tick_errors_total`),
+        which a shipped alert rule watches. Never raises."""
+        log.error("watchdog %s failed: %s: %s", seam, type(exc).__name__, exc)
+        if self._metrics is not None:
+            self._metrics.tick_errors_total.labels(seam).inc()
+        self._record("tick_error", seam=seam, error=f"{type(exc).__name__}: {exc}")
+
+    def _file_invalid(self, what: str, path: str, aside: str | None, error: str) -> None:
+        """A persisted file failed validation: moved aside, recorded and alerted."""
+        self._record("file_invalid", file=what, path=path, moved_to=aside, error=error)
+        self._queue_alert(
+            {
+                "incident_id": f"invalid-{what}",
+                "category": "state_invalid",
+                "message": f"watchdog {what} file {path} is invalid ({error}); moved to "
+                f"{aside or '(could not move it)'}; the daemon goes on from a safe state",
+            }
+        )
+
+    def _read_hold(self) -> tuple[Any, float | None]:
+        got = load_hold(self.config.hold_path, quarantine=True)
+        if got.invalid is not None and got.invalid != self._hold_error:
+            self._file_invalid("hold", self.config.hold_path, got.moved_to, got.invalid)
+        # A file moved aside is reported once; one that stays (unreadable) once per error.
+        self._hold_error = None if got.moved_to else got.invalid
+        return got.hold, got.released_at
+
+    def _write_failed(self, what: str, exc: Exception) -> None:
+        log.error("cannot write watchdog %s: %s: %s", what, type(exc).__name__, exc)
         if self._metrics is not None:
             self._metrics.write_errors_total.labels(what).inc()
         if what in self._broken_writes:
@@ -84,8 +115,14 @@ class DaemonIO:
         self._flush_alerts()
 
     def _flush_alerts(self) -> None:
-        for report in self._outbox.flush(self._clock()):
-            self._record("alert_sent", **report)
+        """Try what is due; a broken alerter or outbox is a counted tick error, never raised."""
+        try:
+            reports = self._outbox.flush(self._clock())
+        except Exception as exc:  # noqa: BLE001 - alerts never stop the loop
+            self._seam_error("outbox", exc)
+            reports = []
+        for report in reports:
+            self._record("alert_dropped" if report.get("dropped") else "alert_sent", **report)
         if self._metrics is not None:
             self._metrics.alerts_undelivered.set(len(self._outbox.pending))
         self._save_outbox()
@@ -96,14 +133,22 @@ class DaemonIO:
     def _save_outbox(self) -> None:
         try:
             atomic_write_json(self._outbox_path(), {"pending": self._outbox.pending})
-        except OSError as exc:  # in memory it still is: retried as long as this process lives
+        except Exception as exc:  # noqa: BLE001 - in memory it still is: retried while we live
             log.warning("cannot save the alert outbox: %s", exc)
 
     def _load_outbox(self) -> None:
+        """Alerts left undelivered by the previous daemon; malformed items are dropped with an
+        event (an item without `next_at` once raised KeyError on every tick)."""
         try:
-            self._outbox.load((read_json(self._outbox_path()) or {}).get("pending") or [])
-        except (OSError, ValueError, AttributeError) as exc:
+            doc = read_json(self._outbox_path()) or {}
+            pending = doc.get("pending") if isinstance(doc, dict) else None
+            dropped = self._outbox.load(pending if isinstance(pending, list) else [])
+        except Exception as exc:  # noqa: BLE001 - an unreadable outbox is an empty one
             log.warning("alert outbox unreadable: %s", exc)
+            self._record("alert_dropped", error=f"outbox unreadable: {exc}")
+            return
+        for item, why in dropped:
+            self._record("alert_dropped", error=why, item=item)
 
     def _follow_plan(self) -> None:
         """Switch probe target, key and policy to a newly applied plan (logged as an event).

@@ -1,27 +1,45 @@
 """The watchdog's event log: `{"ts": clock(), "kind": kind, **fields}` per line, in that key
 order, written by `tpwarden.cluster.durable.JsonlLog` (one fsynced line per record; a torn last
-line is skipped by `read_events()` and ended by the next writer)."""
+line is skipped by `read_events()` and ended by the next writer).
+
+The log rotates by size: past `max_bytes` it becomes `events.jsonl.1` (one rotated file kept,
+the older one dropped) and a new file starts. `read_events()` streams both, oldest first, and
+keeps only the last `limit` records in memory when asked to.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tpwarden.cluster.durable import JsonlLog, scan_jsonl
+from tpwarden.cluster.durable import JsonlLog
+
+
+def rotated_path(path: str) -> str:
+    return path + ".1"
 
 
 class EventLog:
     """Appends timestamped events to `path`. Opens the file on first use; `close()` releases it."""
 
-    def __init__(self, path: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, path: str, clock: Callable[[], float], *, max_bytes: int | None = None
+    ) -> None:
         self.path = path
         self._clock = clock
+        self._max_bytes = max_bytes
         self._log = JsonlLog(path, sort_keys=False)
 
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
         record = {"ts": self._clock(), "kind": kind, **fields}
         self._log.append(record)
+        if self._max_bytes is not None and os.path.getsize(self.path) >= self._max_bytes:
+            self._log.close()
+            os.replace(self.path, rotated_path(self.path))  # the next append starts a new file
         return record
 
     def close(self) -> None:
@@ -35,8 +53,25 @@ class EventRead:
 
 
 def read_events(path: str, limit: int | None = None) -> EventRead:
-    """All well-formed records (oldest first; the last `limit` when given). Torn lines skipped."""
-    events, skipped = scan_jsonl(path)
-    if limit is not None:
-        events = events[-limit:]
-    return EventRead(events, skipped)
+    """Every well-formed record of the rotated file and the current one, oldest first (the
+    last `limit` when given), read line by line. Torn or non-object lines are skipped."""
+    events: deque[dict[str, Any]] = deque(maxlen=limit)
+    skipped = 0
+    for part in (rotated_path(path), path):
+        try:
+            with open(part, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if not line.strip():
+                        continue
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        skipped += 1
+                        continue
+                    if isinstance(rec, dict):
+                        events.append(rec)
+                    else:
+                        skipped += 1
+        except FileNotFoundError:
+            continue
+    return EventRead(list(events), skipped)

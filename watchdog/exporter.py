@@ -75,6 +75,28 @@ class WatchdogMetrics:
             "Alerts not yet delivered to every hook (retried with backoff).",
             registry=r,
         )
+        self.tick_errors_total = Counter(
+            "tpwarden_watchdog_tick_errors_total",
+            "Errors inside a watchdog tick, by seam (tick, alerter, outbox, restart, ...); "
+            "the loop goes on, decisions still apply.",
+            ["seam"],
+            registry=r,
+        )
+        self.last_probe = Gauge(
+            "tpwarden_watchdog_last_probe_timestamp_seconds",
+            "Wall time of the last probe made (any outcome), or of the daemon's start.",
+            registry=r,
+        )
+        self.probe_interval = Gauge(
+            "tpwarden_watchdog_probe_interval_seconds",
+            "The probe interval in force (for the probes-stopped alert).",
+            registry=r,
+        )
+        self.probe_timeout = Gauge(
+            "tpwarden_watchdog_probe_timeout_seconds",
+            "The probe timeout in force (for the probes-stopped alert).",
+            registry=r,
+        )
         self._server: Any = None
         self._thread: Any = None
 

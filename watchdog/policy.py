@@ -15,7 +15,9 @@ States (`WatchdogPhase`) and transitions
 |            |                                              | when N is reached with no restart budget   |
 | RESTARTING | Restart decided and persisted (with its id)  | BOOTING when the actuator returns or fails,|
 |            | BEFORE the actuator runs                     | or at daemon start (kill -9 recovery: the  |
-|            |                                              | restart is NOT repeated, only verified)    |
+|            |                                              | restart is NOT repeated, only verified),   |
+|            |                                              | or past `restart_deadline_s` (a failed     |
+|            |                                              | restart: restart_failed alert)             |
 | HELD       | automatic hold: restart budget exhausted     | READY on an OK probe; BOOTING on release   |
 | GIVEN_UP   | two consecutive boots missed their deadline  | READY on an OK probe; BOOTING on release   |
 
@@ -188,8 +190,7 @@ class Policy:
             d.append(Wait(f"{s.phase.value}: no automatic action until a healthy probe or release"))
             return s, d
         if s.phase is WatchdogPhase.RESTARTING:
-            d.append(Wait("restart in progress"))
-            return s, d
+            return self._restarting(s, now, d)
         if s.phase is WatchdogPhase.BOOTING:
             return self._booting(s, obs, hold, now, d)
         if verdict is ProbeVerdict.BUSY:
@@ -223,6 +224,25 @@ class Policy:
         return s, d
 
     # -- helpers -----------------------------------------------------------------------------
+    def _restarting(
+        self, s: PolicyState, now: float, d: list[Decision]
+    ) -> tuple[PolicyState, list[Decision]]:
+        """A restart never stays in progress for good: past `restart_deadline_s` (the restart
+        result never came back: the daemon's restart path broke) it is a failed restart."""
+        began = s.restart_started_at
+        if began is None:
+            began = s.restart_times[-1] if s.restart_times else s.updated_at
+        if began is not None and now - began < self.cfg.restart_deadline_s:
+            d.append(Wait("restart in progress"))
+            return s, d
+        waited = f"{now - began:.0f}s" if began is not None else "an unknown time"
+        error = (
+            f"restart {s.restart_in_progress or '?'} gave no result within "
+            f"{self.cfg.restart_deadline_s:g}s (waited {waited})"
+        )
+        s2, more = self.on_restart_result(s, now, ok=False, error=error)
+        return s2, d + more
+
     def _healthy(self, s: PolicyState, now: float, d: list[Decision]) -> PolicyState:
         if s.consecutive_failures:
             d.append(ResetFailures(s.consecutive_failures, "probe answered"))
@@ -365,6 +385,7 @@ class Policy:
             phase=WatchdogPhase.RESTARTING,
             restart_seq=seq,
             restart_in_progress=rid,
+            restart_started_at=now,
             restart_times=recent + (now,),
         )
         d.append(Restart(rid, reason, cause, evidence))
@@ -381,6 +402,7 @@ class Policy:
             boot_progress=None,
             boot_failures=s.boot_failures if keep_boot_failures else 0,
             restart_in_progress=None,
+            restart_started_at=None,
             consecutive_failures=0,
             failure_log=(),
             baseline=None,

@@ -6,10 +6,11 @@ its configuration and its decisions. Plain types; the rules that move between th
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.config import RESTART_DEADLINE_S, WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.probe import MetricsSnapshot
 
@@ -115,6 +116,7 @@ class PolicyState:
     unreadable_since: float | None = None  # first timed-out probe with /metrics unreadable
     crash_seen_at: float | None = None  # boot seen failed (container exited): retry after backoff
     hold_expired_alerted: float | None = None  # `until` of the last expired hold alerted on
+    restart_started_at: float | None = None  # when the restart in progress was decided
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -127,6 +129,9 @@ class PolicyState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PolicyState:
+        """The state from its JSON; ValueError naming the first field of a wrong type or value
+        (state.json is data, not trust: `"consecutive_failures": "3"` must not load)."""
+        check_state_json(data)
         bp = data.get("boot_progress")
         base = data.get("baseline")
         known = {f for f in cls.__dataclass_fields__}
@@ -140,6 +145,63 @@ class PolicyState:
             failure_log=tuple(data.get("failure_log") or ()),
         )
         return cls(**values)
+
+
+_INT_FIELDS = ("consecutive_failures", "boot_failures", "restart_seq", "incident_seq")
+_TIME_FIELDS = (
+    "boot_started_at",
+    "boot_deadline_at",
+    "held_at",
+    "flat_since",
+    "busy_since",
+    "last_ok_at",
+    "updated_at",
+    "blind_since",
+    "blind_alerted_at",
+    "unreadable_since",
+    "crash_seen_at",
+    "hold_expired_alerted",
+    "restart_started_at",
+)
+_STR_FIELDS = ("restart_in_progress", "incident_id", "last_verdict")
+
+
+def _is_time(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_state_json(data: Any) -> None:
+    """ValueError unless `data` has the shape `PolicyState.to_json()` writes."""
+    if not isinstance(data, dict):
+        raise ValueError("policy state is not an object")
+
+    def bad(key: str, want: str) -> ValueError:
+        return ValueError(f"{key}: {data[key]!r} is not {want}")
+
+    for key in _INT_FIELDS:
+        v = data.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad(key, "an integer >= 0")
+    for key in _TIME_FIELDS:
+        if data.get(key) is not None and not _is_time(data[key]):
+            raise bad(key, "a finite number")
+    for key in _STR_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise bad(key, "a string")
+    if data.get("phase", "booting") not in {p.value for p in WatchdogPhase}:
+        raise bad("phase", "a phase")
+    times = data.get("restart_times") or []
+    if not isinstance(times, list) or not all(_is_time(t) for t in times):
+        raise bad("restart_times", "a list of finite numbers")
+    alerted = data.get("alerted") or []
+    if not isinstance(alerted, list) or not all(isinstance(a, str) for a in alerted):
+        raise bad("alerted", "a list of strings")
+    flog = data.get("failure_log") or []
+    if not isinstance(flog, list) or not all(isinstance(f, dict) for f in flog):
+        raise bad("failure_log", "a list of objects")
+    for key in ("boot_progress", "baseline", "last_probe"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise bad(key, "an object")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +218,7 @@ class PolicyConfig:
     blind_realert_s: float = 3600.0
     crash_backoff_s: float = 60.0
     max_boot_failures: int = 2
+    restart_deadline_s: float = RESTART_DEADLINE_S  # RESTARTING longer than this: failed
 
     @classmethod
     def from_config(cls, c: WatchdogConfig) -> PolicyConfig:
@@ -172,4 +235,5 @@ class PolicyConfig:
             blind_realert_s=c.blind_realert_s,
             crash_backoff_s=c.crash_backoff_s,
             max_boot_failures=c.max_boot_failures,
+            restart_deadline_s=c.restart_deadline_s,
         )

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from tpwarden.cluster.errors import TpwardenError
+
 T = TypeVar("T")
 
 
@@ -31,6 +33,7 @@ class SteadyClock:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._monotonic = monotonic
+        self.wall = wall  # the wall clock now: fencing compares with the nodes' wall times
         self._wall0 = wall()
         self._mono0 = monotonic()
 
@@ -103,3 +106,13 @@ def bounded(fn: Callable[[], T], timeout_s: float, what: str = "call") -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+class RestartJobOverdue(TpwardenError):
+    """The restart job outlived the actuator's wait. It is still running: whoever holds the
+    cluster restart lock keeps it until `still_running()` says the job really ended."""
+
+    def __init__(self, message: str, pid: int, still_running: Callable[[], bool]) -> None:
+        super().__init__(message)
+        self.pid = pid
+        self.still_running = still_running

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from typing import Any
 
 from tpwarden.cluster.durable import atomic_write_json, read_json
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.config import MAX_HOLD_S
 from tpwarden.watchdog.observation import OperatorHold
 from tpwarden.watchdog.policy_state import PolicyState
 
@@ -34,23 +37,39 @@ class WatchdogLocked(TpwardenError):
     """Another watchdog already holds this lock."""
 
 
+def move_aside(path: str, error: object) -> str | None:
+    """Rename an invalid file to `<path>.invalid-<ts>` (kept for a post-mortem, never read
+    again); returns where it went, or None when it could not be moved."""
+    aside = f"{path}.invalid-{int(time.time())}"
+    log.error("watchdog file %s is invalid (%s); moving it to %s", path, error, aside)
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.error("cannot move %s aside: %s", path, exc)
+        return None
+    return aside
+
+
 class StateStore:
-    """Loads and saves `PolicyState` atomically. A corrupt file is moved aside, never trusted."""
+    """Loads and saves `PolicyState` atomically. A file that is not valid JSON of the right
+    shape and types is moved aside (`quarantined` says where and why), never trusted: the
+    daemon starts from a safe state (boot grace) and alerts."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.quarantined: list[tuple[str | None, str]] = []
 
     def load(self) -> PolicyState | None:
         try:
             data = read_json(self.path)
             if data is None:
                 return None
+            if not isinstance(data, dict) or not isinstance(data.get("policy"), dict):
+                raise ValueError("no policy object")
             return PolicyState.from_json(data["policy"])
-        except (ValueError, KeyError, TypeError) as exc:
-            aside = f"{self.path}.corrupt-{int(time.time())}"
-            log.error("state file %s unreadable (%s); moved to %s", self.path, exc, aside)
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.quarantined.append((move_aside(self.path, error), error))
             return None
 
     def save(self, state: PolicyState) -> None:
@@ -136,23 +155,58 @@ def write_release(path: str, *, by: str, now: float) -> None:
     atomic_write_json(path, release_document(by=by, now=now))
 
 
-def read_hold(path: str) -> tuple[OperatorHold | None, float | None]:
-    """(active-or-expired hold, last release time); a broken file counts as no hold."""
-    try:
-        data = read_json(path) or {}
-        h = data.get("hold")
-        hold = (
-            OperatorHold(
-                float(h["until"]),
-                str(h.get("reason", "")),
-                str(h.get("by", "")),
-                str(h.get("kind") or "hold"),
-            )
-            if h
-            else None
+@dataclasses.dataclass(frozen=True)
+class HoldRead:
+    hold: OperatorHold | None
+    released_at: float | None
+    invalid: str | None = None  # why the file was not used (it was moved aside)
+    moved_to: str | None = None
+
+
+def _finite(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{what} {v!r} is not a finite number")
+    return float(v)
+
+
+def _parse_hold(data: Any, path: str) -> tuple[OperatorHold | None, float | None]:
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    h = data.get("hold")
+    hold = None
+    if h:
+        if not isinstance(h, dict):
+            raise ValueError("hold is not an object")
+        until = _finite(h.get("until"), "until")
+        # Capped on read: a hold lasts at most MAX_HOLD_S from when it was set (or written).
+        set_at = h.get("set_at")
+        base = _finite(set_at, "set_at") if set_at is not None else os.path.getmtime(path)
+        until = min(until, base + MAX_HOLD_S)
+        hold = OperatorHold(
+            until, str(h.get("reason", "")), str(h.get("by", "")), str(h.get("kind") or "hold")
         )
-        rel = data.get("released_at")
-        return hold, float(rel) if rel is not None else None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        log.error("hold file %s unreadable: %s", path, exc)
-        return None, None
+    rel = data.get("released_at")
+    return hold, _finite(rel, "released_at") if rel is not None else None
+
+
+def load_hold(path: str, *, quarantine: bool = False) -> HoldRead:
+    """hold.json as data, not trust: an `until` of Infinity/NaN or of the wrong type makes the
+    file invalid (reported in `invalid`; no hold; moved aside when `quarantine`, which only the
+    daemon asks for); any hold is capped at MAX_HOLD_S after it was set."""
+    try:
+        data = read_json(path)
+        if data is None:
+            return HoldRead(None, None)
+        hold, released = _parse_hold(data, path)
+        return HoldRead(hold, released)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return HoldRead(None, None, error, move_aside(path, error) if quarantine else None)
+    except OSError as exc:  # unreadable now (permissions, I/O): no hold this tick, file kept
+        return HoldRead(None, None, f"{type(exc).__name__}: {exc}")
+
+
+def read_hold(path: str) -> tuple[OperatorHold | None, float | None]:
+    """(active-or-expired hold, last release time); an invalid file counts as no hold."""
+    got = load_hold(path)
+    return got.hold, got.released_at

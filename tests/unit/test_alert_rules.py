@@ -24,6 +24,8 @@ CONTRACT_ALERTS = {
     "TpwardenWatchdogHeld",
     "TpwardenWatchdogBlind",
     "TpwardenWatchdogDown",
+    "TpwardenWatchdogProbesStopped",
+    "TpwardenWatchdogTickErrors",
     "TpwardenNodeNearCritical",
     "TpwardenGpuThermalThrottle",
     "TpwardenThermalSampleGap",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -31,7 +32,9 @@ class FileHolder:
         self.path = path
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
-        write_hold(self.path, until=until, reason=reason, by="ops", now=0.0, kind=kind)
+        # set_at is the writer's wall time, as WatchdogHolder writes it: the watchdog caps a
+        # hold at MAX_HOLD_S after set_at, so a fixed 0.0 here would read as long expired.
+        write_hold(self.path, until=until, reason=reason, by="ops", now=time.time(), kind=kind)
 
     def release(self) -> None:
         write_release(self.path, by="ops", now=0.0)

@@ -138,6 +138,7 @@ def test_events_a_rule_also_sees_use_the_rules_name_and_severity() -> None:
         "gave_up": "TpwardenWatchdogGaveUp",
         "budget_exhausted": "TpwardenWatchdogHeld",
         "misconfig": "TpwardenWatchdogBlind",
+        "tick_errors": "TpwardenWatchdogTickErrors",  # the daemon's own, and the rule's
     }
     for category, name in shared.items():
         assert alert_identity(category)[1] == rules[name]["severity"], category
