@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.ansible_inventory import PathKey, Resolved
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.launch import flag_table
-from tpwarden.cluster.settings import TpwardenSettings, looks_like_secret
+from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; tpwarden names containers
 # <cluster>-vllm-<host>, so a host name must fit that alphabet.
@@ -76,6 +76,16 @@ def check_host_name(inv: Resolved, name: str) -> None:
             hint="use letters, digits, '.', '_' and '-', starting with a letter or digit; "
             "put the address in ansible_host",
         )
+
+
+def check_address(inv: Resolved, path: PathKey, value: Any, *, hint: str) -> None:
+    """A host var that must be a host name or IP address (it reaches ssh argv and sockets)."""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not a host name or IP address")
+        host_or_address(value)
+    except ValueError as exc:
+        raise located(inv, path, str(exc), hint=hint) from None
 
 
 def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:

@@ -104,7 +104,27 @@ def absolute_path(value: str | None) -> str | None:
     return value
 
 
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def host_or_address(value: str) -> str:
+    """A host name (DNS labels) or an IP address, nothing else: the value reaches ssh argv,
+    ProxyCommand templates and listen sockets, so no spaces, options or shell characters."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    name = value.removesuffix(".")
+    if ":" in value and value.count(":") == 1 and value.rpartition(":")[2].isdigit():
+        raise ValueError(f"{value!r} has a port: give only the host here")
+    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+        raise ValueError(f"{value!r} is not a host name or IP address")
+    return value
+
+
 NoFlag = Annotated[str, AfterValidator(not_a_flag)]
+HostOrAddress = Annotated[str, AfterValidator(host_or_address)]
 AbsPath = Annotated[str, AfterValidator(absolute_path)]
 
 
@@ -240,7 +260,9 @@ class WatchdogSpec(_Model):
         description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
         "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
     )
-    metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
+    metrics_host: HostOrAddress = Field(
+        "127.0.0.1", description="Listen address of the watchdog's /metrics."
+    )
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
     state_dir: AbsPath = Field(
         "/var/lib/tpwarden/watchdog", description="State, lock and event log."
@@ -266,7 +288,9 @@ class ThermalSpec(_Model):
         "/var/log/tpwarden/thermal", description="Where each node's agent writes samples."
     )
     disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
-    metrics_host: str = Field("127.0.0.1", description="Listen address of the agent's /metrics.")
+    metrics_host: HostOrAddress = Field(
+        "127.0.0.1", description="Listen address of the agent's /metrics."
+    )
     metrics_port: int = Field(9411, ge=1, le=65535, description="Port of the agent's /metrics.")
     alert_margin_c: float = Field(
         10, ge=0, description="Alert when a zone is this close to its critical trip."

@@ -11,12 +11,13 @@ import base64
 import hashlib
 import logging
 import os
+import shlex
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import paramiko
 from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
-from tpwarden.cluster.ssh_route import Hop, Route, route_for
+from tpwarden.cluster.ssh_route import Hop, Route, proxy_argv, route_for
 
 if TYPE_CHECKING:
     from tpwarden.cluster.settings import SshSpec
@@ -143,9 +144,9 @@ def connect(
             jumps.append(jump)
             sock = _channel_through(jump, hop, t, options.connect_timeout_s)
         if sock is None and t.route.proxy_command:
-            command = t.route.proxy_command.replace("%h", t.host).replace("%p", str(t.port))
-            command = command.replace("%r", t.user).replace("%%", "%")
-            sock = paramiko.ProxyCommand(command)
+            argv = proxy_argv(t.route.proxy_command, t.host, t.port, t.user)
+            # paramiko splits its command line with shlex: joined quoted, it splits back to argv
+            sock = paramiko.ProxyCommand(shlex.join(argv))
         return _connect_one(t, sock, options, factory, t.route.known_hosts), jumps
     except BaseException:
         for jump in reversed(jumps):
