@@ -46,7 +46,10 @@ MANAGED_FLAGS = {
     "host": "tpwarden.host",
     "port": "tpwarden.port",
 }
-SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key"}
+SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key", "hf_token": "tpwarden.secrets.hf_token"}
+# Any other option whose value is a token or key (by argparse dest: --hf-token, --api-key, a
+# future --foo-secret) is refused too; --ssl-keyfile (a path) and --max-num-batched-tokens are not.
+_SECRET_DEST = re.compile(r"(^|_)(token|key|secret|password|passwd)$")
 
 
 def dotted(path: PathKey) -> str:
@@ -144,13 +147,14 @@ def check_extra_args(inv: Resolved, settings: TpwardenSettings) -> None:
                 f"vLLM {settings.vllm_version} `vllm serve` has no flag {flag}",
                 hint=f"did you mean {close[0]}?" if close else "check the flag's spelling",
             )
-        dest = option.get("dest")
-        if dest in SECRET_FLAGS:
+        dest = str(option.get("dest"))
+        if option["takes_value"] and _SECRET_DEST.search(dest):
+            home = SECRET_FLAGS.get(dest, "tpwarden.secrets")
             raise located(
                 inv,
                 where,
                 f"{flag} would put a secret on the command line (visible in ps and plans)",
-                hint=f"reference it under {SECRET_FLAGS[dest]} as env: NAME or file: /path",
+                hint=f"reference it under {home} as env: NAME or file: /path",
             )
         if dest in MANAGED_FLAGS:
             raise located(

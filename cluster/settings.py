@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -17,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -120,6 +122,20 @@ def host_or_address(value: str) -> str:
         raise ValueError(f"{value!r} has a port: give only the host here")
     if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
         raise ValueError(f"{value!r} is not a host name or IP address")
+    return value
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host and nothing a client would refuse later (httpx.InvalidURL)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or too big
+    except ValueError as exc:
+        raise ValueError(f"the URL is not valid ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http:// or https:// URL with a host")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("the URL contains spaces or control characters")
     return value
 
 
@@ -254,7 +270,12 @@ class WatchdogSpec(_Model):
     alert_command: list[str] | None = Field(
         None, description="argv run once per incident (JSON on stdin)."
     )
-    alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
+    alert_webhook: str | SecretRef | None = Field(
+        None,
+        repr=False,  # the URL often carries a token
+        description="http(s) URL POSTed once per incident, or where to read it (env: NAME or "
+        "file: /path, read where the watchdog runs) when the URL carries a token.",
+    )
     alert_webhook_format: Literal["tpwarden", "alertmanager"] = Field(
         "tpwarden",
         description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
@@ -267,6 +288,20 @@ class WatchdogSpec(_Model):
     state_dir: AbsPath = Field(
         "/var/lib/tpwarden/watchdog", description="State, lock and event log."
     )
+
+    @field_validator("alert_webhook", mode="before")
+    @classmethod
+    def _webhook_url(cls, value: Any) -> Any:
+        # one message for the form given (a union would report both members' errors)
+        if isinstance(value, dict):
+            try:
+                return SecretRef.model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                message = first["msg"].removeprefix("Value error, ")
+                raise ValueError(f"{where}: {message}" if where else message) from None
+        return http_url(value) if isinstance(value, str) else value
 
     @field_validator("restart_window_s")
     @classmethod
