@@ -22,7 +22,9 @@ def _spec(webhook_yaml: str):
     text = (ROOT / "inventory.example.yml").read_text()
     anchor = "      watchdog:\n"
     assert anchor in text
-    return parse_inventory(text.replace(anchor, anchor + f"        alert_webhook: {webhook_yaml}\n"))
+    return parse_inventory(
+        text.replace(anchor, anchor + f"        alert_webhook: {webhook_yaml}\n")
+    )
 
 
 def test_plain_webhook_and_api_key_are_in_no_repr():
