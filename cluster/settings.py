@@ -139,7 +139,23 @@ def http_url(value: str) -> str:
     return value
 
 
+_UNIT_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+def unit_path(value: str) -> str:
+    """A directory a systemd unit names (StateDirectory=, LogsDirectory=, ReadWritePaths=): a
+    space would split it into two and `%` is a unit specifier, so only a plain charset."""
+    absolute_path(value)
+    if not _UNIT_PATH.match(value) or ".." in value.split("/"):
+        raise ValueError(
+            f"{value!r} may hold only letters, digits, '.', '_', '-' and '/' (no spaces, '%', "
+            "'$', quotes or '..'): systemd units name this directory"
+        )
+    return value
+
+
 NoFlag = Annotated[str, AfterValidator(not_a_flag)]
+UnitPath = Annotated[str, AfterValidator(unit_path)]
 HostOrAddress = Annotated[str, AfterValidator(host_or_address)]
 AbsPath = Annotated[str, AfterValidator(absolute_path)]
 
@@ -285,7 +301,7 @@ class WatchdogSpec(_Model):
         "127.0.0.1", description="Listen address of the watchdog's /metrics."
     )
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
-    state_dir: AbsPath = Field(
+    state_dir: UnitPath = Field(
         "/var/lib/tpwarden/watchdog", description="State, lock and event log."
     )
 
@@ -319,7 +335,7 @@ class WatchdogSpec(_Model):
 
 class ThermalSpec(_Model):
     interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
-    dir: AbsPath = Field(
+    dir: UnitPath = Field(
         "/var/log/tpwarden/thermal", description="Where each node's agent writes samples."
     )
     disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
