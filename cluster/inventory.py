@@ -24,6 +24,7 @@ from tpwarden.cluster.inventory_plain import read_resolved
 from tpwarden.cluster.inventory_values import (
     check_address,
     check_extra_args,
+    check_host_key_checking,
     check_host_name,
     check_strings,
     located,
@@ -232,6 +233,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
     for rank, name in enumerate(names):
         hvars = inv.host_vars.get(name, {})
         check_strings(inv, hvars, (name,))
+        check_host_key_checking(inv, name, hvars)
         host = hvars.get("ansible_host", name)
         port = hvars.get("ansible_port", 22)
         user = hvars.get("ansible_user", "root")

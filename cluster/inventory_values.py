@@ -18,6 +18,7 @@ from tpwarden.cluster.ansible_inventory import PathKey, Resolved
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.launch import flag_table
 from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
+from tpwarden.cluster.ssh_route import parse_ssh_args
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; tpwarden names containers
 # <cluster>-vllm-<host>, so a host name must fit that alphabet.
@@ -89,6 +90,35 @@ def check_address(inv: Resolved, path: PathKey, value: Any, *, hint: str) -> Non
         host_or_address(value)
     except ValueError as exc:
         raise located(inv, path, str(exc), hint=hint) from None
+
+
+_CHECKING_OFF = ("no", "off", "false", "accept-new")
+
+
+def check_host_key_checking(inv: Resolved, name: str, hvars: Mapping[str, Any]) -> None:
+    """Refuse host vars that would make Ansible accept unknown host keys: `tpwarden provision`
+    turns checking on (ANSIBLE_HOST_KEY_CHECKING=True), but inventory variables outrank it."""
+    for var in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
+        value = hvars.get(var)
+        if value is not None and str(value).strip().lower() in (*_CHECKING_OFF, "0"):
+            raise located(
+                inv,
+                (name, var),
+                f"{var} turns host-key checking off",
+                hint="remove it and list the nodes' keys in a known_hosts file "
+                "(docs/real-cluster.md, section 2)",
+            )
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        value = str(hvars.get(var) or "")
+        strict = parse_ssh_args(value).get("stricthostkeychecking", "")
+        if strict.lower() in _CHECKING_OFF:
+            raise located(
+                inv,
+                (name, var),
+                f"StrictHostKeyChecking={strict} accepts unknown host keys",
+                hint="use StrictHostKeyChecking=yes (or leave it out) and list the nodes' keys "
+                "in a known_hosts file (docs/real-cluster.md, section 2)",
+            )
 
 
 def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
