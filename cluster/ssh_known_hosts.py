@@ -92,10 +92,11 @@ def read_known_hosts(path: str) -> KnownHosts:
 
 def _entry(line: str, where: str) -> paramiko.hostkeys.HostKeyEntry | None:
     """One entry; None for a key type paramiko cannot read (skipped, as paramiko does)."""
-    if len(line.split()) < 3:
+    words = line.split()  # OpenSSH allows any run of blanks; paramiko one space or tab
+    if len(words) < 3:
         raise KnownHostsError(f"{where}: not a known_hosts line (expected: hosts keytype key)")
     try:
-        return paramiko.hostkeys.HostKeyEntry.from_line(line)
+        return paramiko.hostkeys.HostKeyEntry.from_line(" ".join(words))
     except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, binascii.Error) as exc:
         raise KnownHostsError(f"{where}: not a known_hosts line ({exc})") from None
 

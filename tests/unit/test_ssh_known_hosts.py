@@ -124,6 +124,7 @@ def test_parse_markers_and_hashed_names(tmp_path):
     known = tmp_path / "kh"
     known.write_text(
         _line(hashed, HOST_KEY)
+        + _line("10.0.0.20", HOST_KEY).replace(" ", " \t  ")  # any run of blanks
         + _line("10.0.0.13", OTHER_KEY, "@revoked")
         + _line("!10.0.0.14,10.0.0.*", OTHER_KEY, "@cert-authority")
     )
@@ -131,8 +132,9 @@ def test_parse_markers_and_hashed_names(tmp_path):
     keys = paramiko.HostKeys()
     parsed.load_into(keys)
     assert keys.lookup("10.0.0.12")["ecdsa-sha2-nistp256"] == HOST_KEY
+    assert keys.lookup("10.0.0.20")["ecdsa-sha2-nistp256"] == HOST_KEY
     assert parsed.is_revoked(OTHER_KEY) and not parsed.is_revoked(HOST_KEY)
-    assert parsed.authority_for("10.0.0.15").line == 3
+    assert parsed.authority_for("10.0.0.15").line == 4
     assert parsed.authority_for("10.0.0.14") is None  # negated
     assert parsed.authority_for("10.0.0.15", 2222) is None  # [host]:port does not match
 
