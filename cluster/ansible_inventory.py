@@ -40,6 +40,9 @@ HOST_VARS = (
     "ansible_ssh_common_args",
     "ansible_ssh_extra_args",
     "ansible_become",
+    # refused when they turn checking off (inventory_values.check_host_key_checking)
+    "ansible_host_key_checking",
+    "ansible_ssh_host_key_checking",
     "vllm_host_ip",
     # read by `tpwarden prometheus config` (and by the unit templates)
     "tpwarden_thermal_metrics_host",

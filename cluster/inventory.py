@@ -22,7 +22,9 @@ from tpwarden.cluster.ansible_inventory import Resolved, resolve
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory_plain import read_resolved
 from tpwarden.cluster.inventory_values import (
+    check_address,
     check_extra_args,
+    check_host_key_checking,
     check_host_name,
     check_strings,
     located,
@@ -33,6 +35,10 @@ from tpwarden.cluster.spec import ClusterSpec, NodeSpec, serving_from_settings
 from tpwarden.cluster.ssh_route import route_for
 from tpwarden.cluster.yaml_guard import check_files, check_yaml
 
+_ADDRESS_HINT = (
+    "a name such as node2.example.internal or an address such as 10.0.0.12, with no spaces, "
+    "ssh options or shell characters; a port goes in ansible_port"
+)
 # Flag tables of `vllm serve`, one per vLLM version (also read by launch.flag_table).
 _FLAG_TABLES = Path(__file__).parent / "data"
 
@@ -227,6 +233,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
     for rank, name in enumerate(names):
         hvars = inv.host_vars.get(name, {})
         check_strings(inv, hvars, (name,))
+        check_host_key_checking(inv, name, hvars)
         host = hvars.get("ansible_host", name)
         port = hvars.get("ansible_port", 22)
         user = hvars.get("ansible_user", "root")
@@ -236,13 +243,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
             raise located(
                 inv, (name, "ansible_port"), f"ansible_port {port!r} is not a port (1-65535)"
             )
-        if not isinstance(host, str) or not host or host.startswith("-"):
-            raise located(
-                inv,
-                (name, "ansible_host"),
-                "ansible_host must be a host name or address",
-                hint="a name or address, not starting with '-'",
-            )
+        check_address(inv, (name, "ansible_host"), host, hint=_ADDRESS_HINT)
         if not isinstance(user, str) or not user or user.startswith("-"):
             raise located(inv, (name, "ansible_user"), "ansible_user must be a user name")
         vllm_ip = hvars.get("vllm_host_ip", host)
@@ -298,12 +299,12 @@ def _thermal_metrics(
     same two host vars)."""
     host = hvars.get("tpwarden_thermal_metrics_host")
     port = hvars.get("tpwarden_thermal_metrics_port")
-    if host is not None and (not isinstance(host, str) or not host or host.startswith("-")):
-        raise located(
+    if host is not None:
+        check_address(
             inv,
             (name, "tpwarden_thermal_metrics_host"),
-            f"tpwarden_thermal_metrics_host {host!r} is not a listen address",
-            hint="an address of this node (or 0.0.0.0), not starting with '-'",
+            host,
+            hint="an address of this node (or 0.0.0.0)",
         )
     if isinstance(port, str) and port.isdigit():
         port = int(port)

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.ansible_inventory import PathKey, Resolved
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.launch import flag_table
-from tpwarden.cluster.settings import TpwardenSettings, looks_like_secret
+from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
+from tpwarden.cluster.ssh_route import parse_ssh_args
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; tpwarden names containers
 # <cluster>-vllm-<host>, so a host name must fit that alphabet.
@@ -46,7 +47,10 @@ MANAGED_FLAGS = {
     "host": "tpwarden.host",
     "port": "tpwarden.port",
 }
-SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key"}
+SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key", "hf_token": "tpwarden.secrets.hf_token"}
+# Any other option whose value is a token or key (by argparse dest: --hf-token, --api-key, a
+# future --foo-secret) is refused too; --ssl-keyfile (a path) and --max-num-batched-tokens are not.
+_SECRET_DEST = re.compile(r"(^|_)(token|key|secret|password|passwd)$")
 
 
 def dotted(path: PathKey) -> str:
@@ -76,6 +80,45 @@ def check_host_name(inv: Resolved, name: str) -> None:
             hint="use letters, digits, '.', '_' and '-', starting with a letter or digit; "
             "put the address in ansible_host",
         )
+
+
+def check_address(inv: Resolved, path: PathKey, value: Any, *, hint: str) -> None:
+    """A host var that must be a host name or IP address (it reaches ssh argv and sockets)."""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not a host name or IP address")
+        host_or_address(value)
+    except ValueError as exc:
+        raise located(inv, path, str(exc), hint=hint) from None
+
+
+_CHECKING_OFF = ("no", "off", "false", "accept-new")
+
+
+def check_host_key_checking(inv: Resolved, name: str, hvars: Mapping[str, Any]) -> None:
+    """Refuse host vars that would make Ansible accept unknown host keys: `tpwarden provision`
+    turns checking on (ANSIBLE_HOST_KEY_CHECKING=True), but inventory variables outrank it."""
+    for var in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
+        value = hvars.get(var)
+        if value is not None and str(value).strip().lower() in (*_CHECKING_OFF, "0"):
+            raise located(
+                inv,
+                (name, var),
+                f"{var} turns host-key checking off",
+                hint="remove it and list the nodes' keys in a known_hosts file "
+                "(docs/real-cluster.md, section 2)",
+            )
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        value = str(hvars.get(var) or "")
+        strict = parse_ssh_args(value).get("stricthostkeychecking", "")
+        if strict.lower() in _CHECKING_OFF:
+            raise located(
+                inv,
+                (name, var),
+                f"StrictHostKeyChecking={strict} accepts unknown host keys",
+                hint="use StrictHostKeyChecking=yes (or leave it out) and list the nodes' keys "
+                "in a known_hosts file (docs/real-cluster.md, section 2)",
+            )
 
 
 def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
@@ -134,13 +177,14 @@ def check_extra_args(inv: Resolved, settings: TpwardenSettings) -> None:
                 f"vLLM {settings.vllm_version} `vllm serve` has no flag {flag}",
                 hint=f"did you mean {close[0]}?" if close else "check the flag's spelling",
             )
-        dest = option.get("dest")
-        if dest in SECRET_FLAGS:
+        dest = str(option.get("dest"))
+        if option["takes_value"] and _SECRET_DEST.search(dest):
+            home = SECRET_FLAGS.get(dest, "tpwarden.secrets")
             raise located(
                 inv,
                 where,
                 f"{flag} would put a secret on the command line (visible in ps and plans)",
-                hint=f"reference it under {SECRET_FLAGS[dest]} as env: NAME or file: /path",
+                hint=f"reference it under {home} as env: NAME or file: /path",
             )
         if dest in MANAGED_FLAGS:
             raise located(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -18,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -105,7 +107,57 @@ def absolute_path(value: str | None) -> str | None:
     return value
 
 
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def host_or_address(value: str) -> str:
+    """A host name (DNS labels) or an IP address, nothing else: the value reaches ssh argv,
+    ProxyCommand templates and listen sockets, so no spaces, options or shell characters."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    name = value.removesuffix(".")
+    if ":" in value and value.count(":") == 1 and value.rpartition(":")[2].isdigit():
+        raise ValueError(f"{value!r} has a port: give only the host here")
+    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+        raise ValueError(f"{value!r} is not a host name or IP address")
+    return value
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host and nothing a client would refuse later (httpx.InvalidURL)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or too big
+    except ValueError as exc:
+        raise ValueError(f"the URL is not valid ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http:// or https:// URL with a host")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("the URL contains spaces or control characters")
+    return value
+
+
+_UNIT_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+def unit_path(value: str) -> str:
+    """A directory a systemd unit names (StateDirectory=, LogsDirectory=, ReadWritePaths=): a
+    space would split it into two and `%` is a unit specifier, so only a plain charset."""
+    absolute_path(value)
+    if not _UNIT_PATH.match(value) or ".." in value.split("/"):
+        raise ValueError(
+            f"{value!r} may hold only letters, digits, '.', '_', '-' and '/' (no spaces, '%', "
+            "'$', quotes or '..'): systemd units name this directory"
+        )
+    return value
+
+
 NoFlag = Annotated[str, AfterValidator(not_a_flag)]
+UnitPath = Annotated[str, AfterValidator(unit_path)]
+HostOrAddress = Annotated[str, AfterValidator(host_or_address)]
 AbsPath = Annotated[str, AfterValidator(absolute_path)]
 
 
@@ -265,17 +317,38 @@ class WatchdogSpec(_Model):
     alert_command: list[str] | None = Field(
         None, description="argv run once per incident (JSON on stdin)."
     )
-    alert_webhook: str | None = Field(None, description="URL POSTed once per incident.")
+    alert_webhook: str | SecretRef | None = Field(
+        None,
+        repr=False,  # the URL often carries a token
+        description="http(s) URL POSTed once per incident, or where to read it (env: NAME or "
+        "file: /path, read where the watchdog runs) when the URL carries a token.",
+    )
     alert_webhook_format: Literal["tpwarden", "alertmanager"] = Field(
         "tpwarden",
         description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
         "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
     )
-    metrics_host: str = Field("127.0.0.1", description="Listen address of the watchdog's /metrics.")
+    metrics_host: HostOrAddress = Field(
+        "127.0.0.1", description="Listen address of the watchdog's /metrics."
+    )
     metrics_port: int = Field(9410, ge=1, le=65535, description="Port of the watchdog's /metrics.")
-    state_dir: AbsPath = Field(
+    state_dir: UnitPath = Field(
         "/var/lib/tpwarden/watchdog", description="State, lock and event log."
     )
+
+    @field_validator("alert_webhook", mode="before")
+    @classmethod
+    def _webhook_url(cls, value: Any) -> Any:
+        # one message for the form given (a union would report both members' errors)
+        if isinstance(value, dict):
+            try:
+                return SecretRef.model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                message = first["msg"].removeprefix("Value error, ")
+                raise ValueError(f"{where}: {message}" if where else message) from None
+        return http_url(value) if isinstance(value, str) else value
 
     @field_validator("restart_window_s")
     @classmethod
@@ -293,11 +366,13 @@ class WatchdogSpec(_Model):
 
 class ThermalSpec(_Model):
     interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
-    dir: AbsPath = Field(
+    dir: UnitPath = Field(
         "/var/log/tpwarden/thermal", description="Where each node's agent writes samples."
     )
     disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
-    metrics_host: str = Field("127.0.0.1", description="Listen address of the agent's /metrics.")
+    metrics_host: HostOrAddress = Field(
+        "127.0.0.1", description="Listen address of the agent's /metrics."
+    )
     metrics_port: int = Field(9411, ge=1, le=65535, description="Port of the agent's /metrics.")
     alert_margin_c: float = Field(
         10, ge=0, description="Alert when a zone is this close to its critical trip."

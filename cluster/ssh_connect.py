@@ -11,12 +11,14 @@ import base64
 import hashlib
 import logging
 import os
+import shlex
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import paramiko
 from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
-from tpwarden.cluster.ssh_route import Hop, Route, route_for
+from tpwarden.cluster.ssh_known_hosts import KnownHosts, KnownHostsError, read_known_hosts
+from tpwarden.cluster.ssh_route import Hop, Route, proxy_argv, route_for
 
 if TYPE_CHECKING:
     from tpwarden.cluster.settings import SshSpec
@@ -81,26 +83,34 @@ def _host_entry(host: str, port: int) -> str:
 
 
 class _UnknownHostKey(paramiko.SSHException):
-    def __init__(self, key: paramiko.PKey) -> None:
-        super().__init__("unknown host key")
+    def __init__(self, key: paramiko.PKey, revoked: bool = False) -> None:
+        super().__init__("revoked host key" if revoked else "unknown host key")
         self.key = key
+        self.revoked = revoked
 
 
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, keeping the offered key so the error can show its fingerprint."""
+    """Refuse unknown keys, keeping the offered key so the error can show its fingerprint.
+    A revoked key is never listed as known (`KnownHosts.load_into`), so it always lands here."""
+
+    def __init__(self, known: KnownHosts) -> None:
+        self.known = known
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> NoReturn:
-        raise _UnknownHostKey(key)
+        raise _UnknownHostKey(key, self.known.is_revoked(key))
 
 
-class _AcceptUnknownInMemory(paramiko.MissingHostKeyPolicy):
-    """`allow_unknown_hosts`: accept for this process only; never write the known_hosts file."""
+class _AcceptUnknownInMemory(_RejectUnknown):
+    """`allow_unknown_hosts`: accept for this process only; never write the known_hosts file.
+    A revoked key is still refused."""
 
-    def missing_host_key(
+    def missing_host_key(  # type: ignore[override]
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        if self.known.is_revoked(key):
+            raise _UnknownHostKey(key, revoked=True)
         log.warning(
             "accepting unknown host key %s %s (allow_unknown_hosts)", hostname, fingerprint(key)
         )
@@ -143,9 +153,9 @@ def connect(
             jumps.append(jump)
             sock = _channel_through(jump, hop, t, options.connect_timeout_s)
         if sock is None and t.route.proxy_command:
-            command = t.route.proxy_command.replace("%h", t.host).replace("%p", str(t.port))
-            command = command.replace("%r", t.user).replace("%%", "%")
-            sock = paramiko.ProxyCommand(command)
+            argv = proxy_argv(t.route.proxy_command, t.host, t.port, t.user)
+            # paramiko splits its command line with shlex: joined quoted, it splits back to argv
+            sock = paramiko.ProxyCommand(shlex.join(argv))
         return _connect_one(t, sock, options, factory, t.route.known_hosts), jumps
     except BaseException:
         for jump in reversed(jumps):
@@ -179,17 +189,15 @@ def _connect_one(
     # the user's ~/.ssh/known_hosts
     chosen = o.known_hosts or route_known_hosts
     known_hosts = chosen or os.path.expanduser("~/.ssh/known_hosts")
-    if chosen:
-        if not os.path.exists(chosen):
-            raise HostKeyError(
-                t.node,
-                f"known_hosts file {chosen} does not exist ({_fix_hint(t, chosen)})",
-            )
-        client.load_host_keys(chosen)
-    else:
-        client.load_system_host_keys()
+    if chosen and not os.path.exists(chosen):
+        raise HostKeyError(
+            t.node,
+            f"known_hosts file {chosen} does not exist ({_fix_hint(t, chosen)})",
+        )
+    known = _read_known_hosts(t, known_hosts)
+    known.load_into(client.get_host_keys())
     client.set_missing_host_key_policy(
-        _AcceptUnknownInMemory() if o.allow_unknown_hosts else _RejectUnknown()
+        _AcceptUnknownInMemory(known) if o.allow_unknown_hosts else _RejectUnknown(known)
     )
     timeout = o.connect_timeout_s
     try:
@@ -207,14 +215,11 @@ def _connect_one(
         )
     except _UnknownHostKey as e:
         client.close()
-        raise HostKeyError(
-            t.node,
-            f"host key for {_host_entry(t.host, t.port)} is not in {known_hosts} "
-            f"(offered {e.key.get_name()} {fingerprint(e.key)}); refusing to connect: "
-            f"{_fix_hint(t, known_hosts)}",
-        ) from None
+        raise HostKeyError(t.node, _unknown_key_message(t, known, e)) from None
     except paramiko.BadHostKeyException as e:
         client.close()
+        if known.is_revoked(e.key):
+            raise HostKeyError(t.node, _revoked_message(t, known, e.key)) from None
         raise HostKeyError(
             t.node,
             f"HOST KEY CHANGED for {_host_entry(t.host, t.port)}: {known_hosts} has "
@@ -242,6 +247,46 @@ def _connect_one(
     if transport is not None:
         transport.set_keepalive(15)
     return client
+
+
+def _read_known_hosts(t: SshTarget, path: str) -> KnownHosts:
+    """The known_hosts file as tpwarden trusts it; a missing default file trusts nothing."""
+    try:
+        return read_known_hosts(path)
+    except FileNotFoundError:
+        return KnownHosts(path)
+    except KnownHostsError as exc:
+        raise HostKeyError(t.node, f"{exc}; fix or remove that line") from None
+    except OSError as exc:
+        raise HostKeyError(
+            t.node, f"cannot read known_hosts file {path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _revoked_message(t: SshTarget, known: KnownHosts, key: paramiko.PKey) -> str:
+    return (
+        f"host key {key.get_name()} {fingerprint(key)} offered by {_host_entry(t.host, t.port)} "
+        f"is marked @revoked in {known.path}; refusing to connect (a revoked key is never "
+        f"accepted: give the node a new host key, then {_fix_hint(t, known.path)})"
+    )
+
+
+def _unknown_key_message(t: SshTarget, known: KnownHosts, e: _UnknownHostKey) -> str:
+    if e.revoked:
+        return _revoked_message(t, known, e.key)
+    offered = f"offered {e.key.get_name()} {fingerprint(e.key)}"
+    authority = known.authority_for(t.host, t.port)
+    if authority is not None:
+        return (
+            f"{known.path}:{authority.line}: @cert-authority vouches for "
+            f"{_host_entry(t.host, t.port)}, but tpwarden's SSH client checks plain host keys "
+            f"only, not host certificates ({offered}); refusing to connect: list the node's "
+            f"own key: {_fix_hint(t, known.path)}"
+        )
+    return (
+        f"host key for {_host_entry(t.host, t.port)} is not in {known.path} ({offered}); "
+        f"refusing to connect: {_fix_hint(t, known.path)}"
+    )
 
 
 def _strerror(err: Exception) -> str | None:

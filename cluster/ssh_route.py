@@ -9,6 +9,7 @@ connection and a `direct-tcpip` channel through it as the socket of the next hop
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -61,6 +62,21 @@ def parse_ssh_args(text: str | None) -> dict[str, str]:
             key, _, rest = value.partition(" ")
         options[key.strip().lower()] = rest.strip()
     return options
+
+
+_PROXY_TOKEN = re.compile(r"%[hpr%]")
+
+
+def proxy_argv(command: str, host: str, port: int, user: str) -> list[str]:
+    """A ProxyCommand's argv: split first, then `%h`, `%p`, `%r` and `%%` replaced inside each
+    word, so a host value can never add arguments or shell syntax (substituting before the
+    split would let `10.0.0.11:22 -oProxyCommand=...` become options of the command)."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"cannot split ProxyCommand {command!r}: {exc}") from None
+    values = {"%h": host, "%p": str(port), "%r": user, "%%": "%"}
+    return [_PROXY_TOKEN.sub(lambda m: values[m.group(0)], word) for word in words]
 
 
 def parse_hop(text: str) -> Hop:

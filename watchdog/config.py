@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpwarden.cluster.errors import ConfigError
@@ -43,12 +43,12 @@ class WatchdogConfig:
     max_restarts: int = 2
     restart_window_s: float = 21600.0
     alert_command: tuple[str, ...] | None = None
-    alert_webhook: str | None = None
+    alert_webhook: str | None = field(default=None, repr=False)  # often carries a token
     alert_webhook_format: str = "tpwarden"  # or "alertmanager" (its webhook payload, version 4)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9410
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     restart_lock_path: str | None = None
     # Policy refinements (defaults derived from the fields above when left as None).
     stall_after_s: float | None = None  # flat counters for this long make a timeout a stall

@@ -18,7 +18,7 @@ from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.operator_lock import cluster_lock_path
 from tpwarden.cluster.secrets import resolve_secret
-from tpwarden.cluster.settings import SecretRef
+from tpwarden.cluster.settings import SecretRef, http_url
 from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.cluster.watchdog_plan import PlanFollower, wait_for_applied
 from tpwarden.watchdog.actuator import ControllerActuator, build_actuator
@@ -61,11 +61,39 @@ def resolve_api_key(ref: SecretRef | None, environ: Mapping[str, str] | None = N
     return value
 
 
+def resolve_webhook(
+    value: str | SecretRef | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The alert webhook URL: as written, or read from its reference where the watchdog runs
+    (the URL often carries a token). ConfigError when it cannot be read or is not an http(s)
+    URL, so the watchdog does not start with alerts that could never be sent."""
+    if not isinstance(value, SecretRef):
+        return value
+    key = "watchdog.alert_webhook." + ("env" if value.env else "file")
+    url = resolve_secret(
+        value,
+        read_file=_read_text,
+        environ=os.environ if environ is None else environ,
+        what="the alert webhook",
+        where="where the watchdog runs",
+        key=key,
+        hint="the watchdog reads the webhook URL from its own environment or host",
+    )
+    try:
+        return http_url(url)
+    except ValueError as exc:
+        raise ConfigError(
+            f"the alert webhook ({value.env or value.file}): {exc}", key=key
+        ) from None
+
+
 def build_config(
     spec: Any, state_dir: str | None = None, environ: Mapping[str, str] | None = None
 ) -> WatchdogConfig:
-    """Resolve probe target, model, API key and the cluster restart lock from the ClusterSpec."""
+    """Resolve probe target, model, API key, alert webhook and the cluster restart lock from the
+    ClusterSpec."""
     api_key = resolve_api_key(getattr(spec.secrets, "api_key", None), environ)
+    webhook = resolve_webhook(getattr(spec.watchdog, "alert_webhook", None), environ)
     sd = state_dir or spec.watchdog.state_dir
     lock = cluster_lock_path(spec, sd)
     return WatchdogConfig.from_spec(
@@ -76,6 +104,7 @@ def build_config(
         restart_lock_path=lock,
         state_dir=sd,
         config_hash=spec.config_hash(),
+        alert_webhook=webhook,
     )
 
 

@@ -218,6 +218,11 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
         },
         "envvars": {
             "ANSIBLE_CONFIG": str(request.playbook_dir / "ansible.cfg"),
+            # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the caller sets it
+            # (ansible_runner/config/_base.py), which beats ansible.cfg and makes Ansible's ssh
+            # put `-o StrictHostKeyChecking=no` first in its argv (ssh keeps the first value):
+            # vault secrets and the watchdog's known_hosts would travel unverified.
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
         },

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
+
+import paramiko
 import pytest
-from tpwarden.cluster.ssh_route import Hop, parse_hop, parse_ssh_args, route_for
+from tpwarden.cluster.errors import NodeUnreachable
+from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.ssh_route import Hop, Route, parse_hop, parse_ssh_args, proxy_argv, route_for
 
 
 @pytest.mark.parametrize(
@@ -48,3 +53,40 @@ def test_chain_and_known_hosts():
 
 def test_proxycommand_none_means_none():
     assert route_for("n", "-o ProxyCommand=none", None).proxy_command is None
+
+
+PWNED = "10.0.0.11:22 -oProxyCommand=touch${IFS}/tmp/pwned"  # issue 29's ansible_host
+
+
+def test_proxycommand_tokens_are_substituted_after_the_split():
+    argv = proxy_argv("ssh -W %h:%p -l %r jump 100%%", PWNED, 22, "ops")
+    assert argv == ["ssh", "-W", f"{PWNED}:22", "-l", "ops", "jump", "100%"]
+    # substituting before the split (what paramiko would do with the filled-in string) would
+    # have made the host's tail an option of the proxy's ssh
+    assert "-oProxyCommand=touch${IFS}/tmp/pwned:22" in shlex.split(
+        "ssh -W %h:%p".replace("%h", PWNED).replace("%p", "22")
+    )
+
+
+def test_a_host_cannot_add_arguments_to_a_running_proxycommand(tmp_path):
+    # The proxy command really runs (touch, then exits: the connection fails, no network);
+    # a host with spaces and an option makes one file named after all of it, never two
+    node = tmp_path / "made"
+    node.mkdir()
+    target = SshTarget(
+        "n2",
+        "a -oProxyCommand=touch b",
+        port=22,
+        user="root",
+        route=Route(proxy_command=f"touch {node}/%h"),
+    )
+    with pytest.raises(NodeUnreachable):
+        connect(target, SshOptions(known_hosts=str(_empty(tmp_path)), connect_timeout_s=2),
+                paramiko.SSHClient)  # fmt: skip
+    assert sorted(p.name for p in node.iterdir()) == ["a -oProxyCommand=touch b"]
+
+
+def _empty(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    return known

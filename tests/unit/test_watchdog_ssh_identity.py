@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 from tpwarden.cluster.applied import AppliedPlan, plan_for, write_local
 from tpwarden.cluster.cli import watchdog as wd_cli
@@ -88,14 +89,11 @@ class _Recorder:
 
     seen: list[dict[str, Any]] = []
 
-    def load_host_keys(self, path: str) -> None:
-        self.known_hosts = path
-
-    def load_system_host_keys(self) -> None:
-        self.known_hosts = "<system>"
+    def get_host_keys(self) -> paramiko.HostKeys:
+        return paramiko.HostKeys()
 
     def set_missing_host_key_policy(self, policy: Any) -> None:
-        pass
+        self.known_hosts = policy.known.path  # the known_hosts file the keys were read from
 
     def connect(self, host: str, **kw: Any) -> None:
         _Recorder.seen.append(
