@@ -25,7 +25,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import pynvml
@@ -220,15 +219,12 @@ class Nvml:
 
     ``library_loader`` returns an already loaded ``ctypes.CDLL`` to use instead of pynvml's own
     ``CDLL("libnvidia-ml.so.1")`` (tests point it at the lab's stub). pynvml keeps one library per
-    process; :meth:`close` unloads one this object installed. ``cap_record`` is the node's
-    clock-cap record (default :func:`tpwarden.node.clockcap.record_path`).
+    process; :meth:`close` unloads one this object installed. The clock cap each sample reports
+    is the node's record of the lock call (:func:`tpwarden.node.clockcap.record_path`).
     """
 
-    def __init__(
-        self, library_loader: LibraryLoader | None = None, cap_record: Path | None = None
-    ) -> None:
+    def __init__(self, library_loader: LibraryLoader | None = None) -> None:
         self._loader = library_loader
-        self._cap_record = cap_record
         self._status: NvmlStatus | None = None
         self._installed = False
         self._initialized = False
@@ -315,7 +311,7 @@ class Nvml:
         status = self.status()
         if not status.available:
             return []
-        record, why = clockcap.read_record(self._cap_record)
+        record, why = clockcap.read_record()
         return [self._sample(i, record, why) for i in range(status.device_count)]
 
     def _sample(self, index: int, record: dict[str, Any] | None, why: str | None) -> GpuSample:
