@@ -55,12 +55,21 @@ class LockAnswer:
         return self.code == 0
 
 
+def refusal_text(a: LockAnswer) -> str:
+    """The driver's answer, said for an operator (NO_PERMISSION: needs root)."""
+    said = f"NVML answered {a.answer} ({a.message})"
+    if a.answer == "NO_PERMISSION":
+        return f"{said}; setting clocks needs root (run tpwarden's clock step as root or via sudo)"
+    if a.answer == "NOT_SUPPORTED":
+        return f"{said}; this GPU/driver does not support locked clocks"
+    return said
+
+
 def make_record(
     action: str,
     mhz: int | None,
     answers: Sequence[LockAnswer],
     now: float,
-    error: str | None = None,
 ) -> dict[str, Any]:
     """The JSON record of one ``cap``/``reset``: ``ok`` only if every GPU answered SUCCESS."""
     return {
@@ -68,8 +77,7 @@ def make_record(
         "action": action,
         "mhz": mhz if action == "cap" else None,
         "time_unix_s": now,
-        "ok": error is None and bool(answers) and all(a.ok for a in answers),
-        "error": error,
+        "ok": bool(answers) and all(a.ok for a in answers),
         "gpus": [asdict(a) for a in answers],
     }
 
@@ -111,7 +119,7 @@ def recorded_cap(
         return None, f"{NO_READ_BACK}; clocks reset at {when}"
     mine = [g for g in record.get("gpus") or () if g.get("index") == index]
     if not mine:
-        return None, f"{NO_READ_BACK}; lock call not made: {record.get('error') or 'no answer'}"
+        return None, f"{NO_READ_BACK}; no answer from GPU{index} recorded"
     if mine[0].get("code") != 0:
         return None, f"{NO_READ_BACK}; lock call at {when} answered {mine[0].get('answer')}"
     mhz = record.get("mhz")
@@ -151,7 +159,7 @@ def read_cap(doc: Mapping[str, Any]) -> CapReading:
     if record.get("action") == "reset":
         return CapReading("reset", None, f"clocks reset at {when}; {NO_READ_BACK}", {}, t)
     if not record.get("ok"):
-        said = _refusal(gpus) or str(record.get("error") or "no GPU answered")
+        said = _refusal(gpus) or "no GPU answered"
         return CapReading("refused", None, f"lock call at {when} refused: {said}", {}, t)
     mhz = record.get("mhz")
     mhz = mhz if isinstance(mhz, int) and not isinstance(mhz, bool) else None

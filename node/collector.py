@@ -124,8 +124,6 @@ def check_paths(paths: list[str]) -> dict[str, Any]:
 def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | None]:
     """``cap``/``reset``: make the lock call and record each GPU's answer on the node (the only
     proof NVML gives) in ``doc["clock_cap"]``. Returns the gateway (to close) and the refusal."""
-    from tpwarden.node import gpu  # deferred: pynvml may be absent on the node
-
     facts, nvml = _gpu_facts(args.nvml_lib)
     if nvml is None:
         raise RuntimeError(facts["nvml"]["reason"])
@@ -150,7 +148,7 @@ def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | Non
         return nvml, None
     what = "lock" if args.action == "cap" else "reset"
     a = refused[0]
-    return nvml, f"cannot {what} GPU clocks on GPU {a.index}: {gpu.refusal_text(a)}"
+    return nvml, f"cannot {what} GPU clocks on GPU {a.index}: {clockcap.refusal_text(a)}"
 
 
 def _shown_cap(doc: dict[str, Any]) -> None:

@@ -413,17 +413,7 @@ class Nvml:
 def _raise_refusal(what: str, answers: tuple[LockAnswer, ...]) -> None:
     for a in answers:
         if not a.ok:
-            raise NvmlError(f"cannot {what} on GPU {a.index}: {refusal_text(a)}")
-
-
-def refusal_text(a: LockAnswer) -> str:
-    """The driver's answer, said for an operator (NO_PERMISSION: needs root)."""
-    said = f"NVML answered {a.answer} ({a.message})"
-    if a.answer == "NO_PERMISSION":
-        return f"{said}; setting clocks needs root (run tpwarden's clock step as root or via sudo)"
-    if a.answer == "NOT_SUPPORTED":
-        return f"{said}; this GPU/driver does not support locked clocks"
-    return said
+            raise NvmlError(f"cannot {what} on GPU {a.index}: {clockcap.refusal_text(a)}")
 
 
 def collect_json(
