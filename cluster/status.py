@@ -127,6 +127,18 @@ def gpu_alarms(node: NodeStatus) -> list[str]:
     return out
 
 
+def clock_cap_notes(node: NodeStatus) -> list[str]:
+    """A refused lock call and an SM clock above the cap (by the node's record of the lock
+    call; NVML has no read-back). Noted, never a change of verdict."""
+    out = []
+    for g in node.gpus:
+        if g.get("clock_cap_state") == "refused":
+            out.append(f"{node.node} GPU{g.get('index')}: clock cap {g.get('clock_cap')}")
+        if g.get("clock_cap_violation"):
+            out.append(f"{node.node}: clock cap violated: {g['clock_cap_violation']}")
+    return out
+
+
 def derive_verdict(
     nodes: Sequence[NodeStatus], server: ServerStatus
 ) -> tuple[Verdict, tuple[str, ...]]:
@@ -147,6 +159,7 @@ def derive_verdict(
         notes.append(f"config drift on {', '.join(drift)}")
     for node_status in reachable:
         notes.extend(gpu_alarms(node_status))
+        notes.extend(clock_cap_notes(node_status))
     if server.probe_error and server.health_status is not None:
         notes.append(f"probe: {server.probe_error}")
     if reachable and len(missing) == len(reachable) and not server.probe_ok:

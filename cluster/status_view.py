@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus
+from tpwarden.node.clockcap import NO_READ_BACK, utc
 from tpwarden.node.thermal.roles import zone_role
 
 DASH = "-"
@@ -204,6 +205,37 @@ def server_rows(s: ServerStatus) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _cap_row(nodes: Sequence[NodeStatus]) -> tuple[tuple[str, str], ...]:
+    summary = clock_cap_summary(nodes)
+    return (("GPU clock cap", summary),) if summary else ()
+
+
+_CAP_LABELS = {"refused": "lock call refused", "reset": "reset", "none": "no cap recorded"}
+
+
+def clock_cap_summary(nodes: Sequence[NodeStatus]) -> str | None:
+    """The GPU clock cap of every node by its record of the lock call (GPU rows annotated by
+    `tpwarden.node.clockcap.annotate_gpus`), e.g. "2000 MHz on node1, node2, set at
+    2026-12-04T03:20:11Z; NVML has no read-back"; None when no node reported one."""
+    groups: dict[tuple[str, Any], list[tuple[str, float | None]]] = {}
+    for n in nodes:
+        for g in n.gpus[:1]:
+            state = g.get("clock_cap_state")
+            if state:
+                key = (state, g.get("locked_clock_max_mhz"))
+                groups.setdefault(key, []).append((n.node, g.get("clock_cap_time_unix_s")))
+    parts = []
+    for (state, mhz), members in groups.items():
+        names = ", ".join(name for name, _ in members)
+        if state == "set":
+            times = [t for _, t in members if isinstance(t, (int, float))]
+            when = f", set at {utc(min(times))}" if times else ""
+            parts.append(f"{mhz} MHz on {names}{when}")
+        else:
+            parts.append(f"{_CAP_LABELS.get(state, state)} on {names}")
+    return "; ".join(parts) + f"; {NO_READ_BACK}" if parts else None
+
+
 def status_view(
     st: ClusterStatus,
     width: int,
@@ -220,6 +252,6 @@ def status_view(
         headers=tuple(h for _, h in cols) + (REASON.header,),
         keys=keys,
         rows=tuple(tuple(c[k] for k in keys) for c in cells),
-        server=server_rows(st.server),
+        server=server_rows(st.server) + _cap_row(st.nodes),
         notes=st.notes,
     )

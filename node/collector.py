@@ -1,20 +1,23 @@
 """The node-side collector: run on a node by `python3`, print one JSON document.
 
 It is shipped as a zipapp (`tpwarden.cluster.node_zipapp.COLLECTOR`: this module's import
-closure, i.e. `cluster/errors.py`, `node/gpu.py` (the same NVML gateway the toolkit tests) and
-`node/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
+closure, i.e. `cluster/errors.py`, `cluster/durable.py`, `node/gpu.py` (the same NVML gateway
+the toolkit tests), `node/clockcap.py` (the node's record of the lock call) and `node/memory.py` (psutil, else /proc/meminfo)), copied to the node by SFTP and run from a
 private temp dir (`NodeSession.run_script`). Only the standard library and pynvml are needed on
 the node.
 
     python3 collector.pyz show
-    python3 collector.pyz cap 2000        (root: lock SM clocks to 0..2000 MHz, read back)
-    python3 collector.pyz reset           (root: reset locked clocks, read back)
+    python3 collector.pyz cap 2000        (root: lock SM clocks to 0..2000 MHz, record the answer)
+    python3 collector.pyz reset           (root: reset locked clocks, record the answer)
     python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
     python3 collector.pyz paths /models/a /models/b
 
 Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
 `memory` (the node's: total/available/used bytes + source, or `error`; on GB10 the GPU's too),
-`ports` / `paths` when asked. Exit 0 even when a GPU reading is missing; 1 if the action failed.
+`ports` / `paths` when asked, and `clock_cap` for show/cap/reset: `{record, reason, path}`, the
+node's record of the last lock call (tpwarden.node.clockcap; NVML has no read-back of a lock).
+`cap`/`reset` store it (ok or refused, with each GPU's answer) before reporting. Exit 0 even
+when a GPU reading is missing; 1 if the action failed (a refused lock call included).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tpwarden.node import clockcap
 from tpwarden.node.memory import read_node_memory
 
 COLLECTOR_VERSION = 1
@@ -117,6 +121,70 @@ def check_paths(paths: list[str]) -> dict[str, Any]:
     return {p: {"exists": os.path.exists(p), "is_dir": os.path.isdir(p)} for p in paths}
 
 
+def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | None]:
+    """``cap``/``reset``: make the lock call and record each GPU's answer on the node (the only
+    proof NVML gives) in ``doc["clock_cap"]``. Returns the gateway (to close) and the refusal."""
+    facts, nvml = _gpu_facts(args.nvml_lib)
+    if nvml is None:
+        raise RuntimeError(facts["nvml"]["reason"])
+    try:
+        answers = (
+            nvml.try_lock_clocks(args.mhz) if args.action == "cap" else nvml.try_reset_clocks()
+        )
+    except Exception:
+        nvml.close()
+        raise
+    mhz = args.mhz if args.action == "cap" else None
+    record = clockcap.make_record(args.action, mhz, answers, time.time())
+    stored: dict[str, Any] = {"record": record, "path": str(clockcap.record_path())}
+    try:
+        clockcap.write_record(record)
+        stored["reason"] = None
+    except OSError as e:  # the answers still count; `show` will say there is no record
+        stored["reason"] = f"clock-cap record not stored: {type(e).__name__}: {e}"
+    doc["clock_cap"] = stored
+    refused = [a for a in answers if not a.ok]
+    if not refused:
+        return nvml, None
+    what = "lock" if args.action == "cap" else "reset"
+    a = refused[0]
+    return nvml, f"cannot {what} GPU clocks on GPU {a.index}: {clockcap.refusal_text(a)}"
+
+
+def _shown_cap(doc: dict[str, Any]) -> None:
+    """``show``: the node's clock-cap record as stored (``record`` None with ``reason``)."""
+    record, reason = clockcap.read_record()
+    doc["clock_cap"] = {"record": record, "reason": reason, "path": str(clockcap.record_path())}
+
+
+def _gpu_action(
+    args: argparse.Namespace, doc: dict[str, Any], read_memory: Callable[[], Any] | None
+) -> None:
+    nvml = None
+    try:
+        if args.action in ("cap", "reset"):
+            nvml, refused = _lock(args, doc)
+            # deferred: pynvml may be absent on the node (see _gpu_facts)
+            from tpwarden.node import gpu
+
+            doc.update(gpu.collect_json(nvml))
+            if refused:
+                doc["ok"], doc["error"] = False, refused
+        else:
+            facts, nvml = _gpu_facts(args.nvml_lib)
+            doc.update(facts)
+            _shown_cap(doc)
+            doc["zones"] = read_zones()
+            doc["memory"] = node_memory_json(read_memory)
+    except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
+        doc["ok"] = False
+        doc["error"] = f"{type(e).__name__}: {e}"
+        doc.setdefault("gpus", [])
+    finally:
+        if nvml is not None:
+            nvml.close()
+
+
 def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = None) -> int:
     """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
     ap = argparse.ArgumentParser(prog="tpwarden-collector")
@@ -146,32 +214,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
     elif args.action == "paths":
         doc["paths"] = check_paths(args.paths)
     else:
-        nvml = None
-        try:
-            if args.action in ("cap", "reset"):
-                facts, nvml = _gpu_facts(args.nvml_lib)
-                if nvml is None:
-                    raise RuntimeError(facts["nvml"]["reason"])
-                if args.action == "cap":
-                    nvml.lock_clocks(args.mhz)
-                else:
-                    nvml.reset_clocks()
-                # deferred: pynvml may be absent on the node (see _gpu_facts)
-                from tpwarden.node import gpu
-
-                doc.update(gpu.collect_json(nvml))
-            else:
-                facts, nvml = _gpu_facts(args.nvml_lib)
-                doc.update(facts)
-                doc["zones"] = read_zones()
-                doc["memory"] = node_memory_json(read_memory)
-        except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
-            doc["ok"] = False
-            doc["error"] = f"{type(e).__name__}: {e}"
-            doc.setdefault("gpus", [])
-        finally:
-            if nvml is not None:
-                nvml.close()
+        _gpu_action(args, doc, read_memory)
     json.dump(doc, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0 if doc["ok"] else 1

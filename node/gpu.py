@@ -9,11 +9,11 @@ Everything NVML answers is translated here, once:
 - clock-event reason bits are decoded with pynvml's own constants, never hand-written hex;
 - only clock locking raises, as :class:`~cluster.errors.NvmlError` with a message that says why.
 
-NVML has no documented getter for the locked clock range (``nvidia-smi -lgc``). The cap is read
-through ``nvmlDeviceGetClock(SM, NVML_CLOCK_ID_APP_CLOCK_TARGET)`` and reported only while it is
-below ``NVML_CLOCK_ID_APP_CLOCK_DEFAULT``; otherwise ``locked_clock_max_mhz`` is None with a
-reason. The lab's stub (cluster/lab/nvml) answers that way; on real drivers a cap may stay
-invisible here, so also check ``sm_clock_mhz`` under load.
+NVML has no getter for the locked clock range (``nvmlDeviceSetGpuLockedClocks``, ``nvidia-smi
+-lgc``; the application clock target is superseded, not set, by a lock). ``locked_clock_max_mhz``
+is therefore the cap the last lock call set *by its own answer*, as recorded on the node by
+:mod:`tpwarden.node.clockcap` (``None`` with the reason when there is no successful one): check
+``sm_clock_mhz`` under load against it. :meth:`Nvml.try_lock_clocks` returns each GPU's answer.
 
 Init is lazy (first call), so constructing :class:`Nvml` touches nothing. Not thread-safe.
 """
@@ -29,6 +29,8 @@ from typing import Any, Generic, TypeVar
 
 import pynvml
 from tpwarden.cluster.errors import NvmlError
+from tpwarden.node import clockcap
+from tpwarden.node.clockcap import LockAnswer
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,26 @@ def _describe(exc: pynvml.NVMLError, call: str) -> str:
     return f"{call}: NVML error {exc.value} ({exc})"
 
 
+def _answer_names() -> dict[int, str]:
+    names = {0: "SUCCESS"}
+    for attr, value in vars(pynvml).items():
+        if attr.startswith("NVML_ERROR_") and isinstance(value, int):
+            names.setdefault(value, attr.removeprefix("NVML_ERROR_"))
+    return names
+
+
+_ANSWER_NAMES = _answer_names()
+
+
+def lock_answer(index: int, exc: pynvml.NVMLError | None) -> LockAnswer:
+    """A GPU's answer to a lock/reset call: SUCCESS (``exc`` None) or NVML's error name."""
+    if exc is None:
+        return LockAnswer(index=index, answer="SUCCESS", code=0)
+    code = int(exc.value)
+    name = _ANSWER_NAMES.get(code, f"ERROR_{code}")
+    return LockAnswer(index=index, answer=name, code=code, message=str(exc))
+
+
 def _status_from(exc: pynvml.NVMLError) -> NvmlStatus:
     if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
         return NvmlStatus(
@@ -197,7 +219,8 @@ class Nvml:
 
     ``library_loader`` returns an already loaded ``ctypes.CDLL`` to use instead of pynvml's own
     ``CDLL("libnvidia-ml.so.1")`` (tests point it at the lab's stub). pynvml keeps one library per
-    process; :meth:`close` unloads one this object installed.
+    process; :meth:`close` unloads one this object installed. The clock cap each sample reports
+    is the node's record of the lock call (:func:`tpwarden.node.clockcap.record_path`).
     """
 
     def __init__(self, library_loader: LibraryLoader | None = None) -> None:
@@ -288,9 +311,10 @@ class Nvml:
         status = self.status()
         if not status.available:
             return []
-        return [self._sample(i) for i in range(status.device_count)]
+        record, why = clockcap.read_record()
+        return [self._sample(i, record, why) for i in range(status.device_count)]
 
-    def _sample(self, index: int) -> GpuSample:
+    def _sample(self, index: int, record: dict[str, Any] | None, why: str | None) -> GpuSample:
         handle = _call(pynvml.nvmlDeviceGetHandleByIndex, index)
         if not handle.ok:
             gone: Reading[Any] = Reading(None, handle.reason)
@@ -314,7 +338,7 @@ class Nvml:
             temp_c=self._temperature(h),
             sm_clock_mhz=_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
             sm_clock_max_mhz=sm_max,
-            locked_clock_max_mhz=self._locked_max(h, sm_max),
+            locked_clock_max_mhz=Reading(*clockcap.recorded_cap(record, why, index)),
             power_w=_convert(_call(pynvml.nvmlDeviceGetPowerUsage, h), lambda mw: mw / 1000.0),
             energy_j=_convert(
                 _call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h), lambda mj: mj / 1000.0
@@ -345,65 +369,51 @@ class Nvml:
             return temp
         return _call(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
 
-    @staticmethod
-    def _locked_max(h: Any, sm_max: Reading[int]) -> Reading[int]:
-        target = _call(
-            pynvml.nvmlDeviceGetClock,
-            h,
-            pynvml.NVML_CLOCK_SM,
-            pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET,
-        )
-        if not target.ok:
-            return target
-        default = _call(
-            pynvml.nvmlDeviceGetClock,
-            h,
-            pynvml.NVML_CLOCK_SM,
-            pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT,
-        )
-        reference = default.value if default.ok else sm_max.value
-        if reference is not None and target.value is not None and target.value < reference:
-            return target
-        return Reading(
-            None,
-            "no clock cap reported (NVML has no locked-clock getter; "
-            "application clock target equals default): check sm_clock_mhz under load",
-        )
-
     # -- clock locking ----------------------------------------------------------------------------
     def lock_clocks(self, max_mhz: int, min_mhz: int = 0) -> None:
         """Lock every GPU's clocks to [min_mhz, max_mhz] (``nvidia-smi -lgc min,max``). Root only.
 
         The cap does not survive a reboot or driver reload: re-apply it at service start.
+        Raises :class:`NvmlError` with the driver's answer if any GPU refused.
         """
-        if max_mhz <= 0 or min_mhz < 0 or min_mhz > max_mhz:
-            raise NvmlError(f"invalid clock range {min_mhz},{max_mhz} MHz (need 0 <= min <= max)")
-        self._each_device(
-            "lock GPU clocks", lambda h: pynvml.nvmlDeviceSetGpuLockedClocks(h, min_mhz, max_mhz)
-        )
+        _raise_refusal("lock GPU clocks", self.try_lock_clocks(max_mhz, min_mhz))
 
     def reset_clocks(self) -> None:
         """Undo :meth:`lock_clocks` on every GPU (``nvidia-smi -rgc``). Root only."""
-        self._each_device("reset GPU clocks", pynvml.nvmlDeviceResetGpuLockedClocks)
+        _raise_refusal("reset GPU clocks", self.try_reset_clocks())
 
-    def _each_device(self, what: str, action: Callable[[Any], None]) -> None:
+    def try_lock_clocks(self, max_mhz: int, min_mhz: int = 0) -> tuple[LockAnswer, ...]:
+        """Every GPU's answer to ``nvmlDeviceSetGpuLockedClocks(min, max)``: the only proof of a
+        cap NVML gives. Raises :class:`NvmlError` only for a bad range or NVML unavailable."""
+        if max_mhz <= 0 or min_mhz < 0 or min_mhz > max_mhz:
+            raise NvmlError(f"invalid clock range {min_mhz},{max_mhz} MHz (need 0 <= min <= max)")
+        return self._each_device(
+            "lock GPU clocks", lambda h: pynvml.nvmlDeviceSetGpuLockedClocks(h, min_mhz, max_mhz)
+        )
+
+    def try_reset_clocks(self) -> tuple[LockAnswer, ...]:
+        """Every GPU's answer to ``nvmlDeviceResetGpuLockedClocks``."""
+        return self._each_device("reset GPU clocks", pynvml.nvmlDeviceResetGpuLockedClocks)
+
+    def _each_device(self, what: str, action: Callable[[Any], None]) -> tuple[LockAnswer, ...]:
         status = self.status()
         if not status.available:
             raise NvmlError(f"cannot {what}: {status.reason}")
+        answers = []
         for index in range(status.device_count):
             try:
                 action(pynvml.nvmlDeviceGetHandleByIndex(index))
-            except pynvml.NVMLError_NoPermission as exc:
-                raise NvmlError(
-                    f"cannot {what} on GPU {index}: NVML answered NO_PERMISSION; "
-                    "setting clocks needs root (run tpwarden's clock step as root or via sudo)"
-                ) from exc
-            except pynvml.NVMLError_NotSupported as exc:
-                raise NvmlError(f"cannot {what} on GPU {index}: not supported by this GPU") from exc
             except pynvml.NVMLError as exc:
-                raise NvmlError(
-                    f"cannot {what} on GPU {index}: NVML error {exc.value} ({exc})"
-                ) from exc
+                answers.append(lock_answer(index, exc))
+            else:
+                answers.append(lock_answer(index, None))
+        return tuple(answers)
+
+
+def _raise_refusal(what: str, answers: tuple[LockAnswer, ...]) -> None:
+    for a in answers:
+        if not a.ok:
+            raise NvmlError(f"cannot {what} on GPU {a.index}: {clockcap.refusal_text(a)}")
 
 
 def collect_json(

@@ -22,6 +22,7 @@ from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.settings import looks_like_secret
 from tpwarden.cluster.spec import ClusterSpec, _jsonable
 from tpwarden.node import bench_facts
+from tpwarden.node.clockcap import annotate_gpus
 
 if TYPE_CHECKING:
     from tpwarden.cluster.control.controller import Controller
@@ -215,7 +216,8 @@ def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str,
     doc: dict[str, Any] = {}
     try:
         shown = ctl.collector(node, ["show"], timeout=30)
-        doc["gpus"] = [_gpu_row(g) for g in shown.get("gpus") or []]
+        # clock_cap: "2000 MHz set at T; NVML has no read-back" (the node's record of the lock call)
+        doc["gpus"] = [_gpu_row(g) for g in annotate_gpus(shown)]
         nv = shown.get("nvml") or {}
         if not nv.get("available", False):
             doc["gpu_reason"] = nv.get("reason") or nv.get("state")
@@ -242,6 +244,8 @@ def _gpu_row(g: Mapping[str, Any]) -> dict[str, Any]:
         "sm_clock_mhz",
         "sm_clock_max_mhz",
         "locked_clock_max_mhz",
+        "clock_cap",
+        "clock_cap_violation",
         "power_w",
         "util_pct",
         "clock_event_reasons",
@@ -251,7 +255,7 @@ def _gpu_row(g: Mapping[str, Any]) -> dict[str, Any]:
 
 def collect_temps(ctl: Controller) -> dict[str, list[dict[str, Any]]]:
     def one(node: Any) -> list[dict[str, Any]]:
-        return [_gpu_row(g) for g in ctl.collector(node, ["show"], timeout=30).get("gpus") or []]
+        return [_gpu_row(g) for g in annotate_gpus(ctl.collector(node, ["show"], timeout=30))]
 
     return {
         name: ([] if isinstance(v, TpwardenError) else v)

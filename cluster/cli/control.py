@@ -327,7 +327,7 @@ def _clock_report(results, as_json: bool) -> None:
         emit_json("clocks", {"ok": all(r.ok for r in results), "nodes": nodes})
     else:
         t = Table(title="GPU clocks")
-        for col in ("node", "GPU", "SM MHz", "max MHz", "cap MHz", "ok"):
+        for col in ("node", "GPU", "SM MHz", "max MHz", "cap MHz", "cap (lock call's answer)"):
             t.add_column(col)
         for r in sorted(results, key=lambda r: r.node):
             for g in r.gpus or [{}]:
@@ -337,7 +337,7 @@ def _clock_report(results, as_json: bool) -> None:
                     str(g.get("sm_clock_mhz", "-")),
                     str(g.get("sm_clock_max_mhz", "-")),
                     str(g.get("locked_clock_max_mhz") or "-"),
-                    "[green]ok[/]" if r.ok else f"[red]{r.message}[/]",
+                    f"[green]{r.message}[/]" if r.ok else f"[red]{r.message}[/]",
                 )
         console.print(t)
     raise typer.Exit(0 if all(r.ok for r in results) else 1)
@@ -346,7 +346,7 @@ def _clock_report(results, as_json: bool) -> None:
 @clocks_app.command("show")
 @handle_errors
 def clocks_show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
-    """Read SM clocks and the locked cap on every node."""
+    """Read SM clocks and each node's record of its clock cap (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("show"), as_json)
 
@@ -358,7 +358,8 @@ def clocks_cap(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
 ):
-    """Lock SM clocks to 0..MHZ on every node (like nvidia-smi -lgc 0,MHZ) and read it back."""
+    """Lock SM clocks to 0..MHZ on every node (like nvidia-smi -lgc 0,MHZ); the driver's answer
+    is recorded on each node (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("cap", mhz), as_json)
 
@@ -366,7 +367,7 @@ def clocks_cap(
 @clocks_app.command("reset")
 @handle_errors
 def clocks_reset(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
-    """Remove the clock cap on every node and read it back."""
+    """Remove the clock cap on every node (like nvidia-smi -rgc); the answer is recorded."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("reset"), as_json)
 

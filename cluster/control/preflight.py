@@ -1,9 +1,17 @@
 """Pre-flight: before starting containers, check what their start would trip over on each
-node (the image, the model and drafter paths, the head's ports, the GPUs and the clock cap)."""
+node (the image, the model and drafter paths, the head's ports, the GPUs and the clock cap).
+
+The clock cap: with `gpu_clock_cap_mhz` set, pre-flight makes the lock call on each node (as
+root, like the boot-time `tpwarden-clock-cap` unit; a lock does not survive a reboot or driver
+reload) and the node records its answer. NVML has no read-back of a lock, so that answer is the
+proof: pre-flight refuses only when the lock call itself failed, with the driver's answer
+(NOT_SUPPORTED, NO_PERMISSION, ...). A cap it cannot confirm otherwise (the record not stored,
+another value recorded, an SM clock above the cap) is a notice, printed and kept in the report's
+`facts["notices"]`, never a refusal."""
 
 from __future__ import annotations
 
-from tpwarden.cluster.control.clocks import gpu_problems
+from tpwarden.cluster.control.clocks import cap_notices, gpu_problems
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import Emit, PreflightReport
 from tpwarden.cluster.errors import TpwardenError
@@ -28,6 +36,7 @@ def preflight(
     checked = [n for n in spec.nodes if n.name in starting]
     head_removed = any(st.node == spec.head.name and st.remove for st in plan.steps)
     paths = [s.model.path] + ([s.drafter.path] if s.drafter and s.drafter.path else [])
+    notices: list[str] = []  # appended from the fan-out's threads (list.append is atomic)
 
     def check(node: NodeSpec) -> list[str]:
         problems = []
@@ -51,7 +60,10 @@ def preflight(
         if s.gpus == "all" or s.gpu_clock_cap_mhz:
             args = ["cap", str(s.gpu_clock_cap_mhz)] if s.gpu_clock_cap_mhz else ["show"]
             doc = nodes.collector(node, args, sudo=bool(s.gpu_clock_cap_mhz))
-            problems.extend(gpu_problems(node.name, doc, s.gpu_clock_cap_mhz))
+            problems.extend(gpu_problems(node.name, doc))
+            for note in cap_notices(node.name, doc, s.gpu_clock_cap_mhz):
+                notices.append(note)
+                emit("preflight", node.name, f"notice: {note}")
         return problems
 
     emit("preflight", None, f"checking {len(checked)} node(s)")
@@ -62,4 +74,6 @@ def preflight(
             problems.append(f"{name}: {r}")
         else:
             problems.extend(r)
-    return PreflightReport(not problems, tuple(sorted(problems)))
+    return PreflightReport(
+        not problems, tuple(sorted(problems)), facts={"notices": tuple(sorted(notices))}
+    )

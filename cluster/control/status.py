@@ -19,6 +19,7 @@ from tpwarden.cluster.status import (
     derive_verdict,
     node_memory,
 )
+from tpwarden.node.clockcap import annotate_gpus
 
 # The server part's own cap: /health must make it into a status even when the probe hangs.
 SERVER_TIMEOUT_S = 10.0
@@ -44,7 +45,7 @@ def node_status(
     if with_gpus:
         try:
             doc = nodes.collector(node, ["show"], timeout=timeout_s)
-            gpus = tuple(doc.get("gpus") or ())
+            gpus = annotate_gpus(doc)  # + the clock cap by the node's record of the lock call
             zones = tuple(doc.get("zones") or ())
             memory = node_memory(doc, gpus)
             nv = doc.get("nvml") or {}

@@ -9,8 +9,10 @@ import time
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import Action, Drift
+from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.lab import faults
+from tpwarden.cluster.lab.sensors import write_gpu_state
 from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
@@ -67,9 +69,41 @@ def test_status_with_a_node_cut_off(ctl, lab):
         faults.restore(lab.paths, "node3")
 
 
-def test_clock_cap_reads_back(ctl):
+def test_clock_cap_is_the_lock_calls_answer(ctl):
+    # NVML has no read-back of a lock (issue 28): `show` reads the node's record of the answer
     results = ctl.clocks("cap", 2000)
     assert all(r.ok for r in results), results
     shown = ctl.clocks("show")
+    assert all(r.ok and "NVML has no read-back" in r.message for r in shown), shown
     assert all(g.get("locked_clock_max_mhz") == 2000 for r in shown for g in r.gpus)
+    assert all(g.get("clock_cap_state") == "set" for r in shown for g in r.gpus)
     assert all(r.ok for r in ctl.clocks("reset"))
+    assert all(g.get("clock_cap_state") == "reset" for r in ctl.clocks("show") for g in r.gpus)
+
+
+def test_a_gpu_refusing_the_lock_makes_preflight_refuse_with_the_drivers_reason(ctl, lab):
+    state = lab.paths.node("node3").gpu_state  # the stand-in's state file (nvml_stub.c)
+    ctl.down()  # nothing running: `up` has to start containers, so pre-flight runs
+    write_gpu_state(state, {"lock_clocks_answer": "NOT_SUPPORTED"})
+    try:
+        with pytest.raises(TpwardenError) as refused:
+            ctl.up(timeout_s=300)
+        said = str(refused.value)
+        assert said.startswith("pre-flight failed"), said
+        assert (
+            "node3: cap: cannot lock GPU clocks on GPU 0: NVML answered NOT_SUPPORTED "
+            "(Not Supported)" in said
+        ), said
+        assert not any(f"node{i}:" in said for i in (1, 2, 4)), said  # only the refusing node
+        assert not any(ctl.observe().values())  # nothing was started
+        shown = {r.node: r for r in ctl.clocks("show")}
+        assert not shown["node3"].ok and "NOT_SUPPORTED" in shown["node3"].message
+        assert shown["node3"].gpus[0]["clock_cap_state"] == "refused"
+    finally:
+        write_gpu_state(state, {"lock_clocks_answer": ""})  # empty: as the driver would
+    # the same lab, the driver no longer refusing: pre-flight passes with the 2000 MHz cap
+    result = ctl.up(wait_ready=False)
+    assert all(o.ok for o in result.outcomes), result.outcomes
+    shown = ctl.clocks("show")
+    assert all(g.get("clock_cap_state") == "set" for r in shown for g in r.gpus), shown
+    assert all(g.get("locked_clock_max_mhz") == 2000 for r in shown for g in r.gpus)

@@ -93,6 +93,7 @@ except n.NVMLError_NotSupported:
 n.nvmlDeviceSetGpuLockedClocks(h, 0, 2000)
 print("capped", n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
 print("target", n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_TARGET))
+print("default", n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_DEFAULT))
 n.nvmlDeviceResetGpuLockedClocks(h)
 print("reset", n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_TARGET))
 """
@@ -106,8 +107,9 @@ def test_pynvml_reads_the_stand_in_and_caps_clocks(lab):
     assert int(got["clock"]) > 0 and int(got["power"]) > 0
     assert got["memory"] == "not_supported"
     assert int(got["capped"]) <= 2000
-    assert int(got["target"]) == 2000
-    assert int(got["reset"]) != 2000
+    # NVML has no read-back of a lock: -lgc supersedes the application clocks and leaves their
+    # target alone (issue 28), so the target stays at the default, capped or not
+    assert int(got["target"]) == int(got["default"]) == int(got["reset"]) > 2000
 
 
 @contextlib.contextmanager

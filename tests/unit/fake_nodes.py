@@ -21,6 +21,7 @@ from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.launch import ContainerPlan, plan_cluster
 from tpwarden.cluster.nodes import fan_out
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+from tpwarden.node.clockcap import LockAnswer, make_record
 
 T = TypeVar("T")
 GOOD = Path(__file__).parent / "inventories" / "good.yml"
@@ -148,6 +149,9 @@ class FakeDocker:
         return stream
 
 
+FAKE_LOCK_TIME = 1_800_000_000.0  # 2027-01-15T08:00:00Z: when the fake nodes' lock calls answer
+
+
 def default_collector(node: NodeSpec, args: Sequence[str], sudo: bool) -> dict[str, Any]:
     """A healthy node: every path exists, every port is free, one GPU, capped as asked."""
     what = args[0]
@@ -156,9 +160,20 @@ def default_collector(node: NodeSpec, args: Sequence[str], sudo: bool) -> dict[s
         return {"ok": True, "paths": {p: {"exists": True} for p in args[1:]}}
     if what == "ports":
         return {"ok": True, "ports": {args[-1]: {"free": True}}}
-    if what == "cap":
-        gpu["locked_clock_max_mhz"] = int(args[1])
-    return {"ok": True, "action": what, "nvml": {"available": True}, "gpus": [gpu]}
+    doc: dict[str, Any] = {"ok": True, "action": what, "nvml": {"available": True}, "gpus": [gpu]}
+    if what in ("cap", "reset"):  # the lock call answers SUCCESS; the node records it
+        mhz = int(args[1]) if what == "cap" else None
+        answers = [LockAnswer(index=0, answer="SUCCESS", code=0)]
+        record = make_record(what, mhz, answers, FAKE_LOCK_TIME)
+        doc["clock_cap"] = {
+            "record": record,
+            "reason": None,
+            "path": "/run/tpwarden/clock-cap.json",
+        }
+        gpu["locked_clock_max_mhz"] = mhz
+    else:
+        doc["clock_cap"] = {"record": None, "reason": "no lock call recorded since boot"}
+    return doc
 
 
 class FakeNodes:

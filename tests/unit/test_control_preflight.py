@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from tpwarden.cluster.control.plan import plan_down, plan_up
 from tpwarden.cluster.control.preflight import preflight
 from tpwarden.cluster.control.results import ControlEvent, emitter
 from tpwarden.cluster.launch import plan_cluster
+from tpwarden.node.clockcap import LockAnswer, make_record
 
 from tests.unit.fake_nodes import FakeNodes, default_collector, good_spec
 
@@ -98,3 +100,77 @@ def test_a_head_being_replaced_does_not_count_its_own_ports_as_busy() -> None:
     report, _ = _run(nodes)
     assert report.ok
     assert not [a for _, a, _ in nodes.collector_calls if a[0] == "ports"]
+
+
+def _lock_answer(answer: str, code: int, message: str):
+    """A collector whose node's driver answers the lock call with `answer` on node3."""
+
+    def collect(node, args, sudo):
+        doc = default_collector(node, args, sudo)
+        if args[0] == "cap" and node.name == "node3":
+            lock = LockAnswer(index=0, answer=answer, code=code, message=message)
+            doc["clock_cap"]["record"] = make_record("cap", 2000, [lock], 0.0)
+            doc["gpus"][0]["locked_clock_max_mhz"] = None
+            doc["ok"] = False
+            doc["error"] = f"cannot lock GPU clocks on GPU 0: NVML answered {answer} ({message})"
+        return doc
+
+    return collect
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "message"),
+    [("NOT_SUPPORTED", 3, "Not Supported"), ("NO_PERMISSION", 4, "Insufficient Permissions")],
+)
+def test_a_refused_lock_call_refuses_with_the_drivers_answer(answer, code, message) -> None:
+    nodes = FakeNodes(SPEC)
+    nodes.collect = _lock_answer(answer, code, message)
+    report, _ = _run(nodes)
+    assert not report.ok
+    assert report.problems == (
+        f"node3: cap: cannot lock GPU clocks on GPU 0: NVML answered {answer} ({message})",
+    )
+
+
+def test_a_successful_lock_call_passes_though_nvml_reads_no_cap_back() -> None:
+    # The old pre-flight refused unless NVML read `locked_clock_max_mhz == cap` back; real NVML
+    # has no such getter. The lock call's SUCCESS is the proof: nothing else is asked of NVML.
+    nodes = FakeNodes(SPEC)
+
+    def collect(node, args, sudo):
+        doc = default_collector(node, args, sudo)
+        if args[0] == "cap":
+            doc["gpus"][0].pop("locked_clock_max_mhz")
+        return doc
+
+    nodes.collect = collect
+    report, events = _run(nodes)
+    assert report.ok and report.facts["notices"] == ()
+    assert [e.message for e in events] == ["checking 4 node(s)"]
+
+
+def test_an_unstored_record_and_a_violated_cap_are_notices_not_refusals() -> None:
+    nodes = FakeNodes(SPEC)
+
+    def collect(node, args, sudo):
+        doc = default_collector(node, args, sudo)
+        if args[0] == "cap" and node.name == "node1":
+            doc["clock_cap"]["reason"] = "clock-cap record not stored: OSError: read-only"
+        if args[0] == "cap" and node.name == "node2":
+            doc["gpus"][0]["sm_clock_mhz"] = 2400
+        if args[0] == "cap" and node.name == "node4":
+            doc["clock_cap"] = {"record": None, "reason": "collector too old"}
+        return doc
+
+    nodes.collect = collect
+    report, events = _run(nodes)
+    assert report.ok and report.problems == ()
+    assert report.facts["notices"] == (
+        "node1: clock-cap record not stored: OSError: read-only",
+        "node2: clock cap violated: GPU0 SM clock 2400 MHz above the 2000 MHz cap "
+        "(+50 MHz tolerance)",
+        "node4: GPU clock cap 2000 MHz not in force by the record: no cap recorded "
+        "(collector too old); NVML has no read-back",
+    )
+    printed = sorted(e.message for e in events if e.node)
+    assert printed == [f"notice: {n}" for n in report.facts["notices"]]

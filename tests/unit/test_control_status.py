@@ -86,10 +86,15 @@ def test_gpu_problems_from_collector_json():
         "nvml": {"available": True},
         "gpus": [{"index": 0, "locked_clock_max_mhz": 2000}],
     }
-    assert gpu_problems("n", doc, 2000) == []
+    assert gpu_problems("n", doc) == []
+    # NVML reads no cap back: a missing cap is no longer a problem (it used to be "reads None")
     doc["gpus"][0]["locked_clock_max_mhz"] = None
-    assert "reads None, want 2000" in gpu_problems("n", doc, 2000)[0]
+    assert gpu_problems("n", doc) == []
+    doc.update(ok=False, error="cannot lock GPU clocks on GPU 0: NVML answered NOT_SUPPORTED (x)")
+    assert gpu_problems("n", doc) == [
+        "n: cap: cannot lock GPU clocks on GPU 0: NVML answered NOT_SUPPORTED (x)"
+    ]
     assert (
         "no GPU visible"
-        in gpu_problems("n", {"ok": True, "nvml": {"available": False, "reason": "x"}}, None)[0]
+        in gpu_problems("n", {"ok": True, "nvml": {"available": False, "reason": "x"}})[0]
     )

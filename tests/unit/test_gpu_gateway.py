@@ -74,6 +74,7 @@ def gateway(node: Path, code: str, *, state: Path | None = None, user: int | Non
     env = {
         **os.environ,
         "TPWARDEN_LAB_GPU_STATE": str(state or node / "state"),
+        "TPWARDEN_CLOCK_CAP_RECORD": str(node / "clock-cap.json"),  # none: nothing recorded
         "PYTHONPATH": str(ROOT),
     }
     env.pop("LD_LIBRARY_PATH", None)
@@ -110,23 +111,47 @@ def test_sample_through_stub(node: Path) -> None:
     assert "not supported" in gpu["missing"]["memory_total_mib"]
     assert "/proc/meminfo" in gpu["missing"]["memory_total_mib"]
     assert "not supported" in gpu["missing"]["fan_pct"]
-    assert "no clock cap" in gpu["missing"]["locked_clock_max_mhz"]
+    assert "NVML has no read-back" in gpu["missing"]["locked_clock_max_mhz"]
+    assert "no lock call recorded" in gpu["missing"]["locked_clock_max_mhz"]
     assert set(gpu["missing"]) == {
         "memory_used_mib", "memory_total_mib", "fan_pct", "locked_clock_max_mhz"
     }  # fmt: skip
 
 
 @needs_gcc
-def test_lock_as_root_is_visible_from_a_new_process(node: Path) -> None:
+def test_lock_as_root_answers_success_and_shows_in_the_sm_clock_only(node: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    gateway(node, "nvml.lock_clocks(2000)\n")
+    out = gateway(node, 'out["answers"] = [a.answer for a in nvml.try_lock_clocks(2000)]\n')
+    assert out["answers"] == ["SUCCESS"]
     (gpu,) = gateway(node, SAMPLE)["gpus"]
     assert gpu["sm_clock_mhz"] == 2000
-    assert gpu["locked_clock_max_mhz"] == 2000
+    # NVML has no read-back: the gateway alone (no record written) reports no cap
+    assert gpu["locked_clock_max_mhz"] is None
     gateway(node, "nvml.reset_clocks()\n")
     (gpu,) = gateway(node, SAMPLE)["gpus"]
     assert gpu["sm_clock_mhz"] == 2411 and gpu["locked_clock_max_mhz"] is None
+
+
+@needs_gcc
+@pytest.mark.parametrize(
+    ("told", "code"), [("NOT_SUPPORTED", 3), ("NO_PERMISSION", 4)], ids=["not-supported", "perm"]
+)
+def test_a_refused_lock_is_each_gpus_answer_and_lock_clocks_raises_it(
+    node: Path, told: str, code: int
+) -> None:
+    (node / "state").write_text(STATE + f"lock_clocks_answer={told}\n")
+    code_ = """
+        out["answers"] = [[a.answer, a.code, a.message] for a in nvml.try_lock_clocks(2000)]
+        try:
+            nvml.lock_clocks(2000)
+        except NvmlError as exc:
+            out["error"] = str(exc)
+        """
+    out = gateway(node, code_)
+    message = {"NOT_SUPPORTED": "Not Supported", "NO_PERMISSION": "Insufficient Permissions"}[told]
+    assert out["answers"] == [[told, code, message]]
+    assert out["error"].startswith(f"cannot lock GPU clocks on GPU 0: NVML answered {told}")
 
 
 @needs_gcc

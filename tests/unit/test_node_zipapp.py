@@ -32,7 +32,9 @@ def _control_side(module: str) -> bool:
 def test_the_collector_carries_its_closure_and_nothing_more() -> None:
     assert set(node_closure(COLLECTOR)) == {
         "tpwarden.node.collector",
+        "tpwarden.cluster.durable",
         "tpwarden.cluster.errors",
+        "tpwarden.node.clockcap",
         "tpwarden.node.gpu",
         "tpwarden.node.memory",
     }
@@ -40,8 +42,10 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
         "__main__.py",
         "tpwarden/__init__.py",
         "tpwarden/cluster/__init__.py",
+        "tpwarden/cluster/durable.py",
         "tpwarden/cluster/errors.py",
         "tpwarden/node/__init__.py",
+        "tpwarden/node/clockcap.py",
         "tpwarden/node/collector.py",
         "tpwarden/node/gpu.py",
         "tpwarden/node/memory.py",
@@ -53,6 +57,7 @@ def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
     assert set(node_closure(THERMAL_AGENT)) == {
         "tpwarden.cluster.durable",
         "tpwarden.cluster.errors",
+        "tpwarden.node.clockcap",
         "tpwarden.node.gpu",
         "tpwarden.node.memory",
         *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "app")),

@@ -168,7 +168,9 @@ def test_lock_as_root_caps_clock_and_persists(stub_dir: Path, state_file: Path) 
         out["default"] = n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
         """
     out = run_pynvml(stub_dir, state_file, check)  # a new process sees the cap
-    assert out == {"sm": 2000, "target": 2000, "default": 3003}
+    # ...in the SM clock only: as with real NVML, nothing reads the lock back. `-lgc` supersedes
+    # the application clocks and leaves their target alone (it used to read 2000 here).
+    assert out == {"sm": 2000, "target": 3003, "default": 3003}
     run_pynvml(
         stub_dir,
         state_file,
@@ -215,3 +217,48 @@ def test_missing_state_file_is_driver_not_loaded(stub_dir: Path, tmp_path: Path)
         """,
     )
     assert out["init"] == "Driver Not Loaded"
+
+
+LOCK_AND_RESET = """
+    n.nvmlInit()
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    for name, call in (
+        ("lock", lambda: n.nvmlDeviceSetGpuLockedClocks(h, 0, 2000)),
+        ("reset", lambda: n.nvmlDeviceResetGpuLockedClocks(h)),
+    ):
+        try:
+            call()
+            out[name] = "SUCCESS"
+        except n.NVMLError as exc:
+            out[name] = [exc.value, str(exc)]
+    out["sm"] = n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)
+    """
+
+
+@pytest.mark.parametrize(
+    ("told", "code", "text"),
+    [("NOT_SUPPORTED", 3, "Not Supported"), ("NO_PERMISSION", 4, "Insufficient Permissions")],
+)
+def test_lock_refused_when_told_even_for_root(
+    stub_dir: Path, state_file: Path, told: str, code: int, text: str
+) -> None:
+    state_file.write_text(STATE + f"locked_clock_max_mhz=0\nlock_clocks_answer={told}\n")
+    before = state_file.read_text()
+    out = run_pynvml(stub_dir, state_file, LOCK_AND_RESET)
+    # nvml.h: NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NO_PERMISSION = 4
+    assert out == {"lock": [code, text], "reset": [code, text], "sm": 2411}
+    assert state_file.read_text() == before  # a refused call changes nothing
+
+
+def test_lock_answer_unknown_value_is_an_unknown_error(stub_dir: Path, state_file: Path) -> None:
+    state_file.write_text(STATE + "lock_clocks_answer=SOMETHING_ELSE\n")
+    out = run_pynvml(stub_dir, state_file, LOCK_AND_RESET)
+    assert out["lock"] == [999, "Unknown Error"]  # NVML_ERROR_UNKNOWN
+
+
+def test_empty_lock_answer_behaves_as_the_driver(stub_dir: Path, state_file: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    state_file.write_text(STATE + "lock_clocks_answer=\n")
+    out = run_pynvml(stub_dir, state_file, LOCK_AND_RESET)
+    assert out == {"lock": "SUCCESS", "reset": "SUCCESS", "sm": 2411}  # locked, then reset

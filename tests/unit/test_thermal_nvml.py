@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tpwarden.node.clockcap import LockAnswer, make_record, write_record
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -50,6 +51,11 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.write_text(STATE)
+    # The cap comes from the node's record of the lock call (NVML reads no cap back): what the
+    # clock-cap unit left there after NVML answered SUCCESS.
+    record = tmp_path / "clock-cap.json"
+    lock = LockAnswer(index=0, answer="SUCCESS", code=0)
+    write_record(make_record("cap", 2000, [lock], 1_700_000_000.0), record)
     code = textwrap.dedent(
         f"""
         import ctypes
@@ -70,6 +76,7 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TPWARDEN_LAB_GPU_STATE": str(state)}
+    env["TPWARDEN_CLOCK_CAP_RECORD"] = str(record)
     res = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )

@@ -24,8 +24,12 @@
  *   gpu_max_temp_c          NVML_TEMPERATURE_THRESHOLD_GPU_MAX
  *   sm_clock_natural_mhz    the clock the GPU would run at now without a cap (load dependent)
  *   sm_clock_max_mhz        nvmlDeviceGetMaxClockInfo(SM/GRAPHICS); also the default app clock
- *   locked_clock_min_mhz    set by nvmlDeviceSetGpuLockedClocks (0 = none)
- *   locked_clock_max_mhz    set by nvmlDeviceSetGpuLockedClocks (0 = none)
+ *   locked_clock_min_mhz    set by nvmlDeviceSetGpuLockedClocks (0 = none); the driver's own
+ *   locked_clock_max_mhz    state: no NVML call reads it back (the lab's sensor model does)
+ *   lock_clocks_answer      how nvmlDeviceSetGpuLockedClocks answers (a lab fault): empty or
+ *                           absent = as the driver would (root: SUCCESS, else NO_PERMISSION);
+ *                           NOT_SUPPORTED or NO_PERMISSION = that error, even for root, and the
+ *                           state is left alone. Any other value: NVML_ERROR_UNKNOWN.
  *   power_mw                nvmlDeviceGetPowerUsage, milliwatts
  *   energy_mj               nvmlDeviceGetTotalEnergyConsumption, millijoules since boot
  *   util_pct                utilization.gpu, percent
@@ -47,10 +51,26 @@
  *   - nvmlDeviceSetGpuLockedClocks needs root (geteuid()==0) else NVML_ERROR_NO_PERMISSION; as
  *     root it rewrites the state file atomically (flock on "<state>.lock", temp file, fsync,
  *     rename) so the cap is seen by every later process. (UNLIMITED, UNLIMITED) == reset.
- *   - NVML has no documented getter for the locked range. The stub reports the cap through
- *     nvmlDeviceGetClock(SM, NVML_CLOCK_ID_APP_CLOCK_TARGET), which differs from
- *     NVML_CLOCK_ID_APP_CLOCK_DEFAULT (= sm_clock_max_mhz) only while a cap is set; node/gpu.py
- *     reads it the same way and treats "target == default" as "no cap reported".
+ *   - The locked range has NO read-back, as with the real library. Sources:
+ *       - nvml.h from nvidia-nvml-dev 13.5.37 (build.py NVML_DEV_REQUIREMENT): it declares
+ *         nvmlDeviceSetGpuLockedClocks / nvmlDeviceResetGpuLockedClocks and no getter for the
+ *         locked range; its errors are NO_PERMISSION ("if the user doesn't have permission"),
+ *         NOT_SUPPORTED ("if the device doesn't support this feature"), INVALID_ARGUMENT,
+ *         GPU_IS_LOST, UNKNOWN; "Requires root/admin permissions"; "After system reboot or
+ *         driver reload GPU clocks go back to their default value".
+ *       - the same header marks NVML_CLOCK_ID_APP_CLOCK_TARGET and _APP_CLOCK_DEFAULT
+ *         "Deprecated, do not use" (application clocks go away in CUDA 14.0);
+ *       - nvidia-smi's help for -lgc: "Setting this will supersede application clocks and take
+ *         effect regardless if an app is running" (docs/reference thermal.md 1.4, which also
+ *         finds "no NVML getter for current locked range"; check sm clocks under load).
+ *     So nvmlDeviceGetClock(SM, APP_CLOCK_TARGET) answers the application clock target, which a
+ *     lock leaves alone: the default (sm_clock_max_mhz), capped or not. Only
+ *     NVML_CLOCK_ID_CURRENT (and nvmlDeviceGetClockInfo) shows the lock's effect, clamping the
+ *     natural clock. Unverified on GB10: the capture at hand (docs/reference samples, a plain
+ *     nvidia-smi table) does not show application clocks, so whether GB10 answers the target at
+ *     all is unknown; tpwarden no longer reads it (node/gpu.py records the lock call's answer).
+ *   - lock_clocks_answer (above) makes the lock and reset calls answer as a node whose driver
+ *     refuses them would, for root too, with the state file untouched.
  */
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS /* declare both nvmlInit and nvmlInit_v2, etc. */
@@ -442,25 +462,30 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlC
 EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                nvmlClockId_t clockId, unsigned int *clockMHz)
 {
-    state_t st;
-    nvmlReturn_t r;
     switch (clockId) {
     case NVML_CLOCK_ID_CURRENT:
         return clock_of(device, clockType, 0, clockMHz);
+    case NVML_CLOCK_ID_APP_CLOCK_TARGET: /* a lock supersedes it, never changes it */
     case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
     case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
         return clock_of(device, clockType, 1, clockMHz);
-    case NVML_CLOCK_ID_APP_CLOCK_TARGET:
-        r = clock_of(device, clockType, 1, clockMHz);
-        if (r != NVML_SUCCESS || state_load(&st) != 0)
-            return r;
-        long long hi = state_ll_or(&st, "locked_clock_max_mhz", 0);
-        if (hi > 0 && (unsigned long long)hi < *clockMHz)
-            *clockMHz = (unsigned int)hi;
-        return NVML_SUCCESS;
     default:
         return g_init_count <= 0 ? NVML_ERROR_UNINITIALIZED : NVML_ERROR_INVALID_ARGUMENT;
     }
+}
+
+/* The answer the lab told the lock calls to give (state key lock_clocks_answer), or SUCCESS
+ * for "behave as the driver would". */
+static nvmlReturn_t told_answer(const state_t *st)
+{
+    const char *v = state_str(st, "lock_clocks_answer");
+    if (!v)
+        return NVML_SUCCESS;
+    if (strcmp(v, "NOT_SUPPORTED") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (strcmp(v, "NO_PERMISSION") == 0)
+        return NVML_ERROR_NO_PERMISSION;
+    return NVML_ERROR_UNKNOWN;
 }
 
 /* Rewrite the state file with new locked-clock values: flock, temp file, fsync, rename. */
@@ -527,6 +552,9 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device,
     nvmlReturn_t r = enter(device, &st);
     if (r != NVML_SUCCESS)
         return r;
+    nvmlReturn_t told = told_answer(&st);
+    if (told != NVML_SUCCESS)
+        return told;
     if (geteuid() != 0)
         return NVML_ERROR_NO_PERMISSION;
     int sym_lo = minGpuClockMHz > NVML_CLOCK_LIMIT_ID_RANGE_START;
@@ -556,6 +584,9 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
     nvmlReturn_t r = enter(device, &st);
     if (r != NVML_SUCCESS)
         return r;
+    nvmlReturn_t told = told_answer(&st);
+    if (told != NVML_SUCCESS)
+        return told;
     if (geteuid() != 0)
         return NVML_ERROR_NO_PERMISSION;
     return write_locked(0, 0);
