@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +192,10 @@ def append_jsonl(path: StrPath, record: Mapping[str, Any], *, sort_keys: bool = 
         log.append(record)
 
 
-def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
-    """(every complete record, oldest first; how many lines were skipped). A torn line (a
-    writer killed mid-line), undecodable bytes or a line that is not an object are skipped."""
-    records: list[dict[str, Any]] = []
-    skipped = 0
+def iter_jsonl(path: StrPath) -> Iterator[dict[str, Any] | None]:
+    """Each non-blank line of a JSON-lines file, read as it streams: its record, or None for a
+    line that is skipped (torn by a writer killed mid-line, undecodable, or not an object).
+    A missing file yields nothing."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -205,14 +204,23 @@ def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
                 try:
                     rec = json.loads(line)
                 except ValueError:
-                    skipped += 1
+                    yield None
                     continue
-                if isinstance(rec, dict):
-                    records.append(rec)
-                else:
-                    skipped += 1
+                yield rec if isinstance(rec, dict) else None
     except FileNotFoundError:
-        pass
+        return
+
+
+def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
+    """(every complete record, oldest first; how many lines were skipped): `iter_jsonl`
+    collected."""
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    for rec in iter_jsonl(path):
+        if rec is None:
+            skipped += 1
+        else:
+            records.append(rec)
     return records, skipped
 
 

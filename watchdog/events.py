@@ -9,14 +9,13 @@ keeps only the last `limit` records in memory when asked to.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tpwarden.cluster.durable import JsonlLog
+from tpwarden.cluster.durable import JsonlLog, iter_jsonl
 
 
 def rotated_path(path: str) -> str:
@@ -58,20 +57,9 @@ def read_events(path: str, limit: int | None = None) -> EventRead:
     events: deque[dict[str, Any]] = deque(maxlen=limit)
     skipped = 0
     for part in (rotated_path(path), path):
-        try:
-            with open(part, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        skipped += 1
-                        continue
-                    if isinstance(rec, dict):
-                        events.append(rec)
-                    else:
-                        skipped += 1
-        except FileNotFoundError:
-            continue
+        for rec in iter_jsonl(part):
+            if rec is None:
+                skipped += 1
+            else:
+                events.append(rec)
     return EventRead(list(events), skipped)
