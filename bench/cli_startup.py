@@ -1,70 +1,67 @@
-"""Print what the `tpwarden` command line costs to start, and the share of it spent importing the
-command groups' own modules (bench, decide, eval, the morning report, rollout), which the CLI now
-imports at its top instead of inside each command.
+"""Print what the `tpwarden` command line costs to start, as ratios measured in one run (issue 30):
 
-    python bench/cli_startup.py [--runs 7]
+- `tpwarden --help` and a TAB completion against `python -c pass`
+  (goal: <= 4x python -c pass + 0.1 s);
+- `tpwarden inventory check` against `ansible-inventory --list` on the same file (goal <= 1.0x).
 
-Not a timed test: each run is a fresh `python -X importtime -c 'import tpwarden.cluster.cli'`;
-it prints the median total and the median share of those modules, measured in the same runs.
+    python bench/cli_startup.py [--runs 5] [-i inventory.example.yml]
+
+Not a timed test (a loaded machine moves every number; the ratios are taken from the same runs):
+each command is a fresh process; the median wall time of ``--runs`` runs is reported.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
-# the modules a command group imports that the CLI used to defer
-GROUPS = (
-    "tpwarden.cluster.bench",
-    "tpwarden.cluster.decide",
-    "tpwarden.cluster.eval",
-    "tpwarden.cluster.morning",
-    "tpwarden.cluster.rollout",
-    "tpwarden.watchdog.thermal.plot",
-)
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 
-def one_run() -> tuple[float, float]:
-    """(total seconds, seconds under the GROUPS modules) of one cold CLI import."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import tpwarden.cluster.cli"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    total_us = groups_us = 0
-    inside_depth: int | None = None  # nesting depth of the GROUPS entry being counted
-    # importtime prints children before their parent: walk it backwards, parents first
-    for line in reversed(done.stderr.splitlines()):
-        if not line.startswith("import time:") or "|" not in line:
-            continue
-        _, cumulative, name_col = line.split("|", 2)
-        if not cumulative.strip().isdigit():
-            continue  # the header
-        depth = (len(name_col) - len(name_col.lstrip())) // 2
-        name = name_col.strip()
-        if depth == 0:  # a top-level import: its cumulative time covers its whole subtree
-            total_us += int(cumulative)
-        if inside_depth is not None and depth <= inside_depth:
-            inside_depth = None
-        if inside_depth is None and name.startswith(GROUPS):
-            groups_us += int(cumulative)
-            inside_depth = depth
-    return total_us / 1e6, groups_us / 1e6
+def median_s(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
+    """Median wall seconds of ``argv`` over ``runs`` fresh processes."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, capture_output=True, env=env, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("-i", "--inventory", default=str(ROOT / "inventory.example.yml"))
     args = ap.parse_args()
-    runs = [one_run() for _ in range(args.runs)]
-    total = statistics.median(t for t, _ in runs)
-    groups = statistics.median(g for _, g in runs)
-    share = statistics.median(g / t for t, g in runs)
-    print(f"import tpwarden.cluster.cli: median {total:.3f} s over {args.runs} runs")
-    print(f"  of which the command groups' modules: {groups:.3f} s ({share:.1%} of the start-up)")
+    cli = [sys.executable, "-m", "tpwarden.cluster.cli"]
+    ansible_inventory = shutil.which("ansible-inventory", path=str(BIN)) or "ansible-inventory"
+    complete = {**os.environ, "_TPWARDEN_COMPLETE": "complete_bash",
+                "COMP_WORDS": "tpwarden watchdog h", "COMP_CWORD": "2"}  # fmt: skip
+    top = {**complete, "COMP_WORDS": "tpwarden wat", "COMP_CWORD": "1"}
+    base = median_s([sys.executable, "-c", "pass"], args.runs)
+    goal = 4 * base + 0.1
+    rows = [
+        ("tpwarden --help", median_s([*cli, "--help"], args.runs), goal),
+        ("TAB: tpwarden wat<TAB>", median_s(cli, args.runs, top), goal),
+        ("TAB: tpwarden watchdog h<TAB>", median_s(cli, args.runs, complete), goal),
+    ]
+    ref = median_s([ansible_inventory, "-i", args.inventory, "--list"], args.runs)
+    check = median_s([*cli, "inventory", "check", "-i", args.inventory], args.runs)
+    print(f"python -c pass: {base:.3f} s; goal for --help and TAB: {goal:.3f} s "
+          f"(4x + 0.1 s); median of {args.runs} runs")  # fmt: skip
+    for name, took, limit in rows:
+        verdict = "ok" if took <= limit else "OVER"
+        print(f"  {name:32s} {took:.3f} s = {took / base:5.1f}x python -c pass  [{verdict}]")
+    verdict = "ok" if check <= ref else "OVER"
+    print(f"  {'inventory check':32s} {check:.3f} s = {check / ref:.2f}x ansible-inventory "
+          f"--list ({ref:.3f} s)  [{verdict}, goal <= 1.0x]")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -169,7 +169,9 @@ def restart(
     reason: Annotated[str, typer.Option("--reason", help="Why (event log).")] = "manual",
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
-    no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="Return once started; do not wait for the server.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Down + up with one plan; the restart is recorded in the event log. --json needs --yes
@@ -294,8 +296,12 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
 def logs(
     node: Annotated[str | None, typer.Argument(help="Node (default: all).")] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
-    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    tail: Annotated[int, typer.Option("--tail", "-n", min=0)] = 100,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+    ] = False,
+    tail: Annotated[
+        int, typer.Option("--tail", "-n", min=0, help="Lines from the end of each log first.")
+    ] = 100,
 ) -> None:
     """Show (or follow) the serving containers' logs."""
     spec = load(inventory)

@@ -47,7 +47,8 @@ from tpwarden.cluster.rollout.sequence import (
 )
 
 app = typer.Typer(
-    help="Change the serving config: plan, measure, restart, verify, keep or roll back."
+    help="Change the serving config: plan, measure, restart, verify, keep or roll back.",
+    subcommand_metavar="[history]",
 )
 
 
