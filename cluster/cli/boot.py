@@ -5,10 +5,9 @@ Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boo
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -19,6 +18,7 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     load,
 )
@@ -27,6 +27,18 @@ from tpwarden.cluster.control.results import BootResult, ControlEvent
 from tpwarden.cluster.errors import ConfigError
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
+
+
+# 2: the boot's root-cause line moved from `error` to `boot_error` (`error` is the envelope's
+# failure object in every command's JSON, issue 30)
+BOOT_SCHEMA_VERSION = 2
+
+
+def boot_fields(progress: BootProgress) -> dict[str, Any]:
+    """The boot's JSON fields under the envelope: ``error`` renamed ``boot_error``."""
+    doc = progress.to_json()
+    doc["boot_error"] = doc.pop("error", None)
+    return doc
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -139,7 +151,8 @@ def boot(
     if from_file is not None:
         progress = _read_log_file(from_file)
         if as_json:
-            print(json.dumps({"source": from_file, **progress.to_json()}))
+            doc = {"ok": progress.ready, "source": from_file, **boot_fields(progress)}
+            emit_json("boot", doc, version=BOOT_SCHEMA_VERSION)
         else:
             _report_log_verdict(progress, from_file)
         raise typer.Exit(0 if progress.ready else 1)
@@ -152,15 +165,16 @@ def boot(
             with view.progress:
                 result = ctl.attach_boot(timeout_s=timeout)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ready": result.ready,
-                    "elapsed_s": round(result.elapsed_s, 3),
-                    "reason": result.reason,
-                    **result.progress.to_json(),
-                }
-            )
+        emit_json(
+            "boot",
+            {
+                "ok": result.ready,
+                "ready": result.ready,
+                "elapsed_s": round(result.elapsed_s, 3),
+                "reason": result.reason,
+                **boot_fields(result.progress),
+            },
+            version=BOOT_SCHEMA_VERSION,
         )
     else:
         report_boot(result)

@@ -18,6 +18,7 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
 )
@@ -169,8 +170,8 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
         run_dir, docs, summary = _batch(ctx, data, runs, concurrency, permute, runs_dir)
         if as_json:
-            out = {"run_dir": str(run_dir), "items": docs, "summary": summary}
-            print(json.dumps(out, ensure_ascii=False, indent=1))
+            out = {"ok": summary["decided"] > 0, "run_dir": str(run_dir), "items": docs}
+            emit_json("decide run", {**out, "summary": summary}, indent=1)
         else:
             _render_run(run_dir, summary)
         if summary["decided"] == 0:
@@ -254,7 +255,7 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[yellow]warning:[/] no plots: {e}", highlight=False)
         doc["plots"] = pngs  # fmt: skip
         if as_json:
-            print(json.dumps(doc, indent=1, ensure_ascii=False))
+            emit_json("decide calibrate", doc, indent=1)
             return
         _render_fit(doc)
 

@@ -3,14 +3,13 @@ fitted calibration); rendering of one decision."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import console, err_console, load
+from tpwarden.cluster.cli.common import console, emit_json, err_console, load
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
@@ -133,7 +132,8 @@ def ask_one(setup: Setup, item, as_json: bool) -> None:
         doc = d.to_json()
         if item.kind == "score":
             doc["expected_score"] = d.expected_score()
-        print(json.dumps(doc, ensure_ascii=False, indent=2))
+        command = {"yesno": "decide yesno", "score": "decide score"}.get(item.kind, "decide ask")
+        emit_json(command, doc, indent=2)
         return
     render_decision(d, item.question[:70])
     if item.kind == "score":

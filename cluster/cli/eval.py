@@ -20,6 +20,7 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -118,13 +119,13 @@ def run(
                  .to_json()}
                 for p in plans
             ]  # fmt: skip
-            print(json.dumps({"preflight": pre, "plans": doc}, indent=2, default=str))
+            emit_json("eval run", {"dry_run": True, "preflight": pre, "plans": doc}, indent=2)
             return
         if not as_json:
             _print_preflight(pre)
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
     if as_json:
-        print(json.dumps({"run_dir": str(run_dir), "rows": rows}, indent=2, default=str))
+        emit_json("eval run", {"run_dir": str(run_dir), "rows": rows}, indent=2)
         return
     _print_plans(manifest["plans"])
     table = Table(title=f"{manifest['run_id']} ({spec.name}, config {spec.config_hash()})")
@@ -171,7 +172,7 @@ def compare(
             "differences": [d.__dict__ for d in diffs],
             "not_comparable": list(refusal.reasons) if refusal else [],
         }
-        print(json.dumps(doc, indent=2, default=str))
+        emit_json("eval compare", doc, indent=2)
         return
     table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
     for col in ("task", "path", "A", "B", "Δ points", "n A/B"):

@@ -7,7 +7,6 @@ input); the work is in ``tpwarden.cluster.provision.gateway``.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
@@ -143,7 +143,7 @@ def provision(
             result = prov.run(request, on_event)
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2))
+        emit_json("provision", {"dry_run": check, **result.to_json()}, indent=2)
     else:
         console.print(_summary(result))
         if check and result.ok:

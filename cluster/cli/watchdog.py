@@ -30,6 +30,7 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     handle_errors,
     load,
 )
@@ -148,7 +149,7 @@ def status(
     sd = _state_dir(state_dir, inventory)
     doc = state_document(sd, time.time())
     if as_json:
-        console.print_json(json.dumps(doc))
+        emit_json("watchdog status", doc)
         return
     st = doc["state"]
     if st is None:
@@ -236,9 +237,7 @@ def history(
     got = read_events(os.path.join(sd, "events.jsonl"))
     events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]
     if as_json:
-        console.print_json(
-            json.dumps({"events": events, "skipped_lines": got.skipped_lines}, default=str)
-        )
+        emit_json("watchdog history", {"events": events, "skipped_lines": got.skipped_lines})
         return
     t = Table("time", "event", "detail")
     for e in events:
