@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import paramiko
+if TYPE_CHECKING:  # imported where an ssh_config is read: not for `inventory check` (issue 30)
+    import paramiko
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def _ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     full = os.path.expanduser(path)
     if not os.path.isfile(full):
         return None
+    import paramiko
+
     try:
         return paramiko.SSHConfig.from_path(full)
     except (OSError, paramiko.SSHException, ValueError):

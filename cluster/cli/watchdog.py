@@ -36,13 +36,10 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.cli.watchdog_view import iso
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
-from tpwarden.watchdog.daemon import build_watchdog
 from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.state import write_hold, write_release
 from tpwarden.watchdog.state_doc import state_document
-from tpwarden.watchdog.wiring import watched_plan
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -118,6 +115,11 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # only `watchdog run` needs the daemon, SSH and Docker (not --help, TAB or status)
+    from tpwarden.cluster.ssh_identity import SshIdentity
+    from tpwarden.watchdog.daemon import build_watchdog
+    from tpwarden.watchdog.wiring import watched_plan
+
     identity = SshIdentity(
         str(ssh_key) if ssh_key else None, str(known_hosts) if known_hosts else None
     )
