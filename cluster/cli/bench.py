@@ -175,6 +175,8 @@ def sweep(
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
 
+    if backend not in ("openai-chat", "openai"):
+        raise typer.BadParameter(f"--backend {backend!r}: openai-chat or openai")
     if dataset not in ("prompts", "random"):
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(

@@ -5,6 +5,7 @@ Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boo
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -182,11 +183,28 @@ def boot(
     raise typer.Exit(0 if result.ready else 1)
 
 
+# a line vLLM (or Python under it) writes: a log level, the package's name, a traceback
+_VLLM_LINE = re.compile(r"\b(INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|vllm|Traceback", re.IGNORECASE)
+
+
 def _read_log_file(path: str) -> BootProgress:
-    if path == "-":
-        return read_boot_log(sys.stdin)
+    """The boot verdict of a saved log; an empty file or one with no vLLM line is bad input
+    (exit 2), not an "incomplete" boot."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return read_boot_log(f)
+        if path == "-":
+            lines = sys.stdin.readlines()
+        else:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the log ({exc.strerror or exc})") from None
+    body = [line for line in lines if line.strip() and not line.startswith("#")]
+    if not body:
+        raise ConfigError(f"{path}: empty log", key="--from-file", hint="give a vLLM log")
+    if not any(_VLLM_LINE.search(line) for line in body):
+        raise ConfigError(
+            f"{path}: not a vLLM log (no INFO/WARNING/ERROR line in {len(body)} lines)",
+            key="--from-file",
+            hint="save it with `docker logs CONTAINER > head.log`",
+        )
+    return read_boot_log(lines)

@@ -77,6 +77,13 @@ def emit_failure(command: str, kind: str, message: str, hint: str, code: int) ->
     emit_json(command, {"ok": False, "error": error})
 
 
+def positive(value: float | None) -> float | None:
+    """An option callback: the value must be greater than 0 (typer's `min` is inclusive)."""
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"{value:g} is not greater than 0")
+    return value
+
+
 def plain(text: object) -> str:
     """User, log or inventory text made safe to embed in rich markup (the one escaping helper:
     "[/etc/ssh]" or "[rank1]" print as written, never as a style or a MarkupError)."""

@@ -22,6 +22,7 @@ from tpwarden.cluster.cli.common import (
     console,
     emit_json,
     err_console,
+    error_line,
     handle_errors,
     load,
 )
@@ -319,9 +320,17 @@ def logs(
             except KeyboardInterrupt:
                 pass
             return
+        unread = []
         for name, text in ctl.logs(node, tail=tail).items():
             console.rule(name)
+            # a node that could not be read comes back as "<its error>" (control.logs.tail_logs)
+            if text.startswith("<") and text.endswith(">") and "\n" not in text:
+                unread.append(name)
+                err_console.print(error_line(f"{name}: not read: {text[1:-1]}"), soft_wrap=True)
+                continue
             console.print(text, markup=False, highlight=False)
+    if unread:
+        raise typer.Exit(1)
 
 
 def _clock_report(results, as_json: bool) -> None:

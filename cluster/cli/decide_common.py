@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import console, emit_json, err_console, load
+from tpwarden.cluster.cli.common import console, emit_json, err_console, load, positive
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
@@ -30,10 +30,13 @@ CalOpt = Annotated[
 NoCalOpt = Annotated[bool, typer.Option("--no-calibration", help="Ignore any fitted calibration.")]
 CueOpt = Annotated[str, typer.Option("--cue", help="Answer cue ending the prompt (e.g. 정답:).")]
 KOpt = Annotated[
-    int | None, typer.Option("--top-logprobs", help="k (default: server --max-logprobs or 20).")
+    int | None,
+    typer.Option("--top-logprobs", min=1, help="k (default: server --max-logprobs or 20)."),
 ]
 ThinkOpt = Annotated[bool, typer.Option("--thinking", help="Send enable_thinking true (chat).")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", callback=positive, help="Seconds per request.")
+]
 RunsDirOpt = Annotated[
     Path | None, typer.Option("--runs-dir", help="Where run directories go (TPWARDEN_RUNS_DIR).")
 ]

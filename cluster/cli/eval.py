@@ -72,9 +72,17 @@ def run(
     tasks: Annotated[str, typer.Option(help="Comma list of lm-eval task names.")] = (
         "mmlu,kmmlu,kormedmcqa,humaneval,gsm8k"
     ),
-    limit: Annotated[int | None, typer.Option(help="Items per task (lm-eval --limit).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Items per task (lm-eval --limit).")
+    ] = None,
     include_path: Annotated[
-        Path | None, typer.Option("--include-path", help="Folder of task YAMLs (+ data files).")
+        Path | None,
+        typer.Option(
+            "--include-path",
+            exists=True,
+            file_okay=False,
+            help="Folder of task YAMLs (+ data files).",
+        ),
     ] = None,
     chat: Annotated[
         str | None, typer.Option(help="Local generate_until tasks to send through chat.")
@@ -84,7 +92,10 @@ def run(
     ] = None,
     client_image: Annotated[str | None, typer.Option(help="Client image with lm_eval.")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue this run directory (finished tasks kept).")
+        Path | None,
+        typer.Option(
+            exists=True, file_okay=False, help="Continue this run directory (finished tasks kept)."
+        ),
     ] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = (

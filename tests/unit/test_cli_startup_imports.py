@@ -49,7 +49,9 @@ def test_help_imports_no_lab_docker_paramiko_ansible(argv):
 
 
 def test_completing_a_command_name_imports_no_command_module():
-    mods = _modules([], _TPWARDEN_COMPLETE="complete_bash", COMP_WORDS="tpwarden wat", COMP_CWORD="1")
+    mods = _modules(
+        [], _TPWARDEN_COMPLETE="complete_bash", COMP_WORDS="tpwarden wat", COMP_CWORD="1"
+    )
     assert not _heavy(mods), _heavy(mods)
     assert not [m for m in mods if m.startswith("tpwarden.cluster.cli.watchdog")]
 
