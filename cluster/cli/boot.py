@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tpwarden.cluster.boot import BootNote, BootProgress, read_boot_log
 from tpwarden.cluster.cli.common import (
@@ -22,6 +21,7 @@ from tpwarden.cluster.cli.common import (
     emit_json,
     err_console,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult, ControlEvent
@@ -71,7 +71,7 @@ class BootView:
     def __call__(self, ev: ControlEvent) -> None:
         if ev.progress is None or ev.kind not in ("boot", "ready", "failed"):
             if ev.kind in ("remove", "start", "preflight", "info"):
-                self.progress.console.print(f"[dim]{ev.node or '*'}[/] {ev.message}")
+                self.progress.console.print(f"[dim]{plain(ev.node or '*')}[/] {plain(ev.message)}")
             return
         p = ev.progress
         eta = "no history" if p.eta_s is None and not p.failed else fmt_s(p.eta_s)
@@ -92,7 +92,7 @@ def report_boot(boot: BootResult) -> None:
             )
         )
         return
-    err_console.print(f"[red]boot failed[/] after {fmt_s(boot.elapsed_s)}: {boot.reason}")
+    err_console.print(f"[red]boot failed[/] after {fmt_s(boot.elapsed_s)}: {plain(boot.reason)}")
     for node, text in boot.last_lines.items():
         err_console.rule(node)
         err_console.print(text, markup=False, highlight=False)
@@ -106,7 +106,7 @@ def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
         when = " after ready" if n.after_ready else ""
         times = f" (x{n.count})" if n.count > 1 else ""
         console.print(
-            f"[{colour}]note[/] {n.level}{when} [dim]{n.who}[/]{times}: {escape(n.message)}",
+            f"[{colour}]note[/] {n.level}{when} [dim]{plain(n.who)}[/]{times}: {plain(n.message)}",
             highlight=False,
         )
     if len(ordered) > limit:
@@ -115,7 +115,9 @@ def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
 
 def _report_log_verdict(p: BootProgress, source: str) -> None:
     colour = {"ready": "green", "failed": "red"}.get(p.verdict, "yellow")
-    console.print(f"[{colour}]{p.verdict}[/] ({source}): {escape(p.describe())}", highlight=False)
+    console.print(
+        f"[{colour}]{p.verdict}[/] ({plain(source)}): {plain(p.describe())}", highlight=False
+    )
     facts = []
     if p.version:
         facts.append(f"vLLM {p.version}")
@@ -128,9 +130,9 @@ def _report_log_verdict(p: BootProgress, source: str) -> None:
     if facts:
         console.print(", ".join(facts), highlight=False)
     if p.failed and p.error_context:
-        console.print(f"[dim]reported as:[/] {escape(p.error_context)}", highlight=False)
+        console.print(f"[dim]reported as:[/] {plain(p.error_context)}", highlight=False)
     if not p.ready and not p.failed and p.last_line:
-        console.print(f"[dim]last line:[/] {escape(p.last_line)}", highlight=False)
+        console.print(f"[dim]last line:[/] {plain(p.last_line)}", highlight=False)
     print_notes(p.notes)
 
 

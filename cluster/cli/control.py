@@ -10,7 +10,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.boot import BootProgress
@@ -25,6 +24,7 @@ from tpwarden.cluster.cli.common import (
     error_line,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller, operator_identity
@@ -56,7 +56,8 @@ def _print_plan(plan: ControlPlan) -> None:
         table.add_column(col, overflow="fold")
     for s in plan.steps:
         argv = " ".join(s.container.vllm_argv) if s.container is not None else ""
-        table.add_row(s.node, s.action.value, s.reason, ", ".join(s.remove), argv)
+        cells = (s.node, s.action.value, s.reason, ", ".join(s.remove), argv)
+        table.add_row(*(Text(c) for c in cells))  # user text (argv, reasons): never markup
     console.print(table)
     if plan.waves:
         console.print("start order: " + " -> ".join("+".join(w) for w in plan.waves))
@@ -71,7 +72,7 @@ def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
         return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
-        err_console.print(f"[red]{o.node}[/]: {o.message}")
+        err_console.print(f"[red]{plain(o.node)}[/]: {plain(o.message)}")
     if result.boot is not None:
         report_boot(result.boot)
     return code
@@ -150,7 +151,7 @@ def down(
     spec = load(inventory)
 
     def show(e: ControlEvent) -> None:
-        console.print(f"[dim]{e.node}[/] {e.message}")
+        console.print(f"[dim]{plain(e.node)}[/] {plain(e.message)}")
 
     with Controller(spec, on_event=_quiet if as_json else show) as ctl:
         plan = ctl.plan_down()
@@ -277,7 +278,7 @@ def status(
                 _print_status(st, wide, dict(getattr(spec.thermal, "zone_roles", {}) or {}))
                 console.print(wd_text)
                 if boot_state is not None:
-                    console.print(f"boot: {escape(boot_state.describe())}", highlight=False)
+                    console.print(f"boot: {plain(boot_state.describe())}", highlight=False)
                     print_notes(boot_state.notes, limit=6)
             if not watch:
                 break

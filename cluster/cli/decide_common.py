@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import console, emit_json, err_console, load, positive
+from tpwarden.cluster.cli.common import console, emit_json, err_console, load, plain, positive
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
@@ -128,7 +128,7 @@ def render_decision(d, title: str) -> None:
 
 def ask_one(setup: Setup, item, as_json: bool) -> None:
     for note in setup.notes:
-        err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
+        err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
     with setup.client:
         d = setup.decider.decide(item)
     if as_json:

@@ -24,6 +24,7 @@ from tpwarden.cluster.cli.common import (
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.eval.plan import EvalOptions
@@ -62,7 +63,9 @@ def _print_preflight(pre: dict[str, Any]) -> None:
 
 def _print_plans(plans: list[dict[str, Any]]) -> None:
     for p in plans:
-        console.print(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}", highlight=False)
+        console.print(
+            plain(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}"), highlight=False
+        )
 
 
 @app.command("run")
@@ -150,7 +153,7 @@ def run(
     console.print(table)
     if manifest.get("restarts"):
         console.print(f"server restarts survived: {len(manifest['restarts'])}", highlight=False)
-    console.print(f"run directory: {run_dir}", highlight=False)
+    console.print(f"run directory: {plain(run_dir)}", highlight=False)
 
 
 @app.command("compare")
@@ -197,7 +200,7 @@ def compare(
     console.print(table)
     if refusal:
         for reason in refusal.reasons:
-            console.print(f"[yellow]not comparable (forced):[/] {reason}", highlight=False)
+            console.print(f"[yellow]not comparable (forced):[/] {plain(reason)}", highlight=False)
     dt = Table(title="what changed between the runs")
     for col in ("", "fact", "A", "B"):
         dt.add_column(col, overflow="fold")

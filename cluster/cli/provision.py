@@ -23,6 +23,7 @@ from tpwarden.cluster.cli.common import (
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.provision import gateway as prov
 
@@ -152,7 +153,9 @@ def provision(
                 if result.changed == 0
                 else f"{result.changed} change(s) pending"
             )
-        console.print(f"artifacts: {result.artifact_dir} (run {result.ident})", highlight=False)
+        console.print(
+            plain(f"artifacts: {result.artifact_dir} (run {result.ident})"), highlight=False
+        )
     if not result.ok:
         if not as_json:
             err_console.print(f"[bold red]provisioning failed[/] (run {result.ident})")

@@ -20,6 +20,7 @@ from tpwarden.cluster.cli.common import (
     error_line,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
@@ -145,14 +146,14 @@ def report(
     console.print(f"[bold]Night report, {span_text(rep.since, rep.until, zone)}[/]")
     console.print(headline(rep), highlight=False)
     for note in rep.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {plain(note)}")
     for line in text_lines(rep, zone):
         console.print(line, highlight=False, markup=False)
     for name, why in sorted(problems.items()):
-        err_console.print(f"[red]{name}: not read ({why})[/]")
+        err_console.print(f"[red]{plain(name)}: not read ({plain(why)})[/]")
     for p in (html, plot):
         if p:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {plain(p)}")
     raise typer.Exit(code)
 
 

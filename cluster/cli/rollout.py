@@ -29,6 +29,7 @@ from tpwarden.cluster.cli.common import (
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import operator_identity
 from tpwarden.cluster.durable import default_state_dir
@@ -281,12 +282,13 @@ def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollou
         console.print(table)
     for v in record.verdicts:
         console.print(
-            f"guard {v['guard']}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} ({v['detail']})"
+            f"guard {plain(v['guard'])}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} "
+            f"({plain(v['detail'])})"
         )
     colour = {"done": "green", "rolled_back": "yellow"}.get(record.step, "red")
     console.print(
         f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"
-        + (f": {record.reason}" if record.reason else "")
+        + (f": {plain(record.reason)}" if record.reason else "")
     )
     return code
 

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, handle_errors, load
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.ssh import SshPool
@@ -142,7 +142,7 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
                                               "unreachable": failed})  # fmt: skip
             else:
                 for n, steps in doc.items():
-                    console.print(f"[bold]{n}[/]" + ("" if steps else ": nothing to do"))
+                    console.print(f"[bold]{plain(n)}[/]" + ("" if steps else ": nothing to do"))
                     for line in steps:
                         console.print(f"  {line}", highlight=False, markup=False)
                 _print_unreachable(console, failed)

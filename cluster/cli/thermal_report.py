@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, load
+from tpwarden.cluster.cli.common import emit_json, load, plain
 from tpwarden.cluster.cli.report import _zone_roles
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from tpwarden.watchdog.thermal import (
@@ -108,7 +108,7 @@ def report(
         raise typer.Exit(1 if unreachable else 0)
     console = Console()
     if not rep.nodes or not records:
-        console.print(f"no samples in {directory or from_dir} for this window")
+        console.print(f"no samples in {plain(directory or from_dir)} for this window")
         _print_unreachable(console, unreachable)
         raise typer.Exit(1)
     _render(console, rep, zone)
@@ -119,7 +119,7 @@ def report(
     _print_unreachable(console, unreachable)
     for p in (csv_path, plot_path):
         if p:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {plain(p)}")
     if unreachable:
         raise typer.Exit(1)
 
