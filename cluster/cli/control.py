@@ -228,7 +228,8 @@ def status_renderables(
                 for k, c in zip(view.keys, row, strict=True)
             )
         )
-    server = Table(title="server", show_header=False, title_justify="left")
+    # no frame: the on-call screen of a healthy cluster fits in 20 lines at 80 columns
+    server = Table(title="server", show_header=False, title_justify="left", box=None)
     server.add_column("k", no_wrap=True)
     server.add_column("v", overflow="fold")
     for k, v in view.server:
@@ -259,9 +260,16 @@ def status(
     wide: Annotated[
         bool, typer.Option("--wide", help="Every column, however wide the terminal.")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also the boot notes of a healthy server (--json has them)."
+        ),
+    ] = False,
 ) -> None:
     """One screen: every node (reachable, container, drift, GPU) and the server; exit 0 only
-    if all is well."""
+    if all is well. The boot's notes (non-fatal warnings) show when the server is not healthy,
+    or with --verbose."""
     spec = load(inventory)
     with Controller(spec, node_timeout_s=timeout) as ctl:
         while True:
@@ -279,11 +287,23 @@ def status(
                 console.print(wd_text)
                 if boot_state is not None:
                     console.print(f"boot: {plain(boot_state.describe())}", highlight=False)
-                    print_notes(boot_state.notes, limit=6)
+                    _status_notes(boot_state, st.ok, verbose)
             if not watch:
                 break
             time.sleep(watch)
     raise typer.Exit(0 if st.ok else 1)
+
+
+def _status_notes(boot_state: BootProgress, healthy: bool, verbose: bool) -> None:
+    """The on-call screen shows what matters: a healthy server's boot notes (ulimit, eager mode,
+    ...) only on request; one line says how many there are."""
+    if not boot_state.notes:
+        return
+    if healthy and not verbose:
+        n = len(boot_state.notes)
+        console.print(f"[dim]{n} boot note{'s' if n > 1 else ''} (--verbose shows them)[/]")
+        return
+    print_notes(boot_state.notes, limit=6)
 
 
 def _head_boot(ctl: Controller) -> BootProgress | None:
@@ -348,12 +368,12 @@ def _clock_report(results, as_json: bool) -> None:
         for r in sorted(results, key=lambda r: r.node):
             for g in r.gpus or [{}]:
                 t.add_row(
-                    r.node,
+                    Text(r.node),
                     str(g.get("index", "-")),
                     str(g.get("sm_clock_mhz", "-")),
                     str(g.get("sm_clock_max_mhz", "-")),
                     str(g.get("locked_clock_max_mhz") or "-"),
-                    "[green]ok[/]" if r.ok else f"[red]{r.message}[/]",
+                    Text("ok", "green") if r.ok else Text(r.message, "red"),
                 )
         console.print(t)
     raise typer.Exit(0 if all(r.ok for r in results) else 1)

@@ -8,7 +8,7 @@ EXAMPLES: dict[str, str] = {
     "up": f"tpwarden up {INV}            (then: tpwarden status {INV})",
     "down": f"tpwarden down {INV} --dry-run",
     "restart": f'tpwarden restart {INV} --reason "engine hung" --yes',
-    "status": f"tpwarden status {INV} --json | jq .verdict",
+    "status": f"tpwarden status {INV} --verbose   (for scripts: --json | jq .verdict)",
     "logs": f"tpwarden logs node1 {INV} --tail 50 --follow",
     "boot": f"tpwarden boot {INV}     (a saved log: tpwarden boot --from-file head.log --json)",
     "lab up": "tpwarden lab up && tpwarden up -i /var/lib/tpwarden-lab/inventory.yml",
