@@ -131,7 +131,7 @@ def _ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     full = os.path.expanduser(path)
     if not os.path.isfile(full):
         return None
-    import paramiko
+    import paramiko  # deferred: 0.1-0.5 s, not for `inventory check` (issue 30)
 
     try:
         return paramiko.SSHConfig.from_path(full)

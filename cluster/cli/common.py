@@ -92,7 +92,7 @@ def plain(text: object) -> str:
 
 def _current_command() -> str:
     """The running command's path without the program name ("watchdog hold")."""
-    from typer._click.globals import get_current_context
+    from typer._click.globals import get_current_context  # deferred: only on a failure
 
     ctx = get_current_context(silent=True)
     return " ".join(ctx.command_path.split()[1:]) if ctx is not None else "tpwarden"

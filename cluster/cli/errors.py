@@ -18,7 +18,7 @@ def usage_error(exc: click.ClickException, argv: list[str]) -> int:
     hint = f"see `{path} --help`"
     print(f"error: {message} ({hint})", file=sys.stderr)
     if "--json" in argv:
-        from tpwarden.cluster.cli.common import emit_failure
+        from tpwarden.cluster.cli.common import emit_failure  # deferred: common loads rich
 
         command = " ".join(path.split()[1:]) or "tpwarden"
         emit_failure(command, "usage", message, hint, exc.exit_code)

@@ -55,7 +55,7 @@ def plan(
 
     Example: tpwarden plan -i inventory.example.yml --json
     """
-    from tpwarden.cluster.launch import plan_cluster
+    from tpwarden.cluster.launch import plan_cluster  # deferred: not for `inventory check`
 
     spec = load(inventory)
     cluster_plan = plan_cluster(spec)

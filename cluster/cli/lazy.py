@@ -39,7 +39,7 @@ def _mount(target: str, name: str) -> dict[str, click.Command]:
             obj(holder)
         group = typer.main.get_command(holder)
         assert isinstance(group, TyperGroup)
-        from tpwarden.cluster.cli.help_text import polish
+        from tpwarden.cluster.cli.help_text import polish  # deferred: once a command resolves
 
         for mounted, cmd in group.commands.items():
             polish(cmd, (mounted,))
@@ -73,7 +73,7 @@ class LazyGroup(TyperGroup):
             return made
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from tpwarden.cluster.cli.help_text import flags_without_type
+        from tpwarden.cluster.cli.help_text import flags_without_type  # deferred: help only
 
         flags_without_type(self, ctx)
         self._listing = True
@@ -100,12 +100,12 @@ class LazyGroup(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         if not standalone_mode:
             return super().main(argv, prog_name, complete_var, False, **extra)
-        from typer.exceptions import Abort
+        from typer.exceptions import Abort  # deferred: kept next to its one use
 
         try:
             rv = super().main(argv, prog_name, complete_var, False, **extra)
         except click.ClickException as exc:
-            from tpwarden.cluster.cli.errors import usage_error
+            from tpwarden.cluster.cli.errors import usage_error  # deferred: on a rejection
 
             sys.exit(usage_error(exc, argv))
         except Abort:
