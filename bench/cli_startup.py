@@ -1,70 +1,84 @@
-"""Print what the `tpwarden` command line costs to start, and the share of it spent importing the
-command groups' own modules (bench, decide, eval, the morning report, rollout), which the CLI now
-imports at its top instead of inside each command.
+"""Print what the `tpwarden` command line costs to start, as ratios measured in one run (issue 30):
 
-    python bench/cli_startup.py [--runs 7]
+- `tpwarden --help` and a TAB completion against `python -c pass`
+  (goal: <= 4x python -c pass + 0.1 s);
+- `tpwarden inventory check` against `ansible-inventory --list` on the same file (goal <= 1.0x).
 
-Not a timed test: each run is a fresh `python -X importtime -c 'import tpwarden.cluster.cli'`;
-it prints the median total and the median share of those modules, measured in the same runs.
+    python bench/cli_startup.py [--runs 5] [-i inventory.example.yml]
+
+Not a timed test. Each command is a fresh process; what is reported is the median CPU time (user +
+system, as the issue measured) over ``--runs`` rounds, the commands interleaved round by round so
+that a loaded machine weighs on all of them alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-# the modules a command group imports that the CLI used to defer
-GROUPS = (
-    "tpwarden.cluster.bench",
-    "tpwarden.cluster.decide",
-    "tpwarden.cluster.eval",
-    "tpwarden.cluster.morning",
-    "tpwarden.cluster.rollout",
-    "tpwarden.watchdog.thermal.plot",
-)
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 
-def one_run() -> tuple[float, float]:
-    """(total seconds, seconds under the GROUPS modules) of one cold CLI import."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import tpwarden.cluster.cli"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    total_us = groups_us = 0
-    inside_depth: int | None = None  # nesting depth of the GROUPS entry being counted
-    # importtime prints children before their parent: walk it backwards, parents first
-    for line in reversed(done.stderr.splitlines()):
-        if not line.startswith("import time:") or "|" not in line:
-            continue
-        _, cumulative, name_col = line.split("|", 2)
-        if not cumulative.strip().isdigit():
-            continue  # the header
-        depth = (len(name_col) - len(name_col.lstrip())) // 2
-        name = name_col.strip()
-        if depth == 0:  # a top-level import: its cumulative time covers its whole subtree
-            total_us += int(cumulative)
-        if inside_depth is not None and depth <= inside_depth:
-            inside_depth = None
-        if inside_depth is None and name.startswith(GROUPS):
-            groups_us += int(cumulative)
-            inside_depth = depth
-    return total_us / 1e6, groups_us / 1e6
+def cpu_s(argv: list[str], env: dict[str, str] | None = None) -> float:
+    """CPU seconds (user + system) of one fresh ``argv`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, capture_output=True, env=env, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def medians(
+    cases: dict[str, tuple[list[str], dict[str, str] | None]], runs: int
+) -> dict[str, float]:
+    """Median CPU seconds per case, the cases interleaved round by round."""
+    seen: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, (argv, env) in cases.items():
+            seen[name].append(cpu_s(argv, env))
+    return {name: statistics.median(times) for name, times in seen.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("-i", "--inventory", default=str(ROOT / "inventory.example.yml"))
     args = ap.parse_args()
-    runs = [one_run() for _ in range(args.runs)]
-    total = statistics.median(t for t, _ in runs)
-    groups = statistics.median(g for _, g in runs)
-    share = statistics.median(g / t for t, g in runs)
-    print(f"import tpwarden.cluster.cli: median {total:.3f} s over {args.runs} runs")
-    print(f"  of which the command groups' modules: {groups:.3f} s ({share:.1%} of the start-up)")
+    cli = [sys.executable, "-m", "tpwarden.cluster.cli"]
+    ansible_inventory = shutil.which("ansible-inventory", path=str(BIN)) or "ansible-inventory"
+    complete = {**os.environ, "_TPWARDEN_COMPLETE": "complete_bash",
+                "COMP_WORDS": "tpwarden watchdog h", "COMP_CWORD": "2"}  # fmt: skip
+    top = {**complete, "COMP_WORDS": "tpwarden wat", "COMP_CWORD": "1"}
+    cases = {
+        "python -c pass": ([sys.executable, "-c", "pass"], None),
+        "tpwarden --help": ([*cli, "--help"], None),
+        "TAB: tpwarden wat<TAB>": (cli, top),
+        "TAB: tpwarden watchdog h<TAB>": (cli, complete),
+        "ansible-inventory --list": ([ansible_inventory, "-i", args.inventory, "--list"], None),
+        "inventory check": ([*cli, "inventory", "check", "-i", args.inventory], None),
+    }
+    got = medians(cases, args.runs)
+    base, ref, check = (
+        got["python -c pass"],
+        got["ansible-inventory --list"],
+        got["inventory check"],
+    )
+    goal = 4 * base + 0.1
+    print(f"python -c pass: {base:.3f} s CPU; goal for --help and TAB: {goal:.3f} s "
+          f"(4x + 0.1 s); medians of {args.runs} interleaved rounds")  # fmt: skip
+    for name in ("tpwarden --help", "TAB: tpwarden wat<TAB>", "TAB: tpwarden watchdog h<TAB>"):
+        took = got[name]
+        verdict = "ok" if took <= goal else "OVER"
+        print(f"  {name:32s} {took:.3f} s = {took / base:5.1f}x python -c pass  [{verdict}]")
+    verdict = "ok" if check <= ref else "OVER"
+    print(f"  {'inventory check':32s} {check:.3f} s = {check / ref:.2f}x ansible-inventory "
+          f"--list ({ref:.3f} s)  [{verdict}, goal <= 1.0x]")  # fmt: skip
 
 
 if __name__ == "__main__":

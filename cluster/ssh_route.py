@@ -12,8 +12,10 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import paramiko
+if TYPE_CHECKING:  # imported where an ssh_config is read: not for `inventory check` (issue 30)
+    import paramiko
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ def _ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     full = os.path.expanduser(path)
     if not os.path.isfile(full):
         return None
+    import paramiko  # deferred: 0.1-0.5 s, not for `inventory check` (issue 30)
+
     try:
         return paramiko.SSHConfig.from_path(full)
     except (OSError, paramiko.SSHException, ValueError):

@@ -22,6 +22,7 @@ class Verdict(StrEnum):
     DEGRADED = "degraded"  # answering, but a node is unreachable or a GPU reading is alarming
     BROKEN = "broken"  # something is missing, exited or paused and the probe fails
     DOWN = "down"  # no serving container anywhere
+    UNREACHABLE = "unreachable"  # no node could be reached and the probe fails: nothing known
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,8 @@ def derive_verdict(
         notes.extend(clock_cap_notes(node_status))
     if server.probe_error and server.health_status is not None:
         notes.append(f"probe: {server.probe_error}")
+    if nodes and not reachable and not server.probe_ok:
+        return Verdict.UNREACHABLE, tuple(notes)
     if reachable and len(missing) == len(reachable) and not server.probe_ok:
         return Verdict.DOWN, tuple(notes)
     if server.probe_ok:

@@ -1,5 +1,10 @@
 """`tpwarden`: the command line. A thin layer: it parses arguments, calls the library and renders.
 
+Sub-commands are mounted from one table (``COMMANDS``) and imported on first use (`lazy`), so
+`tpwarden --help`, a TAB completion and `inventory check` import only what they need. To add a
+command: a module with a ``typer.Typer`` (a group) or a ``register(app)`` function, one row here,
+one example in `examples.EXAMPLES`.
+
 Examples:
     tpwarden inventory check -i inventory.example.yml
     tpwarden plan -i inventory.example.yml --json
@@ -7,38 +12,96 @@ Examples:
 
 from __future__ import annotations
 
-import importlib
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 from tpwarden.cluster import __version__
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
-from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.cli.lazy import LazyGroup
+
+CLI = "tpwarden.cluster.cli"
+
+# name -> ("module:attr", the short help `tpwarden --help` shows without importing the module)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": (f"{CLI}.inventory:register", "Show what would run on every node: container, image, "
+             "full vLLM argv, env (secrets redacted)."),
+    "up": (f"{CLI}.control:register", "Start the server on every node (idempotent), then follow "
+           "the boot until it answers."),
+    "down": (f"{CLI}.control:register", "Stop and remove the serving containers on every node "
+             "(found by label)."),
+    "restart": (f"{CLI}.control:register", "Down + up with one plan; the restart is recorded in "
+                "the event log."),
+    "status": (f"{CLI}.control:register", "One screen: every node (reachable, container, drift, "
+               "GPU) and the server; exit 0 only if all is well."),
+    "logs": (f"{CLI}.control:register", "Show (or follow) the serving containers' logs."),
+    "boot": (f"{CLI}.control:register", "Attach to a boot in progress: phase, shards, ETA, until "
+             "the server answers; or judge a saved log with --from-file"),
+    "provision": (f"{CLI}.provision:register", "Prepare the nodes (Docker, GPU, image, model) and "
+                  "install tpwarden, the thermal agent, the watchdog and the clock cap"),
+    "rollout": (f"{CLI}.rollout:register", "Change the serving config: plan, measure, restart, "
+                "verify, keep or roll back."),
+    "rollback": (f"{CLI}.rollout:register", "Restore a recorded config revision (default: the "
+                 "one before the last rollout) and restart."),
+    "report": (f"{CLI}.report:register", "How the night went: uptime and restarts with causes, "
+               "watchdog decisions, thermal peaks"),
+    "inventory": (f"{CLI}.inventory:app", "Validate inventories."),
+    "lab": (f"{CLI}.lab:app", "The lab: a simulated 4-node cluster on this machine (needs root)."),
+    "watchdog": (f"{CLI}.watchdog:app", "The probe watchdog: run it, see its state, hold or "
+                 "release it."),
+    "thermal": (f"{CLI}.thermal:app", "GPU and ACPI thermal logging: agent, report."),
+    "bench": (f"{CLI}.bench:app", "Benchmark the server from a CPU-only client container; "
+              "compare runs."),
+    "decide": (f"{CLI}.decide:app", "Decisions from label-token probabilities (max_tokens=1, no "
+               "text parsing)."),
+    "eval": (f"{CLI}.eval:app", "Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only "
+             "client container."),
+    "prometheus": (f"{CLI}.prometheus:app", "Prometheus: the scrape config for this cluster."),
+    "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement: predict "
+             "the best k per load."),
+    "clocks": (f"{CLI}.control:register", "Show, cap or reset GPU clocks on every node (NVML)."),
+}  # fmt: skip
+
+
+def _lab_not_installed(exc: ModuleNotFoundError) -> typer.core.TyperCommand | None:
+    """`tpwarden lab ...` where the lab is absent: it is a development tool, in the source tree
+    (`cluster/lab/`, an editable install sees it) and not in the wheel the nodes and operators get."""
+    if exc.name != "tpwarden.cluster.lab":
+        return None
+
+    def refuse() -> None:
+        typer.echo(
+            "error: the lab is not installed: it is a development tool in tpwarden's source tree "
+            "(cluster/lab/), not in the wheel; clone the repository and run scripts/setup.sh, or "
+            "`pip install -e .` from a checkout",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+    return typer.core.TyperCommand(
+        "lab",
+        help="The 4-node lab (not installed: it ships with a source checkout).",
+        callback=refuse,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+
+
+class Root(LazyGroup):
+    table = COMMANDS
+    fallbacks = {"lab": _lab_not_installed}
+
 
 app = typer.Typer(
     name="tpwarden",
+    cls=Root,
     help="Bring up, watch and measure a multi-node vLLM server from one Ansible inventory.",
+    epilog="Example: tpwarden inventory check -i inventory.yml && tpwarden up -i inventory.yml",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
-inventory_app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
-app.add_typer(inventory_app, name="inventory")
 
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"tpwarden {__version__}")
+        print(f"tpwarden {__version__}")
         raise typer.Exit()
 
 
@@ -49,132 +112,3 @@ def main(
     ] = False,
 ) -> None:
     """tpwarden: one inventory, a tensor-parallel vLLM server on N nodes, kept alive and measured."""
-
-
-@inventory_app.command("check")
-@handle_errors
-def inventory_check(
-    inventory: InventoryOption = DEFAULT_INVENTORY,
-    as_json: JsonOption = False,
-) -> None:
-    """Validate an inventory; exit 2 with file:line, key and a fix if it is wrong.
-
-    Example: tpwarden inventory check -i inventory.example.yml
-    """
-    spec = load(inventory)
-    if as_json:
-        doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
-        emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
-        return
-    console.print(
-        Text.assemble(
-            ("ok", "green"),
-            f" {inventory}: cluster ",
-            (spec.name, "bold"),
-            f", head {spec.head.name}, workers "
-            f"{', '.join(n.name for n in spec.workers) or '-'}, config {spec.config_hash()}",
-        ),
-        highlight=False,
-    )
-
-
-@app.command("plan")
-@handle_errors
-def plan(
-    inventory: InventoryOption = DEFAULT_INVENTORY,
-    as_json: JsonOption = False,
-) -> None:
-    """Show what would run on every node: container, image, full vLLM argv, env (secrets redacted).
-
-    Example: tpwarden plan -i inventory.example.yml --json
-    """
-    spec = load(inventory)
-    cluster_plan = plan_cluster(spec)
-    if as_json:
-        emit_json("plan", cluster_plan.to_json())
-        return
-    table = Table(
-        title=f"cluster {escape(cluster_plan.cluster)} · config {cluster_plan.config_hash} · "
-        f"backend {cluster_plan.backend}",
-        show_lines=True,
-    )
-    for column in ("node", "role/rank", "container", "command"):
-        table.add_column(column, overflow="fold")
-    for c in cluster_plan.containers:
-        cmd = " ".join(c.command)
-        if c.exec_after_start:
-            cmd += "\nthen exec: " + " ".join(c.exec_after_start)
-        # every cell is user text (argv, image, names): Text, never markup ("[conceal]" in a
-        # model path must print, not hide the rest of the command line)
-        table.add_row(
-            Text(c.node), Text(f"{c.role}/{c.rank}"), Text(f"{c.name}\n{c.image}"), Text(cmd)
-        )
-    console.print(table)
-    first = cluster_plan.containers[0].to_json()
-    console.print(
-        Text("env (head): " + ", ".join(f"{k}={v}" for k, v in first["env"].items())),
-        highlight=False,
-    )
-    for warning in cluster_plan.warnings:
-        console.print(Text.assemble(("warning:", "yellow"), " ", warning))
-
-
-def _mount_lab_not_installed() -> None:
-    """`tpwarden lab ...` where the lab is absent: it is a development tool, in the source tree
-    (`cluster/lab/`, an editable install sees it) and not in the wheel the nodes and operators get."""
-
-    @app.command(
-        "lab",
-        help="The 4-node lab (not installed: it ships with a source checkout).",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    def _lab(ctx: typer.Context) -> None:
-        typer.echo(
-            "error: the lab is not installed: it is a development tool in tpwarden's source tree "
-            "(cluster/lab/), not in the wheel; clone the repository and run scripts/setup.sh, or "
-            "`pip install -e .` from a checkout",
-            err=True,
-        )
-        raise typer.Exit(2)
-
-
-def _mount_optional() -> None:
-    """Sub-command groups live in their own modules."""
-    for module, name in (
-        ("tpwarden.cluster.cli.lab", "lab"),
-        ("tpwarden.cluster.cli.watchdog", "watchdog"),
-        ("tpwarden.cluster.cli.thermal", "thermal"),
-        ("tpwarden.cluster.cli.bench", "bench"),
-        ("tpwarden.cluster.cli.decide", "decide"),
-        ("tpwarden.cluster.cli.eval", "eval"),
-        ("tpwarden.cluster.cli.prometheus", "prometheus"),
-        ("tpwarden.cluster.cli.tune", "tune"),
-    ):
-        try:
-            sub = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if name == "lab" and exc.name == "tpwarden.cluster.lab":
-                _mount_lab_not_installed()
-                continue
-            if exc.name != module:
-                raise
-            continue
-        app.add_typer(sub.app, name=name)
-    try:
-        control = importlib.import_module("tpwarden.cluster.cli.control")
-    except ModuleNotFoundError as exc:
-        if exc.name != "tpwarden.cluster.cli.control":
-            raise
-    else:
-        control.register(app)
-    importlib.import_module("tpwarden.cluster.cli.provision").register(app)
-    # deferred: mounted with the other sub-command groups above, once `app` exists
-    from tpwarden.cluster.cli import rollout
-    from tpwarden.cluster.cli.examples import add_examples
-
-    rollout.register(app)
-    importlib.import_module("tpwarden.cluster.cli.report").register(app)
-    add_examples(app)
-
-
-_mount_optional()

@@ -26,6 +26,7 @@ from tpwarden.cluster.cli.common import (
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import Controller
 
@@ -134,7 +135,9 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
         console.print(table)
         return
     with Controller(spec) as ctl:
-        runner = BenchRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(f"[dim]{m}[/]"))
+        runner = BenchRunner(
+            ctl, runs_dir, on_progress=lambda m: err_console.print(f"[dim]{plain(m)}[/]")
+        )
         pre = runner.preflight()
         if not as_json:
             _print_defaults(pre)
@@ -145,7 +148,7 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
         return
     cols = SWEEP_COLUMNS if opts.kind == "sweep" else PREFILL_COLUMNS
     console.print(_table(f"{run.run_id} ({spec.name}, config {spec.config_hash()})", rows, cols))
-    console.print(f"run directory: {run.dir}", highlight=False)
+    console.print(f"run directory: {plain(run.dir)}", highlight=False)
 
 
 @app.command("sweep")
@@ -175,6 +178,8 @@ def sweep(
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
 
+    if backend not in ("openai-chat", "openai"):
+        raise typer.BadParameter(f"--backend {backend!r}: openai-chat or openai")
     if dataset not in ("prompts", "random"):
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(

@@ -5,13 +5,12 @@ Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boo
 
 from __future__ import annotations
 
-import json
+import re
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tpwarden.cluster.boot import BootNote, BootProgress, read_boot_log
 from tpwarden.cluster.cli.common import (
@@ -19,14 +18,28 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult, ControlEvent
 from tpwarden.cluster.errors import ConfigError
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
+
+
+# 2: the boot's root-cause line moved from `error` to `boot_error` (`error` is the envelope's
+# failure object in every command's JSON, issue 30)
+BOOT_SCHEMA_VERSION = 2
+
+
+def boot_fields(progress: BootProgress) -> dict[str, Any]:
+    """The boot's JSON fields under the envelope: ``error`` renamed ``boot_error``."""
+    doc = progress.to_json()
+    doc["boot_error"] = doc.pop("error", None)
+    return doc
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -58,7 +71,7 @@ class BootView:
     def __call__(self, ev: ControlEvent) -> None:
         if ev.progress is None or ev.kind not in ("boot", "ready", "failed"):
             if ev.kind in ("remove", "start", "preflight", "info"):
-                self.progress.console.print(f"[dim]{ev.node or '*'}[/] {ev.message}")
+                self.progress.console.print(f"[dim]{plain(ev.node or '*')}[/] {plain(ev.message)}")
             return
         p = ev.progress
         eta = "no history" if p.eta_s is None and not p.failed else fmt_s(p.eta_s)
@@ -79,7 +92,7 @@ def report_boot(boot: BootResult) -> None:
             )
         )
         return
-    err_console.print(f"[red]boot failed[/] after {fmt_s(boot.elapsed_s)}: {boot.reason}")
+    err_console.print(f"[red]boot failed[/] after {fmt_s(boot.elapsed_s)}: {plain(boot.reason)}")
     for node, text in boot.last_lines.items():
         err_console.rule(node)
         err_console.print(text, markup=False, highlight=False)
@@ -93,7 +106,7 @@ def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
         when = " after ready" if n.after_ready else ""
         times = f" (x{n.count})" if n.count > 1 else ""
         console.print(
-            f"[{colour}]note[/] {n.level}{when} [dim]{n.who}[/]{times}: {escape(n.message)}",
+            f"[{colour}]note[/] {n.level}{when} [dim]{plain(n.who)}[/]{times}: {plain(n.message)}",
             highlight=False,
         )
     if len(ordered) > limit:
@@ -102,7 +115,9 @@ def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
 
 def _report_log_verdict(p: BootProgress, source: str) -> None:
     colour = {"ready": "green", "failed": "red"}.get(p.verdict, "yellow")
-    console.print(f"[{colour}]{p.verdict}[/] ({source}): {escape(p.describe())}", highlight=False)
+    console.print(
+        f"[{colour}]{p.verdict}[/] ({plain(source)}): {plain(p.describe())}", highlight=False
+    )
     facts = []
     if p.version:
         facts.append(f"vLLM {p.version}")
@@ -115,9 +130,9 @@ def _report_log_verdict(p: BootProgress, source: str) -> None:
     if facts:
         console.print(", ".join(facts), highlight=False)
     if p.failed and p.error_context:
-        console.print(f"[dim]reported as:[/] {escape(p.error_context)}", highlight=False)
+        console.print(f"[dim]reported as:[/] {plain(p.error_context)}", highlight=False)
     if not p.ready and not p.failed and p.last_line:
-        console.print(f"[dim]last line:[/] {escape(p.last_line)}", highlight=False)
+        console.print(f"[dim]last line:[/] {plain(p.last_line)}", highlight=False)
     print_notes(p.notes)
 
 
@@ -139,7 +154,8 @@ def boot(
     if from_file is not None:
         progress = _read_log_file(from_file)
         if as_json:
-            print(json.dumps({"source": from_file, **progress.to_json()}))
+            doc = {"ok": progress.ready, "source": from_file, **boot_fields(progress)}
+            emit_json("boot", doc, version=BOOT_SCHEMA_VERSION)
         else:
             _report_log_verdict(progress, from_file)
         raise typer.Exit(0 if progress.ready else 1)
@@ -152,15 +168,16 @@ def boot(
             with view.progress:
                 result = ctl.attach_boot(timeout_s=timeout)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ready": result.ready,
-                    "elapsed_s": round(result.elapsed_s, 3),
-                    "reason": result.reason,
-                    **result.progress.to_json(),
-                }
-            )
+        emit_json(
+            "boot",
+            {
+                "ok": result.ready,
+                "ready": result.ready,
+                "elapsed_s": round(result.elapsed_s, 3),
+                "reason": result.reason,
+                **boot_fields(result.progress),
+            },
+            version=BOOT_SCHEMA_VERSION,
         )
     else:
         report_boot(result)
@@ -168,11 +185,28 @@ def boot(
     raise typer.Exit(0 if result.ready else 1)
 
 
+# a line vLLM (or Python under it) writes: a log level, the package's name, a traceback
+_VLLM_LINE = re.compile(r"\b(INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|vllm|Traceback", re.IGNORECASE)
+
+
 def _read_log_file(path: str) -> BootProgress:
-    if path == "-":
-        return read_boot_log(sys.stdin)
+    """The boot verdict of a saved log; an empty file or one with no vLLM line is bad input
+    (exit 2), not an "incomplete" boot."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return read_boot_log(f)
+        if path == "-":
+            lines = sys.stdin.readlines()
+        else:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the log ({exc.strerror or exc})") from None
+    body = [line for line in lines if line.strip() and not line.startswith("#")]
+    if not body:
+        raise ConfigError(f"{path}: empty log", key="--from-file", hint="give a vLLM log")
+    if not any(_VLLM_LINE.search(line) for line in body):
+        raise ConfigError(
+            f"{path}: not a vLLM log (no INFO/WARNING/ERROR line in {len(body)} lines)",
+            key="--from-file",
+            hint="save it with `docker logs CONTAINER > head.log`",
+        )
+    return read_boot_log(lines)

@@ -10,7 +10,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.boot import BootProgress
@@ -22,8 +21,10 @@ from tpwarden.cluster.cli.common import (
     console,
     emit_json,
     err_console,
+    error_line,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller, operator_identity
@@ -55,7 +56,8 @@ def _print_plan(plan: ControlPlan) -> None:
         table.add_column(col, overflow="fold")
     for s in plan.steps:
         argv = " ".join(s.container.vllm_argv) if s.container is not None else ""
-        table.add_row(s.node, s.action.value, s.reason, ", ".join(s.remove), argv)
+        cells = (s.node, s.action.value, s.reason, ", ".join(s.remove), argv)
+        table.add_row(*(Text(c) for c in cells))  # user text (argv, reasons): never markup
     console.print(table)
     if plan.waves:
         console.print("start order: " + " -> ".join("+".join(w) for w in plan.waves))
@@ -70,7 +72,7 @@ def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
         return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
-        err_console.print(f"[red]{o.node}[/]: {o.message}")
+        err_console.print(f"[red]{plain(o.node)}[/]: {plain(o.message)}")
     if result.boot is not None:
         report_boot(result.boot)
     return code
@@ -149,7 +151,7 @@ def down(
     spec = load(inventory)
 
     def show(e: ControlEvent) -> None:
-        console.print(f"[dim]{e.node}[/] {e.message}")
+        console.print(f"[dim]{plain(e.node)}[/] {plain(e.message)}")
 
     with Controller(spec, on_event=_quiet if as_json else show) as ctl:
         plan = ctl.plan_down()
@@ -169,7 +171,9 @@ def restart(
     reason: Annotated[str, typer.Option("--reason", help="Why (event log).")] = "manual",
     dry_run: DryRun = False,
     timeout: Timeout = 2400.0,
-    no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="Return once started; do not wait for the server.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Down + up with one plan; the restart is recorded in the event log. --json needs --yes
@@ -224,7 +228,8 @@ def status_renderables(
                 for k, c in zip(view.keys, row, strict=True)
             )
         )
-    server = Table(title="server", show_header=False, title_justify="left")
+    # no frame: the on-call screen of a healthy cluster fits in 20 lines at 80 columns
+    server = Table(title="server", show_header=False, title_justify="left", box=None)
     server.add_column("k", no_wrap=True)
     server.add_column("v", overflow="fold")
     for k, v in view.server:
@@ -255,9 +260,16 @@ def status(
     wide: Annotated[
         bool, typer.Option("--wide", help="Every column, however wide the terminal.")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also the boot notes of a healthy server (--json has them)."
+        ),
+    ] = False,
 ) -> None:
     """One screen: every node (reachable, container, drift, GPU) and the server; exit 0 only
-    if all is well."""
+    if all is well. The boot's notes (non-fatal warnings) show when the server is not healthy,
+    or with --verbose."""
     spec = load(inventory)
     with Controller(spec, node_timeout_s=timeout) as ctl:
         while True:
@@ -274,12 +286,24 @@ def status(
                 _print_status(st, wide, dict(getattr(spec.thermal, "zone_roles", {}) or {}))
                 console.print(wd_text)
                 if boot_state is not None:
-                    console.print(f"boot: {escape(boot_state.describe())}", highlight=False)
-                    print_notes(boot_state.notes, limit=6)
+                    console.print(f"boot: {plain(boot_state.describe())}", highlight=False)
+                    _status_notes(boot_state, st.ok, verbose)
             if not watch:
                 break
             time.sleep(watch)
     raise typer.Exit(0 if st.ok else 1)
+
+
+def _status_notes(boot_state: BootProgress, healthy: bool, verbose: bool) -> None:
+    """The on-call screen shows what matters: a healthy server's boot notes (ulimit, eager mode,
+    ...) only on request; one line says how many there are."""
+    if not boot_state.notes:
+        return
+    if healthy and not verbose:
+        n = len(boot_state.notes)
+        console.print(f"[dim]{n} boot note{'s' if n > 1 else ''} (--verbose shows them)[/]")
+        return
+    print_notes(boot_state.notes, limit=6)
 
 
 def _head_boot(ctl: Controller) -> BootProgress | None:
@@ -294,8 +318,12 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
 def logs(
     node: Annotated[str | None, typer.Argument(help="Node (default: all).")] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
-    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    tail: Annotated[int, typer.Option("--tail", "-n", min=0)] = 100,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+    ] = False,
+    tail: Annotated[
+        int, typer.Option("--tail", "-n", min=0, help="Lines from the end of each log first.")
+    ] = 100,
 ) -> None:
     """Show (or follow) the serving containers' logs."""
     spec = load(inventory)
@@ -313,9 +341,17 @@ def logs(
             except KeyboardInterrupt:
                 pass
             return
+        unread = []
         for name, text in ctl.logs(node, tail=tail).items():
             console.rule(name)
+            # a node that could not be read comes back as "<its error>" (control.logs.tail_logs)
+            if text.startswith("<") and text.endswith(">") and "\n" not in text:
+                unread.append(name)
+                err_console.print(error_line(f"{name}: not read: {text[1:-1]}"), soft_wrap=True)
+                continue
             console.print(text, markup=False, highlight=False)
+    if unread:
+        raise typer.Exit(1)
 
 
 def _clock_report(results, as_json: bool) -> None:
@@ -332,12 +368,12 @@ def _clock_report(results, as_json: bool) -> None:
         for r in sorted(results, key=lambda r: r.node):
             for g in r.gpus or [{}]:
                 t.add_row(
-                    r.node,
+                    Text(r.node),
                     str(g.get("index", "-")),
                     str(g.get("sm_clock_mhz", "-")),
                     str(g.get("sm_clock_max_mhz", "-")),
                     str(g.get("locked_clock_max_mhz") or "-"),
-                    f"[green]{r.message}[/]" if r.ok else f"[red]{r.message}[/]",
+                    Text(r.message, "green" if r.ok else "red"),
                 )
         console.print(t)
     raise typer.Exit(0 if all(r.ok for r in results) else 1)

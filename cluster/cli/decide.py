@@ -49,6 +49,8 @@ def _choices(raw: list[str]) -> dict[str, str]:
         label, sep, text = c.partition("=")
         if not sep or not label.strip():
             raise typer.BadParameter(f"{c!r}: give --choice LABEL=TEXT")
+        if label.strip() in out:
+            raise typer.BadParameter(f"--choice {label.strip()} given twice: one text per label")
         out[label.strip()] = text
     if len(out) < 2:
         raise typer.BadParameter("give at least two --choice LABEL=TEXT")

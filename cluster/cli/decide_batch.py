@@ -18,8 +18,10 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
+    plain,
 )
 from tpwarden.cluster.cli.decide_common import (
     CalOpt,
@@ -72,7 +74,7 @@ def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir
     write_json(run_dir / "manifest.json", manifest)
     with ctx.client:
         result = runner.run_batch(
-            ctx.decider, items, opts, on_progress=lambda m: err_console.print(f"[dim]{m}[/]")
+            ctx.decider, items, opts, on_progress=lambda m: err_console.print(f"[dim]{plain(m)}[/]")
         )
     docs, summary = runner.item_docs(result), runner.summarize(result)
     summary["temperature"], summary["margin_gate"] = opts.temperature, opts.margin_gate
@@ -131,7 +133,7 @@ def _render_run(run_dir: Path, summary: dict[str, Any]) -> None:
         for f in summary["flipped"][:20]:
             console.print(f"  flipped {f['id']}: {' -> '.join(f['decisions'])} "
                           f"(min margin {f['min_margin']:.3f})", highlight=False)  # fmt: skip
-    console.print(f"run directory: {run_dir}", highlight=False)
+    console.print(f"run directory: {plain(run_dir)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -166,11 +168,11 @@ def register(app: typer.Typer) -> None:
         ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
                     top_logprobs, thinking, timeout)  # fmt: skip
         for note in ctx.notes:
-            err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
+            err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
         run_dir, docs, summary = _batch(ctx, data, runs, concurrency, permute, runs_dir)
         if as_json:
-            out = {"run_dir": str(run_dir), "items": docs, "summary": summary}
-            print(json.dumps(out, ensure_ascii=False, indent=1))
+            out = {"ok": summary["decided"] > 0, "run_dir": str(run_dir), "items": docs}
+            emit_json("decide run", {**out, "summary": summary}, indent=1)
         else:
             _render_run(run_dir, summary)
         if summary["decided"] == 0:
@@ -219,7 +221,7 @@ def register(app: typer.Typer) -> None:
             assert from_run is not None  # exactly one of --data and --from-run (checked above)
             run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
         if not any(d.get("verdict") in ("answer", "hold") for d in docs):
-            err_console.print(f"[bold red]error:[/] no item got a decision (see {run_dir})")
+            err_console.print(f"[bold red]error:[/] no item got a decision (see {plain(run_dir)})")
             raise typer.Exit(1)
         result = fm.fit(fm.examples_from_docs(docs), target_accuracy)
         rep, gate = result.report, result.gate
@@ -251,10 +253,10 @@ def register(app: typer.Typer) -> None:
                 )
             )
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the fit
-            err_console.print(f"[yellow]warning:[/] no plots: {e}", highlight=False)
+            err_console.print(f"[yellow]warning:[/] no plots: {plain(e)}", highlight=False)
         doc["plots"] = pngs  # fmt: skip
         if as_json:
-            print(json.dumps(doc, indent=1, ensure_ascii=False))
+            emit_json("decide calibrate", doc, indent=1)
             return
         _render_fit(doc)
 

@@ -3,14 +3,13 @@ fitted calibration); rendering of one decision."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import console, err_console, load
+from tpwarden.cluster.cli.common import console, emit_json, err_console, load, plain, positive
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
@@ -31,10 +30,13 @@ CalOpt = Annotated[
 NoCalOpt = Annotated[bool, typer.Option("--no-calibration", help="Ignore any fitted calibration.")]
 CueOpt = Annotated[str, typer.Option("--cue", help="Answer cue ending the prompt (e.g. 정답:).")]
 KOpt = Annotated[
-    int | None, typer.Option("--top-logprobs", help="k (default: server --max-logprobs or 20).")
+    int | None,
+    typer.Option("--top-logprobs", min=1, help="k (default: server --max-logprobs or 20)."),
 ]
 ThinkOpt = Annotated[bool, typer.Option("--thinking", help="Send enable_thinking true (chat).")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", callback=positive, help="Seconds per request.")
+]
 RunsDirOpt = Annotated[
     Path | None, typer.Option("--runs-dir", help="Where run directories go (TPWARDEN_RUNS_DIR).")
 ]
@@ -126,14 +128,15 @@ def render_decision(d, title: str) -> None:
 
 def ask_one(setup: Setup, item, as_json: bool) -> None:
     for note in setup.notes:
-        err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
+        err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
     with setup.client:
         d = setup.decider.decide(item)
     if as_json:
         doc = d.to_json()
         if item.kind == "score":
             doc["expected_score"] = d.expected_score()
-        print(json.dumps(doc, ensure_ascii=False, indent=2))
+        command = {"yesno": "decide yesno", "score": "decide score"}.get(item.kind, "decide ask")
+        emit_json(command, doc, indent=2)
         return
     render_decision(d, item.question[:70])
     if item.kind == "score":

@@ -20,9 +20,11 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.eval.plan import EvalOptions
@@ -61,7 +63,9 @@ def _print_preflight(pre: dict[str, Any]) -> None:
 
 def _print_plans(plans: list[dict[str, Any]]) -> None:
     for p in plans:
-        console.print(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}", highlight=False)
+        console.print(
+            plain(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}"), highlight=False
+        )
 
 
 @app.command("run")
@@ -71,9 +75,17 @@ def run(
     tasks: Annotated[str, typer.Option(help="Comma list of lm-eval task names.")] = (
         "mmlu,kmmlu,kormedmcqa,humaneval,gsm8k"
     ),
-    limit: Annotated[int | None, typer.Option(help="Items per task (lm-eval --limit).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Items per task (lm-eval --limit).")
+    ] = None,
     include_path: Annotated[
-        Path | None, typer.Option("--include-path", help="Folder of task YAMLs (+ data files).")
+        Path | None,
+        typer.Option(
+            "--include-path",
+            exists=True,
+            file_okay=False,
+            help="Folder of task YAMLs (+ data files).",
+        ),
     ] = None,
     chat: Annotated[
         str | None, typer.Option(help="Local generate_until tasks to send through chat.")
@@ -83,7 +95,10 @@ def run(
     ] = None,
     client_image: Annotated[str | None, typer.Option(help="Client image with lm_eval.")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue this run directory (finished tasks kept).")
+        Path | None,
+        typer.Option(
+            exists=True, file_okay=False, help="Continue this run directory (finished tasks kept)."
+        ),
     ] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = (
@@ -118,13 +133,13 @@ def run(
                  .to_json()}
                 for p in plans
             ]  # fmt: skip
-            print(json.dumps({"preflight": pre, "plans": doc}, indent=2, default=str))
+            emit_json("eval run", {"dry_run": True, "preflight": pre, "plans": doc}, indent=2)
             return
         if not as_json:
             _print_preflight(pre)
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
     if as_json:
-        print(json.dumps({"run_dir": str(run_dir), "rows": rows}, indent=2, default=str))
+        emit_json("eval run", {"run_dir": str(run_dir), "rows": rows}, indent=2)
         return
     _print_plans(manifest["plans"])
     table = Table(title=f"{manifest['run_id']} ({spec.name}, config {spec.config_hash()})")
@@ -138,7 +153,7 @@ def run(
     console.print(table)
     if manifest.get("restarts"):
         console.print(f"server restarts survived: {len(manifest['restarts'])}", highlight=False)
-    console.print(f"run directory: {run_dir}", highlight=False)
+    console.print(f"run directory: {plain(run_dir)}", highlight=False)
 
 
 @app.command("compare")
@@ -171,7 +186,7 @@ def compare(
             "differences": [d.__dict__ for d in diffs],
             "not_comparable": list(refusal.reasons) if refusal else [],
         }
-        print(json.dumps(doc, indent=2, default=str))
+        emit_json("eval compare", doc, indent=2)
         return
     table = Table(title=f"A = {run_a.name}   B = {run_b.name}")
     for col in ("task", "path", "A", "B", "Δ points", "n A/B"):
@@ -185,7 +200,7 @@ def compare(
     console.print(table)
     if refusal:
         for reason in refusal.reasons:
-            console.print(f"[yellow]not comparable (forced):[/] {reason}", highlight=False)
+            console.print(f"[yellow]not comparable (forced):[/] {plain(reason)}", highlight=False)
     dt = Table(title="what changed between the runs")
     for col in ("", "fact", "A", "B"):
         dt.add_column(col, overflow="fold")

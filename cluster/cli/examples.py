@@ -3,16 +3,12 @@ tests/unit/test_cli_help.py fails when a command has none)."""
 
 from __future__ import annotations
 
-import inspect
-
-import typer
-
 INV = "-i inventory.yml"
 EXAMPLES: dict[str, str] = {
     "up": f"tpwarden up {INV}            (then: tpwarden status {INV})",
     "down": f"tpwarden down {INV} --dry-run",
     "restart": f'tpwarden restart {INV} --reason "engine hung" --yes',
-    "status": f"tpwarden status {INV} --json | jq .verdict",
+    "status": f"tpwarden status {INV} --verbose   (for scripts: --json | jq .verdict)",
     "logs": f"tpwarden logs node1 {INV} --tail 50 --follow",
     "boot": f"tpwarden boot {INV}     (a saved log: tpwarden boot --from-file head.log --json)",
     "lab up": "tpwarden lab up && tpwarden up -i /var/lib/tpwarden-lab/inventory.yml",
@@ -54,17 +50,18 @@ EXAMPLES: dict[str, str] = {
     "rollout history": f"tpwarden rollout history {INV} --json",
     "report": f"tpwarden report {INV} --since 22:00 --until 07:30 --tz Asia/Seoul --html night.html",
     "thermal zones": f"tpwarden thermal zones {INV} --minutes 10",
+    "plan": f"tpwarden plan {INV} --json",
+    "inventory": "tpwarden inventory check -i inventory.example.yml",
+    "inventory check": "tpwarden inventory check -i inventory.example.yml",
+    "rollout": f"tpwarden rollout {INV} --set drafter.num_speculative_tokens=3 --dry-run",
+    "rollback": f"tpwarden rollback {INV}",
+    "lab": "tpwarden lab up && tpwarden lab status",
+    "lab fault": "tpwarden lab fault cut node3 && tpwarden lab fault restore node3",
+    "watchdog": f"tpwarden watchdog status {INV}",
+    "thermal": f"tpwarden thermal status {INV}",
+    "bench": f"tpwarden bench sweep {INV} --concurrency 1,8,32",
+    "decide": f'tpwarden decide yesno {INV} "Is the sky blue?"',
+    "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
+    "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
+    "clocks": f"tpwarden clocks show {INV}",
 }
-
-
-def add_examples(app: typer.Typer, prefix: str = "") -> None:
-    """Append `Example:` to every command of `app` (recursively) that lacks one."""
-    for info in app.registered_commands:
-        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
-        path = f"{prefix}{name}"
-        text = info.help or inspect.getdoc(info.callback) or ""
-        if "Example" not in text and path in EXAMPLES:
-            info.help = f"{text}\n\nExample: {EXAMPLES[path]}"
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            add_examples(group.typer_instance, f"{prefix}{group.name} ")

@@ -7,7 +7,6 @@ input); the work is in ``tpwarden.cluster.provision.gateway``.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,9 +19,11 @@ from tpwarden.cluster.cli.common import (
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.provision import gateway as prov
 
@@ -143,7 +144,7 @@ def provision(
             result = prov.run(request, on_event)
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2))
+        emit_json("provision", {"dry_run": check, **result.to_json()}, indent=2)
     else:
         console.print(_summary(result))
         if check and result.ok:
@@ -152,7 +153,9 @@ def provision(
                 if result.changed == 0
                 else f"{result.changed} change(s) pending"
             )
-        console.print(f"artifacts: {result.artifact_dir} (run {result.ident})", highlight=False)
+        console.print(
+            plain(f"artifacts: {result.artifact_dir} (run {result.ident})"), highlight=False
+        )
     if not result.ok:
         if not as_json:
             err_console.print(f"[bold red]provisioning failed[/] (run {result.ident})")

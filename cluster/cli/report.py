@@ -3,17 +3,28 @@ from `tpwarden.cluster.morning` (pure) and the thermal part from the one thermal
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from tpwarden.cluster.bench.runner import default_runs_dir
-from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load
+from tpwarden.cluster.cli.common import (
+    console,
+    emit_failure,
+    emit_json,
+    err_console,
+    error_line,
+    handle_errors,
+    load,
+    plain,
+)
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.morning import headline, morning_to_json
+from tpwarden.cluster.morning import MorningReport, headline, morning_to_json
 from tpwarden.cluster.morning_html import morning_html, text_lines
 from tpwarden.cluster.morning_io import Sources, morning_from_files
 from tpwarden.watchdog.thermal import (
@@ -69,11 +80,17 @@ def report(
         raise ConfigError("give exactly one of --inventory/-i and --from-dir", key="--from-dir")
     if from_dir is not None and not from_dir.is_dir():
         raise ConfigError(f"{from_dir}: not a directory", key="--from-dir")
+    for option, out in (("--html", html), ("--plot", plot)):
+        if out is not None:
+            check_output_path(out, option)
     try:
         zone = parse_tz(tz)
-        t_since, t_until = parse_window(since, until, zone, time.time())
+        now = time.time()
+        t_since, t_until = parse_window(since, until, zone, now)
     except ValueError as exc:
         raise ConfigError(str(exc), key="--since/--until/--tz") from None
+    if t_since is not None and t_until is None:
+        t_until = now  # only --since: the window ends now
     roles_map = _zone_roles(zone_role)
     problems: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="tpwarden-report-") as tmp:
@@ -99,6 +116,13 @@ def report(
         rep, records = morning_from_files(
             src, since=t_since, until=t_until, roles=roles, zone_roles=roles_map or None
         )
+    if _empty(rep, records):
+        window = f"{since or 'the start'} - {until or 'now'}"
+        message = f"no data for {window} in the event log, thermal files and runs"
+        err_console.print(error_line(message), highlight=False, soft_wrap=True)
+        if as_json:
+            emit_failure("report", "no_data", message, "widen --since/--until", 1)
+        raise typer.Exit(1)
     png = None
     if html or plot:
         marks = [(r.ts, "restart") for r in rep.watchdog.restarts]
@@ -122,15 +146,34 @@ def report(
     console.print(f"[bold]Night report, {span_text(rep.since, rep.until, zone)}[/]")
     console.print(headline(rep), highlight=False)
     for note in rep.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {plain(note)}")
     for line in text_lines(rep, zone):
         console.print(line, highlight=False, markup=False)
     for name, why in sorted(problems.items()):
-        err_console.print(f"[red]{name}: not read ({why})[/]")
+        err_console.print(f"[red]{plain(name)}: not read ({plain(why)})[/]")
     for p in (html, plot):
         if p:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {plain(p)}")
     raise typer.Exit(code)
+
+
+def _empty(rep: MorningReport, records: Sequence[Any]) -> bool:
+    """Nothing at all in the window: no probe, restart, alert, thermal sample, bench or eval."""
+    wd = rep.watchdog
+    return not (records or wd.probes or wd.restarts or wd.alerts or wd.holds or rep.bench
+                or rep.evals or rep.thermal.nodes)  # fmt: skip
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """A file the command will write: its folder must exist and be writable (exit 2 up front,
+    not a traceback after the work is done)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"{path}: no such directory {folder}", key=option)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory", key=option, hint="give a file name")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"{path}: cannot write in {folder}", key=option)
 
 
 def _zone_roles(items: list[str]) -> dict[str, str]:

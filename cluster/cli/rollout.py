@@ -30,6 +30,7 @@ from tpwarden.cluster.cli.common import (
     err_console,
     handle_errors,
     load,
+    plain,
 )
 from tpwarden.cluster.control.controller import operator_identity
 from tpwarden.cluster.durable import default_state_dir
@@ -48,7 +49,8 @@ from tpwarden.cluster.rollout.sequence import (
 )
 
 app = typer.Typer(
-    help="Change the serving config: plan, measure, restart, verify, keep or roll back."
+    help="Change the serving config: plan, measure, restart, verify, keep or roll back.",
+    subcommand_metavar="[history]",
 )
 
 
@@ -258,6 +260,8 @@ def rollback(
     """
     if as_json and not yes:
         raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
+    if revision is not None:
+        _store(inventory).revision_text(revision)  # an unknown name: refused before any lock
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
     ports = _ports(inventory, "none", as_json=as_json)
@@ -295,14 +299,15 @@ def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollou
         console.print(table)
     for v in record.verdicts:
         console.print(
-            f"guard {v['guard']}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} ({v['detail']})"
+            f"guard {plain(v['guard'])}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} "
+            f"({plain(v['detail'])})"
         )
     for line in record.summary:
         console.print(f"change: {line}", highlight=False, markup=False)
     colour = {"done": "green", "rolled_back": "yellow"}.get(record.step, "red")
     console.print(
         f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"
-        + (f": {record.reason}" if record.reason else "")
+        + (f": {plain(record.reason)}" if record.reason else "")
     )
     return code
 

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, load
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.ssh import SshPool
@@ -142,7 +142,7 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
                                               "unreachable": failed})  # fmt: skip
             else:
                 for n, steps in doc.items():
-                    console.print(f"[bold]{n}[/]" + ("" if steps else ": nothing to do"))
+                    console.print(f"[bold]{plain(n)}[/]" + ("" if steps else ": nothing to do"))
                     for line in steps:
                         console.print(f"  {line}", highlight=False, markup=False)
                 _print_unreachable(console, failed)
@@ -173,6 +173,7 @@ def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) ->
 
 
 @app.command()
+@handle_errors
 def start(
     inventory: InvOpt = _INV,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
@@ -180,18 +181,19 @@ def start(
 ) -> None:
     """Start the agent on every node: the installed tpwarden-thermal.service if present, else
     a copied zipapp as the transient unit tpwarden-thermal-agent (Restart=on-failure)."""
-    spec = _load_or_exit(inventory, load)
+    spec = load(inventory)
     _run_plans(spec, lambda n, u: plan_start(spec, n, u), dry_run, as_json, "start")
 
 
 @app.command("stop")
+@handle_errors
 def stop_cmd(
     inventory: InvOpt = _INV,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Stop the agent on every node (whichever unit runs it)."""
-    spec = _load_or_exit(inventory, load)
+    spec = load(inventory)
     _run_plans(spec, lambda n, u: plan_stop(n, u), dry_run, as_json, "stop")
 
 
@@ -200,6 +202,7 @@ def _size(n: int | None) -> str:
 
 
 @app.command()
+@handle_errors
 def status(
     inventory: InvOpt = _INV,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -207,7 +210,7 @@ def status(
     """Per node: agent running, last sample age, samples today, disk vs budget, dropped records.
     Exit 1 unless every node runs an agent with a fresh sample."""
 
-    spec = _load_or_exit(inventory, load)
+    spec = load(inventory)
     t = _node_timeout(spec)
     budget = int(spec.thermal.disk_budget_mb * 2**20)
     with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:

@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from tpwarden.cluster.cli.common import error_line
 from tpwarden.cluster.errors import ConfigError
 
@@ -23,7 +24,8 @@ def _fmt(v: float | None, unit: str = " C") -> str:
 
 def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
     for node, reason in sorted(unreachable.items()):
-        console.print(f"[red]{node}: not read ({reason}); its samples are missing here[/]")
+        line = f"{node}: not read ({reason}); its samples are missing here"
+        console.print(Text(line, style="red"))
 
 
 def _load_or_exit(inventory: Path, load: Any) -> Any:

@@ -4,7 +4,6 @@ thermal agents' files, in the operator's time zone. The facts come from
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from datetime import UTC
@@ -14,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from tpwarden.cluster.cli.common import SCHEMA_VERSION, load
+from tpwarden.cluster.cli.common import emit_json, load, plain
 from tpwarden.cluster.cli.report import _zone_roles
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from tpwarden.watchdog.thermal import (
@@ -105,15 +104,11 @@ def report(
             doc.setdefault("throttle_spans_local", {})[node.node] = [
                 [local_iso(a, zone), local_iso(b, zone)] for a, b in node.throttle_spans
             ]
-        typer.echo(
-            json.dumps(
-                {"schema_version": SCHEMA_VERSION, "command": "thermal report", **doc}, indent=2
-            )
-        )
+        emit_json("thermal report", {"ok": not unreachable, **doc}, indent=2)
         raise typer.Exit(1 if unreachable else 0)
     console = Console()
     if not rep.nodes or not records:
-        console.print(f"no samples in {directory or from_dir} for this window")
+        console.print(f"no samples in {plain(directory or from_dir)} for this window")
         _print_unreachable(console, unreachable)
         raise typer.Exit(1)
     _render(console, rep, zone)
@@ -124,7 +119,7 @@ def report(
     _print_unreachable(console, unreachable)
     for p in (csv_path, plot_path):
         if p:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {plain(p)}")
     if unreachable:
         raise typer.Exit(1)
 

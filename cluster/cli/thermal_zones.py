@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, handle_errors, load
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain, positive
 from tpwarden.cluster.cli.thermal_common import app
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.node.thermal.writer import read_records
@@ -38,7 +38,9 @@ def zones(
     from_dir: Annotated[
         Path | None, typer.Option("--from-dir", help="Directory of thermal-*.jsonl files.")
     ] = None,
-    minutes: Annotated[float, typer.Option(help="Look back this far (covers the load).")] = 10.0,
+    minutes: Annotated[
+        float, typer.Option(callback=positive, help="Look back this far (covers the load).")
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Per node and zone: type, role (if mapped), current, min/max and rise over the window,
@@ -84,7 +86,7 @@ def zones(
             )  # fmt: skip
         console.print(t)
     for node, why in sorted(unreachable.items()):
-        console.print(f"[red]{node}: not read ({why})[/]")
+        console.print(f"[red]{plain(node)}: not read ({plain(why)})[/]")
     console.print(
         "map zones in the inventory: thermal: {zone_roles: {'5': 'GPU zone', '1': 'P-cores'}}",
         highlight=False,

@@ -25,23 +25,22 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
     JsonOption,
     console,
+    emit_json,
     handle_errors,
     load,
 )
 from tpwarden.cluster.cli.watchdog_view import iso
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
-from tpwarden.watchdog.daemon import build_watchdog
 from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.state import write_hold, write_release
 from tpwarden.watchdog.state_doc import state_document
-from tpwarden.watchdog.wiring import watched_plan
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
@@ -72,6 +71,20 @@ def _state_dir(state_dir: Path | None, inventory: Path) -> str:
     if state_dir is not None:
         return str(state_dir)
     return load(inventory).watchdog.state_dir
+
+
+def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
+    """The state directory a hold or release writes to: it must exist already (the watchdog
+    creates it), so a mistyped path is refused instead of created."""
+    sd = _state_dir(state_dir, inventory)
+    if not os.path.isdir(sd):
+        raise ConfigError(
+            f"{sd}: no watchdog state directory here",
+            key="--state-dir",
+            hint="run this where the watchdog runs (the head, as provisioned), or give its "
+            "--state-dir",
+        )
+    return sd
 
 
 # ---- commands ----------------------------------------------------------------------------------
@@ -117,6 +130,11 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # only `watchdog run` needs the daemon, SSH and Docker (not --help, TAB or status)
+    from tpwarden.cluster.ssh_identity import SshIdentity
+    from tpwarden.watchdog.daemon import build_watchdog
+    from tpwarden.watchdog.wiring import watched_plan
+
     identity = SshIdentity(
         str(ssh_key) if ssh_key else None, str(known_hosts) if known_hosts else None
     )
@@ -148,11 +166,11 @@ def status(
     sd = _state_dir(state_dir, inventory)
     doc = state_document(sd, time.time())
     if as_json:
-        console.print_json(json.dumps(doc))
+        emit_json("watchdog status", doc)
         return
     st = doc["state"]
     if st is None:
-        console.print(f"no watchdog state in {sd} (never run?)")
+        console.print(Text(f"no watchdog state in {sd} (never run?)"))
         raise typer.Exit(1)
     t = Table(show_header=False, box=None)
     t.add_row("phase", f"[bold]{st['phase']}[/]")
@@ -161,29 +179,33 @@ def status(
     lp = st["last_probe"] or {}
     t.add_row(
         "last probe",
-        f"{lp.get('outcome', '-')} ({st['last_verdict'] or '-'}) "
-        f"{lp.get('latency_s', '-')}s at {iso(lp.get('at'))} {lp.get('detail', '')}",
+        Text(
+            f"{lp.get('outcome', '-')} ({st['last_verdict'] or '-'}) "
+            f"{lp.get('latency_s', '-')}s at {iso(lp.get('at'))} {lp.get('detail', '')}"
+        ),
     )
     t.add_row("last OK", iso(st["last_ok_at"]))
     t.add_row("restarts in window", str(len(st["restart_times"])))
     if st["boot_deadline_at"]:
         t.add_row("boot deadline", iso(st["boot_deadline_at"]))
     if st["incident_id"]:
-        t.add_row("incident", st["incident_id"])
+        t.add_row("incident", Text(str(st["incident_id"])))
     h = doc["hold"]
-    t.add_row("hold", f"until {iso(h['until'])} by {h['by']}: {h['reason']}" if h else "none")
+    t.add_row("hold", Text(f"until {iso(h['until'])} by {h['by']}: {h['reason']}" if h else "none"))
     if h and h["kind"] == "down":
         t.add_row("", "[bold]intentional stop[/]: no restart until `tpwarden up`")
     if doc.get("hold_expired"):
         e = doc["hold_expired"]
-        t.add_row("hold expired", f"at {iso(e['until'])} ({e['reason']}), never released")
+        t.add_row("hold expired", Text(f"at {iso(e['until'])} ({e['reason']}), never released"))
     if st["phase"] == "blind":
         t.add_row("blind since", iso(st["blind_since"]))
     for a in doc["undelivered_alerts"]:
         t.add_row(
             "alert undelivered",
-            f"{a['category']}: {a['attempts']} attempt(s), next at {iso(a['next_attempt_at'])}: "
-            f"{'; '.join(a['problems'] or [])}",
+            Text(
+                f"{a['category']}: {a['attempts']} attempt(s), next at "
+                f"{iso(a['next_attempt_at'])}: {'; '.join(a['problems'] or [])}"
+            ),
         )
     console.print(t)
 
@@ -200,13 +222,13 @@ def hold(
     seconds = parse_duration(duration)
     if not 0 < seconds <= MAX_HOLD_S:
         raise ConfigError(f"hold of {duration} is out of range (max 7d)", key="--for")
-    sd = _state_dir(state_dir, inventory)
+    sd = _existing_state_dir(state_dir, inventory)
     now, who = time.time(), getpass.getuser()
     write_hold(hold_path(sd), until=now + seconds, reason=reason, by=who, now=now)
     EventLog(os.path.join(sd, "events.jsonl"), time.time).append(
         "hold_set", until=now + seconds, reason=reason, by=who
     )
-    console.print(f"restarts held until {iso(now + seconds)}: {reason}")
+    console.print(Text(f"restarts held until {iso(now + seconds)}: {reason}"))
 
 
 @app.command("release")
@@ -215,7 +237,7 @@ def release(
     inventory: InventoryOption = DEFAULT_INVENTORY, state_dir: StateDirOption = None
 ) -> None:
     """End an operator hold, and re-arm restarts after an automatic hold or give-up."""
-    sd = _state_dir(state_dir, inventory)
+    sd = _existing_state_dir(state_dir, inventory)
     now, who = time.time(), getpass.getuser()
     write_release(hold_path(sd), by=who, now=now)
     EventLog(os.path.join(sd, "events.jsonl"), time.time).append("hold_released", by=who)
@@ -236,14 +258,13 @@ def history(
     got = read_events(os.path.join(sd, "events.jsonl"))
     events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]
     if as_json:
-        console.print_json(
-            json.dumps({"events": events, "skipped_lines": got.skipped_lines}, default=str)
-        )
+        emit_json("watchdog history", {"events": events, "skipped_lines": got.skipped_lines})
         return
     t = Table("time", "event", "detail")
     for e in events:
         detail = {k: v for k, v in e.items() if k not in ("ts", "kind", "evidence", "metrics")}
-        t.add_row(iso(e.get("ts")), str(e.get("kind")), json.dumps(detail, default=str)[:160])
+        detail_text = json.dumps(detail, default=str)[:160]
+        t.add_row(iso(e.get("ts")), Text(str(e.get("kind"))), Text(detail_text))
     console.print(t)
     if got.skipped_lines:
         console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")

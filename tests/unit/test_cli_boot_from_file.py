@@ -18,7 +18,7 @@ def test_from_file_json_on_a_crash():
     doc = json.loads(result.output)
     assert doc["verdict"] == "failed" and doc["phase"] == "failed"
     assert doc["error_kind"] == "free GPU memory below --gpu-memory-utilization"
-    assert "Free memory on device (7.34/139.72 GiB)" in doc["error"]
+    assert "Free memory on device (7.34/139.72 GiB)" in doc["boot_error"]
     assert doc["source"] == str(log)
 
 
@@ -36,7 +36,7 @@ def test_from_file_on_a_hang_says_where_it_stopped():
     result = CliRunner().invoke(app, ["boot", "--from-file", str(log), "--json"])
     assert result.exit_code == 1
     doc = json.loads(result.output)
-    assert (doc["verdict"], doc["phase"], doc["error"]) == ("incomplete", "rendezvous", None)
+    assert (doc["verdict"], doc["phase"], doc["boot_error"]) == ("incomplete", "rendezvous", None)
     assert "NCCL INFO Channel 01/02" in doc["last_line"]
 
 

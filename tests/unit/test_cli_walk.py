@@ -14,6 +14,7 @@ import pytest
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import control as control_cli
 from tpwarden.cluster.cli.common import SCHEMA_VERSION
+from tpwarden.cluster.cli.lazy import walk
 from tpwarden.cluster.control.plan import Action, ControlPlan, NodeStep
 from tpwarden.cluster.control.results import ApplyResult, NodeOutcome
 from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
@@ -31,13 +32,11 @@ NO_JSON = {
 }  # fmt: skip
 
 
-def _commands(cmd, path=()):
-    subs = getattr(cmd, "commands", None)
-    if subs:
-        for name, sub in subs.items():
-            yield from _commands(sub, (*path, name))
-    if not subs or getattr(cmd, "invoke_without_command", False):
-        yield path, cmd
+def _commands(cmd):
+    """Every runnable command of the CLI's own tree (lazy groups resolved)."""
+    for path, sub in walk(cmd):
+        if not getattr(sub, "commands", None) or getattr(sub, "invoke_without_command", False):
+            yield path, sub
 
 
 def _needs_json(path) -> bool:

@@ -50,6 +50,12 @@ def test_unreachable_node_and_no_answer_is_broken():
     assert v is Verdict.BROKEN
 
 
+def test_every_node_unreachable_and_no_answer_is_unreachable_not_broken():
+    gone = {n: dict(reachable=False, state=None) for n in ("node1", "node2", "node3", "node4")}
+    v, notes = derive_verdict(_nodes(**gone), DEAD)
+    assert v is Verdict.UNREACHABLE and "node1 unreachable" in notes
+
+
 def test_health_200_but_probe_fails_is_hung():
     v, notes = derive_verdict(_nodes(node2=dict(state="paused")), HUNG)
     assert v is Verdict.HUNG and any("paused" in n for n in notes)

@@ -173,7 +173,8 @@ def test_run_options_reach_watched_plan(tmp_path: Path, monkeypatch) -> None:
         seen.update(applied=applied, state_dir=state_dir, identity=identity)
         raise wd_cli.ConfigError("stop here")
 
-    monkeypatch.setattr(wd_cli, "watched_plan", stop)
+    # `watchdog run` imports watched_plan when it runs (not at the CLI's start: issue 30)
+    monkeypatch.setattr("tpwarden.watchdog.wiring.watched_plan", stop)
     argv = ["watchdog", "run", "--applied", str(tmp_path / "a.json"), "--state-dir",
             str(tmp_path), "--ssh-key", str(key), "--known-hosts", str(known)]  # fmt: skip
     result = CliRunner().invoke(app, argv)

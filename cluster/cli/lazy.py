@@ -1,0 +1,125 @@
+"""The root command group: sub-commands resolved on first use from a table, so `tpwarden --help`,
+a TAB completion and `inventory check` import only what the chosen command needs (issue 30).
+
+A table row is ``name -> (target, short help)``; ``target`` is ``"module:attr"`` where ``attr`` is
+a ``typer.Typer`` (mounted as the group ``name``) or a ``register(app)`` function (which adds
+``name``, perhaps with siblings, to the app it is given). Listing the commands (root --help, TAB
+on the command name) reads the short help from the table and imports nothing.
+
+Every resolved command is polished once (`help_text.polish`): an example appended, no `<bool>`
+placeholder. Usage errors become one ``error:`` line naming the fix (`errors.usage_error`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import typer
+from typer import _click as click
+from typer.core import TyperCommand, TyperGroup
+
+Table = Mapping[str, tuple[str, str]]
+
+_RESOLVED: dict[str, dict[str, click.Command]] = {}  # target -> the commands it mounts
+
+
+def _mount(target: str, name: str) -> dict[str, click.Command]:
+    """Import ``module:attr`` and return the click commands it mounts, by name (cached)."""
+    if target not in _RESOLVED:
+        module, _, attr = target.partition(":")
+        obj = getattr(importlib.import_module(module), attr)
+        holder = typer.Typer()
+        holder.callback()(lambda: None)
+        if isinstance(obj, typer.Typer):
+            holder.add_typer(obj, name=name)
+        else:
+            obj(holder)
+        group = typer.main.get_command(holder)
+        assert isinstance(group, TyperGroup)
+        from tpwarden.cluster.cli.help_text import polish  # deferred: once a command resolves
+
+        for mounted, cmd in group.commands.items():
+            polish(cmd, (mounted,))
+        _RESOLVED[target] = dict(group.commands)
+    return _RESOLVED[target]
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose commands come from ``TABLE`` (set by the package) on first use."""
+
+    table: Table = {}
+    fallbacks: Mapping[str, Callable[[ModuleNotFoundError], click.Command | None]] = {}
+    _listing = False  # while True, unresolved commands are stubs built from the table
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.commands, *(n for n in self.table if n not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.table:
+            return self.commands.get(cmd_name)
+        target, short = self.table[cmd_name]
+        if self._listing and target not in _RESOLVED:
+            return TyperCommand(cmd_name, help=short, callback=None)
+        try:
+            return _mount(target, cmd_name)[cmd_name]
+        except ModuleNotFoundError as exc:
+            fallback = self.fallbacks.get(cmd_name)
+            made = fallback(exc) if fallback else None
+            if made is None:
+                raise
+            return made
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from tpwarden.cluster.cli.help_text import flags_without_type  # deferred: help only
+
+        flags_without_type(self, ctx)
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        self._listing = True
+        try:
+            return super().shell_complete(ctx, incomplete)
+        finally:
+            self._listing = False
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode:
+            return super().main(argv, prog_name, complete_var, False, **extra)
+        from typer.exceptions import Abort  # deferred: kept next to its one use
+
+        try:
+            rv = super().main(argv, prog_name, complete_var, False, **extra)
+        except click.ClickException as exc:
+            from tpwarden.cluster.cli.errors import usage_error  # deferred: on a rejection
+
+            sys.exit(usage_error(exc, argv))
+        except Abort:
+            print("Aborted.", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def walk(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every command and group under ``cmd`` (lazy ones resolved), parents before children."""
+    yield path, cmd
+    if isinstance(cmd, TyperGroup):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                yield from walk(sub, (*path, name))

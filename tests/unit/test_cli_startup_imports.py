@@ -1,0 +1,62 @@
+"""Fast start (issue 30, item 3): `tpwarden --help`, a TAB completion of a command name and
+`inventory check` import only what they need; the lab, Docker, paramiko and Ansible never load
+for --help (each is a fresh interpreter: sys.modules after the command ran)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = """
+import json, sys
+sys.argv = ["tpwarden", *json.loads(sys.argv[1])]
+from tpwarden.cluster.cli import app
+try:
+    app()
+except SystemExit:
+    pass
+sys.stderr.write("\\nMODULES " + json.dumps(sorted(sys.modules)))
+"""
+HEAVY = ("tpwarden.cluster.lab", "docker", "paramiko", "ansible", "requests")
+
+
+def _modules(argv: list[str], **env: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    return set(json.loads(done.stderr.rsplit("MODULES ", 1)[1]))
+
+
+def _heavy(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["watchdog", "--help"], ["--version"]])
+def test_help_imports_no_lab_docker_paramiko_ansible(argv):
+    mods = _modules(argv)
+    assert "tpwarden.cluster.cli" in mods
+    assert not _heavy(mods), _heavy(mods)
+
+
+def test_completing_a_command_name_imports_no_command_module():
+    mods = _modules(
+        [], _TPWARDEN_COMPLETE="complete_bash", COMP_WORDS="tpwarden wat", COMP_CWORD="1"
+    )
+    assert not _heavy(mods), _heavy(mods)
+    assert not [m for m in mods if m.startswith("tpwarden.cluster.cli.watchdog")]
+
+
+def test_inventory_check_loads_neither_the_lab_nor_docker():
+    mods = _modules(["inventory", "check", "-i", str(ROOT / "inventory.example.yml")])
+    assert "tpwarden.cluster.inventory" in mods  # it did run
+    assert not [m for m in mods if m.startswith(("tpwarden.cluster.lab", "docker", "requests"))]
