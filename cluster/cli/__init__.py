@@ -55,8 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (f"{CLI}.eval:app", "Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only "
              "client container."),
     "prometheus": (f"{CLI}.prometheus:app", "Prometheus: the scrape config for this cluster."),
-    "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement: predict "
-             "the best k per load."),
+    "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement."),
     "clocks": (f"{CLI}.control:register", "Show, cap or reset GPU clocks on every node (NVML)."),
 }  # fmt: skip
 
