@@ -261,7 +261,9 @@ def rollback(
     if as_json and not yes:
         raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
     if revision is not None:
-        _store(inventory).revision_files(revision, str(inventory))  # an unknown name: refused before any lock
+        _store(inventory).revision_files(
+            revision, str(inventory)
+        )  # an unknown name: refused before any lock
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
     ports = _ports(inventory, "none", as_json=as_json)
