@@ -66,6 +66,8 @@ class FakeSession:
     files: dict[str, bytes] = field(default_factory=dict)
 
     dirs: set[str] = field(default_factory=set)
+    modes: dict[str, int] = field(default_factory=dict)
+    commands: list[list[str]] = field(default_factory=list)
 
     def read_bytes(self, path: str) -> bytes:
         if path not in self.files:
@@ -73,12 +75,17 @@ class FakeSession:
         return self.files[path]
 
     def run(self, argv: list[str], **_: Any) -> Any:
-        """Only `test -d DIR` is asked of a session here (the applied-plan copy)."""
+        """`test -d DIR` (the applied-plan copy) and `mkdir -p -m MODE DIR` (secret files)."""
+        self.commands.append(list(argv))
+        if argv[:2] == ["mkdir", "-p"]:
+            self.dirs.add(argv[-1])
+            return type("Result", (), {"rc": 0, "stdout": "", "stderr": ""})()
         rc = 0 if argv[:2] == ["test", "-d"] and argv[2] in self.dirs else 1
         return type("Result", (), {"rc": rc, "stdout": "", "stderr": ""})()
 
     def put_atomic(self, data: bytes, remote: str, mode: int = 0o600, **_: Any) -> None:
         self.files[remote] = data
+        self.modes[remote] = mode
 
 
 class FakeDocker:
