@@ -284,6 +284,15 @@ def vllm_serve_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
     return argv
 
 
+def _api_key_file(spec: ClusterSpec, node: NodeSpec) -> tuple[SecretFile, ...]:
+    """The head's API key as a file, not env: Config.Env is what `docker inspect` shows; the
+    container mounts it at API_KEY_MOUNT and KEY_WRAPPER reads it when vLLM starts."""
+    if not spec.secrets.api_key or node.role != "head":
+        return ()
+    path = f"{spec.serving.container.secrets_dir}/{spec.name}-api_key"
+    return (SecretFile(path, spec.secrets.api_key, "the API key"),)
+
+
 def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> ContainerPlan:
     s = spec.serving
     env = {"VLLM_HOST_IP": node.vllm_host_ip, **s.env}
@@ -301,14 +310,8 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
             secret_env["HF_TOKEN"] = ref
     opts = s.container
     mounts += [Mount(m.source, m.target, m.read_only, extra=True) for m in opts.mounts]
-    secret_files: tuple[SecretFile, ...] = ()
-    if spec.secrets.api_key and node.role == "head":
-        # a file, not env: Config.Env is what `docker inspect` shows (KEY_WRAPPER reads it)
-        key_file = SecretFile(
-            f"{opts.secrets_dir}/{spec.name}-api_key", spec.secrets.api_key, "the API key"
-        )
-        secret_files = (key_file,)
-        mounts.append(Mount(key_file.path, API_KEY_MOUNT, True))
+    secret_files = _api_key_file(spec, node)
+    mounts += [Mount(f.path, API_KEY_MOUNT, True) for f in secret_files]
     labels = {
         LABEL_CLUSTER: spec.name,
         LABEL_COMPONENT: "vllm",
