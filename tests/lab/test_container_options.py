@@ -11,17 +11,15 @@ Uses the session-scoped `lab` fixture (tests/lab/conftest.py).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 
 import httpx
 import pytest
-from tpwarden.cluster.container_settings import ContainerSpec
+import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.launch import plan_cluster
-from tpwarden.cluster.settings import SecretRef
 
 pytestmark = pytest.mark.lab
 
@@ -39,27 +37,29 @@ def _docker(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def served(lab, tmp_path_factory):
-    """The lab's server, up with a device and an API key; down afterwards."""
+    """The lab's server, up on a private copy of the lab inventory with a device and an API
+    key added; down afterwards."""
+    tmp = tmp_path_factory.mktemp("container-opts")
+    doc = yaml.safe_load(lab.inventory.read_text())
+    settings = doc["all"]["vars"]["tpwarden"]
+    assert settings["container"]["cap_add"] == ["IPC_LOCK"]  # what the lab inventory sets
+    settings["container"]["devices"] = [DEVICE]
+    settings["secrets"]["api_key"] = {"env": KEY_ENV}
+    inventory = tmp / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(KEY_ENV, KEY)
-        spec = load_inventory(lab.inventory)
-        lab_opts = spec.serving.container
-        assert lab_opts.cap_add == ["IPC_LOCK"]  # what the lab inventory itself sets
-        opts = ContainerSpec.model_validate(
-            {**lab_opts.model_dump(mode="json"), "devices": [DEVICE]}
-        )
-        spec = dataclasses.replace(
-            spec,
-            serving=dataclasses.replace(spec.serving, container=opts),
-            secrets=spec.secrets.model_copy(update={"api_key": SecretRef(env=KEY_ENV)}),
-        )
-        with Controller(spec, state_dir=tmp_path_factory.mktemp("state"), node_timeout_s=5) as ctl:
+        spec = load_inventory(inventory)
+        with Controller(spec, state_dir=tmp / "state", node_timeout_s=5) as ctl:
             try:
                 result = ctl.up(replace=True, timeout_s=300)
                 assert result.ok, (result.outcomes, result.boot and result.boot.reason)
                 yield spec
             finally:
                 ctl.down()
+                # the (dummy) key file lives under the lab's models/ (identity-mapped)
+                for f in plan_cluster(spec).for_node(spec.head.name).secret_files:
+                    lab.ssh(spec.head.name, ["rm", "-f", f.path])
 
 
 def _ranks(spec):
