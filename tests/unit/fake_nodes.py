@@ -98,6 +98,7 @@ class FakeDocker:
         self.images: set[str] = set()
         self.log_lines: dict[str, list[str]] = {}  # container name -> its log
         self.secrets_seen: dict[str, Mapping[str, str]] = {}
+        self.execs: list[tuple[str, list[str], dict[str, str]]] = []  # container, argv, env
         self.streams: list[FakeLogStream] = []  # every log stream handed out
 
     def add(self, plan: ContainerPlan, state: str = "running", exit_code: int | None = None):
@@ -137,6 +138,7 @@ class FakeDocker:
         self, container: str, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> None:
         self.owner.gate(self.node)
+        self.execs.append((container, list(argv), dict(env or {})))
         self.owner.record("exec", self.node, container)
 
     def _name(self, container: str) -> str:

@@ -12,7 +12,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import Drift
 from tpwarden.cluster.errors import DockerError, TpwardenError
 from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.launch import KEY_WRAPPER, plan_cluster
 
 from tests.unit.fake_nodes import GOOD, FakeNodes, FixedClock, good_spec
 
@@ -185,5 +185,11 @@ def test_the_ray_head_gets_vllm_serve_execd_once_every_rank_runs(tmp_path, fake)
     with _ctl(tmp_path, nodes, spec=spec) as ctl:
         result = ctl.up(wait_ready=False, preflight=False)
     assert result.ok
-    assert nodes.actions[-1] == ("exec", "node1", plan_cluster(spec).for_node("node1").name)
+    head = plan_cluster(spec).for_node("node1")
+    assert nodes.actions[-1] == ("exec", "node1", head.name)
     assert [a[0] for a in nodes.actions] == ["start"] * 4 + ["exec"]
+    # the exec'd vllm serve reads the key from the file written on the head, not from its env
+    ((container, argv, env),) = nodes.engines["node1"].execs
+    assert argv == [*KEY_WRAPPER, *head.exec_after_start] and argv[len(KEY_WRAPPER)] == "vllm"
+    assert "VLLM_API_KEY" not in env
+    assert nodes.sessions["node1"].files[head.secret_files[0].path] == b"sk-test"
