@@ -48,10 +48,22 @@ def _type_name(annotation: Any) -> str:
         return "absolute path" + none
     if not_a_flag in funcs:
         return "str (not starting with -)" + none
-    text = str(annotation).replace("typing.", "")
+    text = _plain(annotation) if funcs - {None} else str(annotation)
+    text = text.replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
     return text.replace("tpwarden.cluster.settings.", "").replace("|", "\\|")
+
+
+def _plain(annotation: Any) -> str:
+    """The annotation without its validators: list[Annotated[X, BeforeValidator(f)]] -> list[X]."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _plain(args[0])
+    origin = typing.get_origin(annotation)
+    if origin in (list, dict) and args:
+        return f"{origin.__name__}[{', '.join(_plain(a) for a in args)}]"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
 
 
 def _metadata(annotation: Any) -> list[Any]:

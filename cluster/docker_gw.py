@@ -29,7 +29,7 @@ import docker.errors
 import paramiko
 import requests
 from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest, Mount, Ulimit
 from tpwarden.cluster.errors import DockerError, NodeUnreachable
 
 if TYPE_CHECKING:
@@ -147,11 +147,17 @@ def create_kwargs(
         if plan.gpus == "all"
         else None,
         restart_policy=restart_policy(plan.restart_policy),
+        # tpwarden.container (docker run --device/--cap-add/--ulimit/--privileged); -1 is
+        # docker's "unlimited", as in `--ulimit memlock=-1:-1`
+        devices=[str(d) for d in plan.devices] or None,  # HOST:CONTAINER:PERMISSIONS
+        cap_add=list(plan.cap_add) or None,
+        ulimits=[Ulimit(name=n, soft=u.soft, hard=u.hard) for n, u in plan.ulimits] or None,
+        privileged=plan.privileged,
     )
     return dict(
         image=plan.image,
         name=plan.name,
-        command=list(plan.command),
+        command=list(plan.container_command),
         entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
         environment=[f"{k}={v}" for k, v in env.items()],
         labels=dict(plan.labels),

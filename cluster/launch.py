@@ -1,8 +1,10 @@
 """ClusterSpec -> what must run on each node. Pure: no I/O except reading the flag table.
 
 The vLLM command line is rendered here and nowhere else, as an argument list (never a shell
-string). Secrets appear only as references (`secret_env`, `SecretRef`); their values are resolved
-on apply, on the node, and never enter a plan.
+string). Secrets appear only as references (`secret_env`, `secret_files`, `SecretRef`); their
+values are resolved on apply and never enter a plan. The API key reaches vLLM as a file: apply
+writes it on the head (mode 0600), the container mounts it read-only and a `sh -c` prefix reads
+it into VLLM_API_KEY at exec time, so neither `docker inspect` (Config.Env, Cmd) nor `ps` shows it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tpwarden.cluster.container_settings import DeviceSpec, UlimitSpec
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
@@ -26,6 +29,18 @@ LABEL_RANK = LABEL_PREFIX + "rank"
 LABEL_CONFIG_HASH = LABEL_PREFIX + "config-hash"
 
 HF_TOKEN_MOUNT = "/run/secrets/hf_token"
+API_KEY_MOUNT = "/run/tpwarden/api_key"
+# vLLM reads its key from VLLM_API_KEY (vllm/envs.py) or --api-key (argv: shown by `ps`); this
+# prefix reads the mounted file into the variable and execs the rest, refusing to serve without
+# a key. The images need a POSIX sh (the lab's and vLLM's images are Debian/Ubuntu based).
+KEY_WRAPPER = (
+    "sh",
+    "-c",
+    f'VLLM_API_KEY="$(cat {API_KEY_MOUNT})" && [ -n "$VLLM_API_KEY" ] || '
+    f'{{ echo "tpwarden: no API key in {API_KEY_MOUNT}" >&2; exit 78; }}; '
+    'export VLLM_API_KEY; exec "$@"',
+    "sh",
+)
 _FLAG_TABLES = Path(__file__).parent / "data"
 
 
@@ -34,6 +49,16 @@ class Mount:
     source: str
     target: str
     read_only: bool = True
+    extra: bool = False  # from tpwarden.container.mounts (not one tpwarden needs)
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """A secret apply writes on the node (mode 0600) before the container starts."""
+
+    path: str
+    ref: SecretRef
+    what: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +83,43 @@ class ContainerPlan:
     labels: dict[str, str] = field(default_factory=dict)
     # Ray path only: the `vllm serve` argv exec'd in the head container once all ranks joined.
     exec_after_start: tuple[str, ...] | None = None
+    # tpwarden.container: docker run's --device, --cap-add, --ulimit, --privileged
+    devices: tuple[DeviceSpec, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[tuple[str, UlimitSpec], ...] = ()
+    privileged: bool = False
+    secret_files: tuple[SecretFile, ...] = ()
+    # KEY_WRAPPER where the API key file is mounted: put before the argv that runs vLLM
+    key_wrapper: tuple[str, ...] = ()
+
+    @property
+    def container_command(self) -> tuple[str, ...]:
+        """The container's Cmd: `command`, behind the key wrapper when it runs vLLM itself."""
+        return self.command if self.exec_after_start else self.key_wrapper + self.command
+
+    def options_lines(self) -> list[str]:
+        """The container options set (tpwarden.container), one line each, for `plan`."""
+        lines = []
+        if self.devices:
+            lines.append("devices: " + ", ".join(str(d) for d in self.devices))
+        if self.cap_add:
+            lines.append("cap_add: " + ", ".join(self.cap_add))
+        if self.ulimits:
+            lines.append("ulimits: " + ", ".join(f"{n}={u}" for n, u in self.ulimits))
+        extra = [m for m in self.mounts if m.extra]
+        if extra:
+            lines.append(
+                "mounts: "
+                + ", ".join(f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in extra)
+            )
+        if self.privileged:
+            lines.append("privileged: true")
+        return lines
+
+    @property
+    def exec_argv(self) -> tuple[str, ...] | None:
+        """Ray head: what is exec'd once the ranks joined (behind the key wrapper)."""
+        return self.key_wrapper + self.exec_after_start if self.exec_after_start else None
 
     @property
     def vllm_argv(self) -> tuple[str, ...]:
@@ -68,7 +130,7 @@ class ContainerPlan:
     def to_json(self) -> dict[str, Any]:
         env = dict(self.env)
         for name, ref in self.secret_env.items():
-            env[name] = f"<secret from {'env ' + ref.env if ref.env else 'file ' + str(ref.file)}>"
+            env[name] = _ref_text(ref)
         return {
             "node": self.node,
             "role": self.role,
@@ -79,18 +141,28 @@ class ContainerPlan:
             "command": list(self.command),
             "entrypoint": list(self.entrypoint) if self.entrypoint else None,
             "exec_after_start": list(self.exec_after_start) if self.exec_after_start else None,
+            "key_wrapper": list(self.key_wrapper) or None,
             "env": env,
             "mounts": [
                 {"source": m.source, "target": m.target, "read_only": m.read_only}
                 for m in self.mounts
             ],
+            "secret_files": [{"path": f.path, "from": _ref_text(f.ref)} for f in self.secret_files],
             "network_mode": self.network_mode,
             "ipc_mode": self.ipc_mode,
             "shm_size": self.shm_size,
             "gpus": self.gpus,
+            "devices": [str(d) for d in self.devices],
+            "cap_add": list(self.cap_add),
+            "ulimits": {name: str(limit) for name, limit in self.ulimits},
+            "privileged": self.privileged,
             "restart_policy": self.restart_policy,
             "labels": dict(self.labels),
         }
+
+
+def _ref_text(ref: SecretRef) -> str:
+    return f"<secret from {'env ' + ref.env if ref.env else 'file ' + str(ref.file)}>"
 
 
 @dataclass(frozen=True)
@@ -120,6 +192,12 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     backend = spec.serving.parallel.backend
     containers = tuple(_container(spec, node, config_hash) for node in spec.nodes)
     warnings: list[str] = []
+    _check_mounts(spec, containers)
+    if spec.serving.container.privileged:
+        warnings.append(
+            "container.privileged: the serving containers get every capability and every "
+            "device of the node (prefer devices + cap_add, e.g. /dev/infiniband + IPC_LOCK)"
+        )
     if backend == "ray":
         warnings.append(
             "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
@@ -137,6 +215,20 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
                     container.vllm_argv, table, spec.serving.vllm_version, spec.source_file
                 )
     return ClusterPlan(spec.name, config_hash, backend, containers, tuple(warnings))
+
+
+def _check_mounts(spec: ClusterSpec, containers: tuple[ContainerPlan, ...]) -> None:
+    """An extra mount may not land on a target tpwarden mounts (docker: duplicate mount point)."""
+    for c in containers:
+        targets = [m.target.rstrip("/") for m in c.mounts]
+        for extra in spec.serving.container.mounts:
+            if targets.count(extra.target.rstrip("/")) > 1:
+                raise ConfigError(
+                    f"container.mounts: target {extra.target} is also the model or drafter mount",
+                    file=spec.source_file,
+                    key="tpwarden.container.mounts",
+                    hint="mount it elsewhere in the container",
+                )
 
 
 def container_name(spec: ClusterSpec, node: NodeSpec) -> str:
@@ -193,6 +285,15 @@ def vllm_serve_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
     return argv
 
 
+def _api_key_file(spec: ClusterSpec, node: NodeSpec) -> tuple[SecretFile, ...]:
+    """The head's API key as a file, not env: Config.Env is what `docker inspect` shows; the
+    container mounts it at API_KEY_MOUNT and KEY_WRAPPER reads it when vLLM starts."""
+    if not spec.secrets.api_key or node.role != "head":
+        return ()
+    path = f"{spec.serving.container.secrets_dir}/{spec.name}-api_key"
+    return (SecretFile(path, spec.secrets.api_key, "the API key"),)
+
+
 def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> ContainerPlan:
     s = spec.serving
     env = {"VLLM_HOST_IP": node.vllm_host_ip, **s.env}
@@ -208,9 +309,10 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
             env["HF_TOKEN_PATH"] = HF_TOKEN_MOUNT
         else:
             secret_env["HF_TOKEN"] = ref
-    if spec.secrets.api_key and node.role == "head":
-        # vLLM reads VLLM_API_KEY; passing --api-key would show the key in `ps`.
-        secret_env["VLLM_API_KEY"] = spec.secrets.api_key
+    opts = s.container
+    mounts += [Mount(m.source, m.target, m.read_only, extra=True) for m in opts.mounts]
+    secret_files = _api_key_file(spec, node)
+    mounts += [Mount(f.path, API_KEY_MOUNT, True) for f in secret_files]
     labels = {
         LABEL_CLUSTER: spec.name,
         LABEL_COMPONENT: "vllm",
@@ -246,6 +348,12 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
         gpus="all" if s.gpus == "all" else None,
         labels=labels,
         exec_after_start=exec_after,
+        devices=tuple(opts.devices),
+        cap_add=tuple(opts.cap_add),
+        ulimits=tuple(sorted(opts.ulimits.items())),
+        privileged=opts.privileged,
+        secret_files=secret_files,
+        key_wrapper=KEY_WRAPPER if secret_files else (),
     )
 
 

@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from tpwarden.cluster.container_settings import ContainerSpec
 
 # --- value parsers -------------------------------------------------------------------------
 
@@ -285,7 +286,9 @@ class SecretsSpec(_Model):
         None, description="Hugging Face token (container env HF_TOKEN)."
     )
     api_key: SecretRef | None = Field(
-        None, description="API key clients must send (container env VLLM_API_KEY)."
+        None,
+        description="API key clients must send (a 0600 file on the head, mounted read-only "
+        "and read into VLLM_API_KEY when vLLM starts: never in the container's env).",
     )
 
 
@@ -449,6 +452,10 @@ class TpwardenSettings(_Model):
         default_factory=dict, description="Extra container environment."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` flags.")
+    container: ContainerSpec = Field(
+        default_factory=ContainerSpec,
+        description="Devices, capabilities, ulimits, mounts of the serving containers.",
+    )
     secrets: SecretsSpec = SecretsSpec()
     ssh: SshSpec = SshSpec()
     watchdog: WatchdogSpec = WatchdogSpec()

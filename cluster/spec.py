@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel
+from tpwarden.cluster.container_settings import ContainerSpec
 from tpwarden.cluster.settings import (
     DrafterSpec,
     KvCacheSpec,
@@ -66,6 +67,7 @@ class ServingSpec:
     gpus: str
     env: dict[str, str]
     extra_args: tuple[str, ...]
+    container: ContainerSpec = field(default_factory=ContainerSpec)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +131,13 @@ _LATER_SETTINGS: tuple[tuple[str, Any], ...] = (
     ("drafter.prompt_lookup_min", None),
     ("drafter.prompt_lookup_max", None),
     ("drafter.extra", {}),
+    ("container.devices", []),
+    ("container.cap_add", []),
+    ("container.ulimits", {}),
+    ("container.mounts", []),
+    ("container.privileged", False),
+    ("container.secrets_dir", "/run/tpwarden"),
+    ("container", {}),  # no container option set: the hash of before they existed
 )
 
 
@@ -171,6 +180,7 @@ def serving_from_settings(s: TpwardenSettings) -> ServingSpec:
         gpus=s.gpus,
         env={k: str(v) for k, v in s.env.items()},
         extra_args=tuple(s.extra_args),
+        container=s.container,
     )
 
 

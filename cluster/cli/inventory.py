@@ -84,6 +84,16 @@ def plan(
         Text("env (head): " + ", ".join(f"{k}={v}" for k, v in first["env"].items())),
         highlight=False,
     )
+    for line in cluster_plan.containers[0].options_lines():
+        console.print(Text(line), highlight=False)
+    for c in cluster_plan.containers:
+        for f in c.secret_files:
+            console.print(
+                Text(
+                    f"{c.node}: {f.what} written to {f.path} (0600) at apply, read by vLLM at start"
+                ),
+                highlight=False,
+            )
     for warning in cluster_plan.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
 

@@ -1,15 +1,16 @@
 """Apply a control plan: removals on every node in parallel, then starts wave by wave (head
 first), then the Ray path's `vllm serve` exec'd in the head. Secrets are read here, at apply
-time, and go to the engine only."""
+time, and go to the engine only (env) or to a 0600 file on the node (the API key)."""
 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 
 from tpwarden.cluster.control.plan import Action, ControlPlan, Drift
 from tpwarden.cluster.control.results import Emit, NodeOutcome
-from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
 from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.secrets import resolve_secret
@@ -39,6 +40,32 @@ def resolve_secrets(
     return values
 
 
+def write_secret_files(
+    spec: ClusterSpec,
+    nodes: Nodes,
+    container: ContainerPlan,
+    environ: Mapping[str, str] = os.environ,
+) -> None:
+    """Write the container's secret files on its node before it starts: resolved here, sent
+    over SFTP into a root-only directory, mode 0600 from the first byte, renamed into place."""
+    if not container.secret_files:
+        return
+    session = nodes.session(spec.node(container.node))
+    for secret in container.secret_files:
+        value = resolve_secret(
+            secret.ref,
+            read_file=lambda path: session.read_bytes(path).decode(),
+            environ=environ,
+            what=secret.what,
+            where="on this machine",
+        )
+        if not value.strip():  # the wrapper would refuse it at start; say so before
+            raise ConfigError(f"{secret.what} is empty: vLLM would serve without one")
+        directory = posixpath.dirname(secret.path)
+        session.run(["mkdir", "-p", "-m", "0700", directory], check=True)
+        session.put_atomic(value.encode(), secret.path, mode=0o600)
+
+
 def apply_plan(
     spec: ClusterSpec, nodes: Nodes, plan: ControlPlan, emit: Emit
 ) -> tuple[NodeOutcome, ...]:
@@ -66,6 +93,7 @@ def apply_plan(
     def start(node: NodeSpec) -> str:
         c = plan.step(node.name).container
         assert c is not None
+        write_secret_files(spec, nodes, c)
         info = nodes.docker(node).run(c, resolve_secrets(spec, nodes, c))
         emit("start", node.name, f"started {info.name} ({info.id[:12]})")
         return f"started {info.name}"
@@ -93,11 +121,12 @@ def _exec_after_start(
     """Ray path: once every rank's container runs, exec `vllm serve` in the head's."""
     for st in plan.steps:
         c = st.container
-        if c is None or not c.exec_after_start or not all(o.ok for o in outcomes.values()):
+        exec_argv = c.exec_argv if c is not None else None
+        if c is None or not exec_argv or not all(o.ok for o in outcomes.values()):
             continue
         gw = nodes.docker(spec.node(st.node))
         try:
-            gw.exec_detached(c.name, c.exec_after_start, resolve_secrets(spec, nodes, c))
+            gw.exec_detached(c.name, exec_argv, resolve_secrets(spec, nodes, c))
             emit("start", st.node, "exec'd vllm serve in the Ray head")
         except Exception as e:  # noqa: BLE001 - reported per node
             outcomes[st.node] = NodeOutcome(st.node, False, f"exec vllm serve: {e}")

@@ -110,6 +110,17 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
         "host": node_ip(HEAD),
         "port": 8000,
         "shm_size": "1g",
+        # What a lab node can honour of the field's RDMA set (inventory.example.yml): no RDMA
+        # devices here, but the capability and the limits, so the lab starts its containers as
+        # strictly as the field does; nofile's hard limit lets vLLM raise its soft limit to
+        # 65535 (set_ulimit: "Found ulimit of 20000 and failed to automatically increase").
+        "container": {
+            "cap_add": ["IPC_LOCK"],
+            "ulimits": {"memlock": "unlimited", "nofile": "1048576:1048576"},
+            # Docker-outside-of-docker: a bind source must be the same path on the node and
+            # on the host's engine (README), as models/ is; the API key file is written here.
+            "secrets_dir": str(paths.models / ".tpwarden-run"),
+        },
         "env": {
             "VLLM_SIM_TIME_SCALE": "0.005",
             "VLLM_SIM_STEP_SCALE": "0.05",

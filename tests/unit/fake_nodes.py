@@ -67,6 +67,8 @@ class FakeSession:
     files: dict[str, bytes] = field(default_factory=dict)
 
     dirs: set[str] = field(default_factory=set)
+    modes: dict[str, int] = field(default_factory=dict)
+    commands: list[list[str]] = field(default_factory=list)
 
     def read_bytes(self, path: str) -> bytes:
         if path not in self.files:
@@ -74,12 +76,17 @@ class FakeSession:
         return self.files[path]
 
     def run(self, argv: list[str], **_: Any) -> Any:
-        """Only `test -d DIR` is asked of a session here (the applied-plan copy)."""
+        """`test -d DIR` (the applied-plan copy) and `mkdir -p -m MODE DIR` (secret files)."""
+        self.commands.append(list(argv))
+        if argv[:2] == ["mkdir", "-p"]:
+            self.dirs.add(argv[-1])
+            return type("Result", (), {"rc": 0, "stdout": "", "stderr": ""})()
         rc = 0 if argv[:2] == ["test", "-d"] and argv[2] in self.dirs else 1
         return type("Result", (), {"rc": rc, "stdout": "", "stderr": ""})()
 
     def put_atomic(self, data: bytes, remote: str, mode: int = 0o600, **_: Any) -> None:
         self.files[remote] = data
+        self.modes[remote] = mode
 
 
 class FakeDocker:
@@ -92,6 +99,7 @@ class FakeDocker:
         self.images: set[str] = set()
         self.log_lines: dict[str, list[str]] = {}  # container name -> its log
         self.secrets_seen: dict[str, Mapping[str, str]] = {}
+        self.execs: list[tuple[str, list[str], dict[str, str]]] = []  # container, argv, env
         self.streams: list[FakeLogStream] = []  # every log stream handed out
 
     def add(self, plan: ContainerPlan, state: str = "running", exit_code: int | None = None):
@@ -131,6 +139,7 @@ class FakeDocker:
         self, container: str, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> None:
         self.owner.gate(self.node)
+        self.execs.append((container, list(argv), dict(env or {})))
         self.owner.record("exec", self.node, container)
 
     def _name(self, container: str) -> str:

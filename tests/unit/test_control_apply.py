@@ -12,7 +12,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import Drift
 from tpwarden.cluster.errors import DockerError, TpwardenError
 from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.launch import KEY_WRAPPER, plan_cluster
 
 from tests.unit.fake_nodes import GOOD, FakeNodes, FixedClock, good_spec
 
@@ -60,9 +60,24 @@ def test_up_removes_everywhere_then_starts_the_head_then_the_workers(tmp_path, f
 def test_secrets_are_resolved_at_apply_time_and_go_to_the_engine_only(tmp_path, fake) -> None:
     with _ctl(tmp_path, fake) as ctl:
         result = ctl.up(wait_ready=False)
-    assert fake.engines["node1"].secrets_seen["tpwarden-vllm-node1"] == {"VLLM_API_KEY": "sk-test"}
+    # the API key goes to a 0600 file on the head, never into the container env (issue 29)
+    head = fake.sessions["node1"]
+    assert head.files["/run/tpwarden/tpwarden-api_key"] == b"sk-test"
+    assert head.modes["/run/tpwarden/tpwarden-api_key"] == 0o600
+    assert ["mkdir", "-p", "-m", "0700", "/run/tpwarden"] in head.commands
+    assert fake.engines["node1"].secrets_seen["tpwarden-vllm-node1"] == {}
     assert fake.engines["node2"].secrets_seen["tpwarden-vllm-node2"] == {}
+    assert "/run/tpwarden/tpwarden-api_key" not in fake.sessions["node2"].files
     assert "sk-test" not in json.dumps(result.plan.to_json())
+
+
+def test_an_empty_api_key_is_refused_before_the_head_starts(tmp_path, fake, monkeypatch) -> None:
+    monkeypatch.setenv("TPWARDEN_API_KEY", "  ")
+    with _ctl(tmp_path, fake) as ctl:
+        result = ctl.up(wait_ready=False)
+    head = next(o for o in result.outcomes if o.node == "node1")
+    assert not head.ok and "the API key is empty" in head.message
+    assert "tpwarden-vllm-node1" not in fake.engines["node1"].secrets_seen
 
 
 def test_up_records_the_applied_plan_here_and_on_the_head(tmp_path, fake) -> None:
@@ -170,5 +185,11 @@ def test_the_ray_head_gets_vllm_serve_execd_once_every_rank_runs(tmp_path, fake)
     with _ctl(tmp_path, nodes, spec=spec) as ctl:
         result = ctl.up(wait_ready=False, preflight=False)
     assert result.ok
-    assert nodes.actions[-1] == ("exec", "node1", plan_cluster(spec).for_node("node1").name)
+    head = plan_cluster(spec).for_node("node1")
+    assert nodes.actions[-1] == ("exec", "node1", head.name)
     assert [a[0] for a in nodes.actions] == ["start"] * 4 + ["exec"]
+    # the exec'd vllm serve reads the key from the file written on the head, not from its env
+    ((container, argv, env),) = nodes.engines["node1"].execs
+    assert argv == [*KEY_WRAPPER, *head.exec_after_start] and argv[len(KEY_WRAPPER)] == "vllm"
+    assert "VLLM_API_KEY" not in env
+    assert nodes.sessions["node1"].files[head.secret_files[0].path] == b"sk-test"

@@ -83,3 +83,20 @@ def test_sim_inventory_can_name_the_ray_backend(tmp_path):
     head, *workers = plan.containers
     assert head.command[:2] == ("ray", "start") and "--head" in head.command
     assert all(w.command[:2] == ("ray", "start") for w in workers)
+
+
+@pytest.mark.parametrize("engine", ["sim", "real"])
+def test_lab_ranks_get_what_a_lab_node_can_honour(tmp_path, engine):
+    """IPC_LOCK, memlock unlimited and nofile 1048576 on every rank (issue 28 item 3): the real
+    engine's set_ulimit then raises its soft fd limit instead of warning; no devices, not
+    privileged; the key file directory is identity-mapped (under models/) for the host's engine."""
+    paths = LabPaths(tmp_path)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(render_inventory(paths, engine))
+    spec = load_inventory(inv)
+    assert str(spec.serving.container.secrets_dir).startswith(f"{paths.models}/")
+    for c in plan_cluster(spec).containers:
+        doc = c.to_json()
+        assert doc["cap_add"] == ["IPC_LOCK"]
+        assert doc["ulimits"] == {"memlock": "unlimited:unlimited", "nofile": "1048576:1048576"}
+        assert doc["devices"] == [] and doc["privileged"] is False

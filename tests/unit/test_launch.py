@@ -77,9 +77,13 @@ def test_secrets_never_reach_the_plan(tmp_path, monkeypatch):
         assert sentinel not in result.output
     data = json.loads(runner.invoke(app, ["plan", "-i", str(inv), "--json"]).output)
     head_env = data["nodes"][0]["env"]
-    assert head_env["VLLM_API_KEY"].startswith("<secret from env TPWARDEN_API_KEY")
+    # the API key is a file on the head (issue 29 item 8), never a container env var
+    assert "VLLM_API_KEY" not in head_env
+    assert data["nodes"][0]["secret_files"] == [
+        {"path": "/run/tpwarden/tpwarden-api_key", "from": "<secret from env TPWARDEN_API_KEY>"}
+    ]
     assert head_env["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
-    assert "VLLM_API_KEY" not in data["nodes"][1]["env"]  # only the head serves the API
+    assert data["nodes"][1]["secret_files"] == []  # only the head serves the API
     assert all("--api-key" not in n["argv"] for n in data["nodes"])
 
 
