@@ -231,3 +231,51 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+ENGINE_PROCESSES = ("dockerd", "containerd")  # runc, which sets a container's rlimits, is theirs
+_LIMIT_ROWS = {"Max locked memory": "memlock", "Max open files": "nofile"}
+
+
+def parse_hard_limits(text: str) -> dict[str, int]:
+    """The hard memlock and nofile limits in a ``/proc/PID/limits`` text; -1 is unlimited."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        for row, name in _LIMIT_ROWS.items():
+            if line.startswith(row):
+                hard = line[len(row) :].split()[1]
+                found[name] = -1 if hard == "unlimited" else int(hard)
+    return found
+
+
+def engine_hard_limits(proc: Path = Path("/proc")) -> dict[str, int]:
+    """The hard memlock/nofile limits the host's container engine can give a container.
+
+    Without CAP_SYS_RESOURCE (a sandboxed host), runc cannot set a container's limit above the
+    engine's own hard limit ("error setting rlimit type 8: operation not permitted"); with it,
+    these are just what the engine was started with. The lowest over the engine's processes;
+    this process's own limits where none is found."""
+    import resource  # deferred: only the lab inventory asks
+
+    own = {
+        name: resource.getrlimit(res)[1]
+        for name, res in (("memlock", resource.RLIMIT_MEMLOCK), ("nofile", resource.RLIMIT_NOFILE))
+    }
+    limits = {k: (-1 if v == resource.RLIM_INFINITY else v) for k, v in own.items()}
+    engines = []
+    for comm in proc.glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() in ENGINE_PROCESSES:
+                engines.append(parse_hard_limits((comm.parent / "limits").read_text()))
+        except OSError:  # the process ended while we looked
+            continue
+    if engines:
+        limits = {
+            name: min(
+                (e[name] for e in engines if name in e),
+                key=lambda v: (v == -1, v),
+                default=limits[name],
+            )
+            for name in limits
+        }
+    return limits

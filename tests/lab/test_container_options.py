@@ -1,7 +1,8 @@
 """Container options and the API key file on the lab (issue 28 item 3, issue 29 item 8).
 
 One `up` of the session lab's server (the simulator image already built), with the lab
-inventory's own options (IPC_LOCK, memlock unlimited, nofile 1048576) plus a device (/dev/zero
+inventory's own options (IPC_LOCK, memlock unlimited and nofile 1048576 as far as the host's
+engine can honour them: `lab_ulimits`) plus a device (/dev/zero
 seen as /dev/fake0) and an API key. Then, for every rank: `docker inspect` shows the capability,
 the ulimits and the device, and no key anywhere; inside the running rank, PID 1 (vLLM, exec'd by
 the key wrapper on the head) has CAP_IPC_LOCK in CapEff, the limits in /proc/1/limits and the
@@ -62,6 +63,16 @@ def served(lab, tmp_path_factory):
                     lab.ssh(spec.head.name, ["rm", "-f", f.path])
 
 
+def _expected(spec, name: str) -> tuple[int, int]:
+    """(soft, hard) of a ulimit as the inventory asked, -1 for unlimited."""
+    limit = spec.serving.container.ulimits[name]
+    return limit.soft, limit.hard
+
+
+def _proc_value(value: int) -> str:
+    return "unlimited" if value == -1 else str(value)
+
+
 def _ranks(spec):
     return plan_cluster(spec).containers
 
@@ -72,8 +83,8 @@ def test_docker_inspect_shows_the_options_on_every_rank(served):
         host = attrs["HostConfig"]
         assert "IPC_LOCK" in host["CapAdd"], c.name
         limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
-        assert limits["memlock"] == (-1, -1)
-        assert limits["nofile"] == (1048576, 1048576)
+        assert limits["memlock"] == _expected(served, "memlock")
+        assert limits["nofile"] == _expected(served, "nofile")
         assert {"PathOnHost": "/dev/zero", "PathInContainer": "/dev/fake0"}.items() <= (
             host["Devices"][0].items()
         )
@@ -89,9 +100,9 @@ def test_a_running_rank_reads_the_options_back(served):
         assert cap_eff & (1 << CAP_IPC_LOCK), (c.name, hex(cap_eff))
         limits = _docker("exec", c.name, "cat", "/proc/1/limits")
         locked = next(line for line in limits.splitlines() if line.startswith("Max locked memory"))
-        assert locked.split()[3:5] == ["unlimited", "unlimited"], locked
+        assert locked.split()[3:5] == [_proc_value(v) for v in _expected(served, "memlock")], locked
         files = next(line for line in limits.splitlines() if line.startswith("Max open files"))
-        assert files.split()[3:5] == ["1048576", "1048576"], files
+        assert files.split()[3:5] == [_proc_value(v) for v in _expected(served, "nofile")], files
         # /dev/zero's node (char 1:5) under the new name, readable
         assert _docker("exec", c.name, "stat", "-c", "%F %t:%T", "/dev/fake0").split("\n")[0] == (
             "character special file 1:5"

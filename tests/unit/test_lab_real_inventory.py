@@ -8,6 +8,7 @@ import json
 import pytest
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.lab.host import engine_hard_limits, parse_hard_limits
 from tpwarden.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
 from tpwarden.cluster.lab.paths import LabPaths
 from tpwarden.cluster.launch import flag_table, plan_cluster
@@ -86,17 +87,51 @@ def test_sim_inventory_can_name_the_ray_backend(tmp_path):
 
 
 @pytest.mark.parametrize("engine", ["sim", "real"])
-def test_lab_ranks_get_what_a_lab_node_can_honour(tmp_path, engine):
-    """IPC_LOCK, memlock unlimited and nofile 1048576 on every rank (issue 28 item 3): the real
-    engine's set_ulimit then raises its soft fd limit instead of warning; no devices, not
-    privileged; the key file directory is identity-mapped (under models/) for the host's engine."""
+@pytest.mark.parametrize(
+    ("engine_hard", "memlock", "nofile"),
+    [
+        ({"memlock": -1, "nofile": 1048576}, "unlimited:unlimited", "1048576:1048576"),
+        # a sandboxed host (no CAP_SYS_RESOURCE): runc cannot go above the engine's hard limits
+        ({"memlock": 8388608, "nofile": 20000}, "8388608:8388608", "20000:20000"),
+        ({"memlock": -1, "nofile": 4194304}, "unlimited:unlimited", "1048576:1048576"),
+    ],
+)
+def test_lab_ranks_get_what_a_lab_node_can_honour(tmp_path, engine, engine_hard, memlock, nofile):
+    """IPC_LOCK, memlock unlimited and nofile 1048576 on every rank (issue 28 item 3), lowered to
+    the host engine's hard limits where it cannot give more; no devices, not privileged; the key
+    file directory is identity-mapped (under models/) for the host's engine."""
     paths = LabPaths(tmp_path)
     inv = tmp_path / "inventory.yml"
-    inv.write_text(render_inventory(paths, engine))
+    inv.write_text(render_inventory(paths, engine, limits=engine_hard))
     spec = load_inventory(inv)
     assert str(spec.serving.container.secrets_dir).startswith(f"{paths.models}/")
     for c in plan_cluster(spec).containers:
         doc = c.to_json()
         assert doc["cap_add"] == ["IPC_LOCK"]
-        assert doc["ulimits"] == {"memlock": "unlimited:unlimited", "nofile": "1048576:1048576"}
+        assert doc["ulimits"] == {"memlock": memlock, "nofile": nofile}
         assert doc["devices"] == [] and doc["privileged"] is False
+
+
+LIMITS_SANDBOX = """Limit                     Soft Limit           Hard Limit           Units
+Max cpu time              unlimited            unlimited            seconds
+Max open files            20000                20000                files
+Max locked memory         8388608              8388608              bytes
+"""
+
+
+def test_engine_hard_limits_are_the_lowest_of_the_engine_processes(tmp_path):
+    """/proc/PID/limits of dockerd and containerd (text as Linux 6.x prints it): the lowest
+    hard limit wins, unlimited ranks above every number, other processes are ignored."""
+    for pid, comm, limits in (
+        ("10", "dockerd", LIMITS_SANDBOX),
+        ("11", "containerd", LIMITS_SANDBOX.replace("8388608", "unlimited")),
+        ("12", "bash", LIMITS_SANDBOX.replace("20000", "10")),
+    ):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "comm").write_text(comm + "\n")
+        (tmp_path / pid / "limits").write_text(limits)
+    assert engine_hard_limits(tmp_path) == {"memlock": 8388608, "nofile": 20000}
+    assert parse_hard_limits(LIMITS_SANDBOX.replace("8388608  ", "unlimited")) == {
+        "memlock": -1,
+        "nofile": 20000,
+    }
