@@ -1,4 +1,5 @@
-"""ClusterSpec -> what must run on each node. Pure: no I/O except reading the flag table.
+"""ClusterSpec -> what must run on each node. Pure: no I/O except reading the flag table
+(tpwarden.cluster.flag_tables: fetched from the image, else shipped for the exact version).
 
 The vLLM command line is rendered here and nowhere else, as an argument list (never a shell
 string). Secrets appear only as references (`secret_env`, `SecretRef`); their values are resolved
@@ -9,11 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.flag_tables import FlagTable, missing_message, usable_table
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
@@ -26,7 +26,6 @@ LABEL_RANK = LABEL_PREFIX + "rank"
 LABEL_CONFIG_HASH = LABEL_PREFIX + "config-hash"
 
 HF_TOKEN_MOUNT = "/run/secrets/hf_token"
-_FLAG_TABLES = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -125,17 +124,17 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
             "vLLM); vLLM >= 0.18 no longer installs it"
         )
-    table = flag_table(spec.serving.vllm_version)
+    table = usable_table(spec.serving.vllm_version, spec.serving.image)
     if table is None:
         warnings.append(
-            f"no flag table for vLLM {spec.serving.vllm_version}: argv not checked against its parser"
+            missing_message(spec.serving.vllm_version, spec.serving.image)
+            + f" (or it reports another version): argv not checked against its parser; fetch it "
+            f"with `tpwarden flags fetch -i {spec.source_file}`"
         )
     else:
         for container in containers:
             if container.vllm_argv[:2] == ("vllm", "serve"):
-                _check_flags(
-                    container.vllm_argv, table, spec.serving.vllm_version, spec.source_file
-                )
+                _check_flags(container.vllm_argv, table, spec.source_file)
     return ClusterPlan(spec.name, config_hash, backend, containers, tuple(warnings))
 
 
@@ -248,37 +247,16 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
     )
 
 
-# --- the flag table generated from vLLM's own parser (tools/vllm/dump_serve_flags.py) --------------
-
-
-@lru_cache(maxsize=8)
-def flag_table(version: str) -> dict[str, dict[str, Any]] | None:
-    """Option string -> option entry for `vllm serve` of that version, or None if not recorded."""
-    path = _FLAG_TABLES / f"vllm_serve_flags_{version}.json"
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    table: dict[str, dict[str, Any]] = {}
-    for option in data["options"]:
-        for flag in option["flags"]:
-            table[flag] = option
-    return table
-
-
-def _check_flags(
-    argv: tuple[str, ...], table: dict[str, dict[str, Any]], version: str, source: str
-) -> None:
+def _check_flags(argv: tuple[str, ...], table: FlagTable, source: str) -> None:
     args = list(argv[2:]) if argv[:2] == ("vllm", "serve") else list(argv)
     i = 1 if args and not args[0].startswith("-") else 0  # the model positional
     while i < len(args):
         token = args[i]
         flag = token.split("=", 1)[0]
-        option = table.get(flag)
-        if option is None and "." in flag:  # dotted JSON form: --speculative-config.method x
-            option = table.get(flag.split(".", 1)[0])
+        option = table.get(flag)  # the dotted JSON form too: --speculative-config.method x
         if option is None:
             raise ConfigError(
-                f"vLLM {version} `vllm serve` has no flag {flag}",
+                f"vLLM {table.version} `vllm serve` has no flag {flag}",
                 file=source,
                 key="tpwarden.extra_args",
                 hint="check the flag's spelling for this vLLM version",

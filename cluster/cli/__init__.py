@@ -61,7 +61,7 @@ def inventory_check(
 
     Example: tpwarden inventory check -i inventory.example.yml
     """
-    spec = load(inventory)
+    spec = load(inventory, flag_table=True)
     if as_json:
         doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
         emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
@@ -88,7 +88,7 @@ def plan(
 
     Example: tpwarden plan -i inventory.example.yml --json
     """
-    spec = load(inventory)
+    spec = load(inventory, flag_table=True)
     cluster_plan = plan_cluster(spec)
     if as_json:
         emit_json("plan", cluster_plan.to_json())
@@ -148,6 +148,7 @@ def _mount_optional() -> None:
         ("tpwarden.cluster.cli.decide", "decide"),
         ("tpwarden.cluster.cli.eval", "eval"),
         ("tpwarden.cluster.cli.prometheus", "prometheus"),
+        ("tpwarden.cluster.cli.flags", "flags"),
     ):
         try:
             sub = importlib.import_module(module)

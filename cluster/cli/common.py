@@ -79,6 +79,6 @@ def error_line(message: str) -> Text:
     return Text.assemble(("error:", "bold red"), " ", message)
 
 
-def load(inventory: Path):  # -> ClusterSpec
-
-    return load_inventory(inventory)
+def load(inventory: Path, *, flag_table: bool = False):  # -> ClusterSpec
+    """`flag_table`: also refuse an inventory no `vllm serve` flag table fits (check, plan)."""
+    return load_inventory(inventory, flag_table=flag_table)
