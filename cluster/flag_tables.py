@@ -173,13 +173,16 @@ def table_for(version: str, image: str, cache: Path | None = None) -> FlagTable 
     return cached(image, cache) or shipped(version)
 
 
-def usable_table(version: str, image: str, cache: Path | None = None) -> FlagTable | None:
-    """`table_for`, None when the fetched table's version contradicts the inventory's (the
-    callers that must not refuse, such as a restart, then check nothing and say so)."""
+def resolve(
+    version: str, image: str, cache: Path | None = None
+) -> tuple[FlagTable, None] | tuple[None, str]:
+    """(the table that applies, None), or (None, why none does: missing, or the fetched table
+    reports another version than the inventory's)."""
     table = table_for(version, image, cache)
-    if table is None or mismatch_message(version, image, table):
-        return None
-    return table
+    if table is None:
+        return None, missing_message(version, image)
+    mismatch = mismatch_message(version, image, table)
+    return (None, mismatch) if mismatch else (table, None)
 
 
 def missing_message(version: str, image: str) -> str:

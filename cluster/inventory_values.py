@@ -16,13 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.ansible_inventory import PathKey, Resolved
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.flag_tables import (
-    FlagTable,
-    fetch_hint,
-    mismatch_message,
-    missing_message,
-    table_for,
-)
+from tpwarden.cluster.flag_tables import FlagTable, fetch_hint, resolve
 from tpwarden.cluster.settings import TpwardenSettings, looks_like_secret
 
 # Docker container names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; tpwarden names containers
@@ -119,17 +113,9 @@ def flag_table_of(
     """The flag table for this image and version (tpwarden.cluster.flag_tables). None when there
     is none or it contradicts the version, unless `required_by` (the inventory path, for the
     fetch command): then a one-line error at the vllm_version line."""
-    version, image = settings.vllm_version, settings.image
-    table = table_for(version, image)
-    if table is not None:
-        mismatch = mismatch_message(version, image, table)
-        if mismatch is None:
-            return table
-        problem = mismatch
-    else:
-        problem = missing_message(version, image)
-    if required_by is None:
-        return None  # `plan` warns that argv is unchecked
+    table, problem = resolve(settings.vllm_version, settings.image)
+    if problem is None or required_by is None:
+        return table  # None: `plan` warns that argv is unchecked
     where = ("tpwarden", "vllm_version")
     raise located(inv, where, problem, key="tpwarden.vllm_version", hint=fetch_hint(required_by))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.flag_tables import FlagTable, missing_message, usable_table
+from tpwarden.cluster.flag_tables import FlagTable, resolve
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
@@ -124,17 +124,16 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
             "vLLM); vLLM >= 0.18 no longer installs it"
         )
-    table = usable_table(spec.serving.vllm_version, spec.serving.image)
-    if table is None:
-        warnings.append(
-            missing_message(spec.serving.vllm_version, spec.serving.image)
-            + f" (or it reports another version): argv not checked against its parser; fetch it "
-            f"with `tpwarden flags fetch -i {spec.source_file}`"
-        )
-    else:
+    table, problem = resolve(spec.serving.vllm_version, spec.serving.image)
+    if table is not None:
         for container in containers:
             if container.vllm_argv[:2] == ("vllm", "serve"):
                 _check_flags(container.vllm_argv, table, spec.source_file)
+    else:
+        warnings.append(
+            f"{problem}: argv not checked against its parser; fetch the table with "
+            f"`tpwarden flags fetch -i {spec.source_file}`"
+        )
     return ClusterPlan(spec.name, config_hash, backend, containers, tuple(warnings))
 
 

@@ -113,6 +113,9 @@ def show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = F
 def after_provision(spec: ClusterSpec, inventory: Path, quiet: bool) -> dict[str, Any]:
     """`provision` fetches the image's table once the image is on the head. A failure is fatal
     (`ok` false) only where no shipped table covers the version; else it is a warning."""
+    if not quiet:
+        where = f"{spec.serving.image} on {spec.head.name}"
+        console.print(Text(f"flag table: reading vLLM's parser in {where} ..."))
     try:
         result = fetch_on_head(spec)
     except TpwardenError as exc:
