@@ -32,6 +32,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    # Run as a file, its folder leads sys.path: in a checkout that is cluster/, whose secrets.py
+    # would shadow the standard library's for vLLM. Nothing beside this file is imported.
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == os.path.realpath(
+        os.path.dirname(__file__)
+    ):
+        del sys.path[0]
+
 VLLM_VERSION = "0.33.0"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

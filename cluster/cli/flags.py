@@ -8,7 +8,6 @@ caches the table on this machine by image ID (tpwarden.cluster.flag_fetch); `inv
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -110,7 +109,7 @@ def show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = F
         raise ConfigError(mismatch, file=str(inventory), key="tpwarden.vllm_version")
 
 
-def after_provision(spec: ClusterSpec, inventory: Path, quiet: bool) -> dict[str, Any]:
+def after_provision(spec: ClusterSpec, quiet: bool) -> dict[str, Any]:
     """`provision` fetches the image's table once the image is on the head. A failure is fatal
     (`ok` false) only where no shipped table covers the version; else it is a warning."""
     if not quiet:

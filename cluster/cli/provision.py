@@ -145,7 +145,7 @@ def provision(
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
     # the image is on the head now: read its own flag table (plan checks argv against it)
     fetch = result.ok and not (check or remove) and (not request.tags or "image" in request.tags)
-    flags = after_provision(spec, inventory, quiet=as_json) if fetch else None
+    flags = after_provision(spec, quiet=as_json) if fetch else None
     if as_json:
         print(json.dumps({**result.to_json(), "flag_table": flags}, indent=2))
     else:

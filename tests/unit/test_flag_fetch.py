@@ -164,7 +164,7 @@ def test_provision_fetch_failure_is_fatal_only_without_a_shipped_table(
     monkeypatch.setattr(FakeConnector, "engine", FakeEngine(result=broken))
     monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
     inv = inventory(tmp_path, version)
-    doc = flags_cli.after_provision(load_inventory(inv), inv, quiet=True)
+    doc = flags_cli.after_provision(load_inventory(inv), quiet=True)
     assert doc["ok"] is ok and "No module named 'vllm'" in doc["error"]
 
 
@@ -194,16 +194,22 @@ FAKE_VLLM = {
 def test_dump_script_in_image_mode_reads_whatever_vllm_is_installed(tmp_path):
     """The script as the container runs it (a file, the image's python3, `--from-image`), with a
     stand-in vLLM of a custom version: its own parser's flags and version come out on stdout."""
+    site, root = tmp_path / "site-packages", tmp_path / "root"
     for name, text in FAKE_VLLM.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    script = tmp_path / SCRIPT_IN_CONTAINER.lstrip("/")
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    root.mkdir()
+    (root / "secrets.py").write_text("raise ImportError('shadowed the stdlib')\n")
+    script = root / SCRIPT_IN_CONTAINER.lstrip("/")
     script.write_bytes(DUMP_SCRIPT.read_bytes())  # alone, away from the package
     env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
-    env["PYTHONPATH"] = str(tmp_path)
+    env["PYTHONPATH"] = str(site)
+    code = "import secrets, vllm.entrypoints.cli.serve"  # the stand-in for vLLM's own imports
+    FAKE = {**FAKE_VLLM, "vllm/__init__.py": FAKE_VLLM["vllm/__init__.py"] + code + "\n"}
+    (site / "vllm/__init__.py").write_text(FAKE["vllm/__init__.py"])
     done = subprocess.run(
         [sys.executable, str(script), "--from-image"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False,
+        capture_output=True, text=True, env=env, cwd=root, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -284,3 +290,46 @@ def test_gateway_run_once_removes_the_container_when_start_fails():
     with pytest.raises(DockerError, match="no such runtime"):
         DockerGateway("node1", api).run_once(OneShot(image="img:1", argv=("python3",)))
     assert api.calls[-1] == ("remove", "c0ffee", True)
+
+
+def _provision(tmp_path, monkeypatch, engine: FakeEngine, version: str, *args: str):
+    from tpwarden.cluster.cli import provision as provision_cli
+    from tpwarden.cluster.provision.gateway import ProvisionResult
+
+    def run(request, on_event=None):
+        return ProvisionResult(
+            ident="r1", artifact_dir=tmp_path, playbook="site.yml", check=request.check,
+            status="successful", rc=0, hosts=(), failures=(), duration_s=1.0,
+        )  # fmt: skip
+
+    monkeypatch.setattr(provision_cli.prov, "prepare", lambda request: None)
+    monkeypatch.setattr(provision_cli.prov, "run", run)
+    monkeypatch.setattr(FakeConnector, "engine", engine)
+    monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
+    inv = inventory(tmp_path, version)
+    result = runner.invoke(app, ["provision", "-i", str(inv), "--json", *args])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_provision_fetches_the_images_table_after_its_run(tmp_path, monkeypatch):
+    engine = FakeEngine()
+    code, doc = _provision(tmp_path, monkeypatch, engine, "0.33.0+sm121")
+    assert code == 0 and len(engine.jobs) == 1
+    assert doc["ok"] and doc["flag_table"]["ok"] and doc["flag_table"]["image_id"] == ID_A
+    assert flag_tables.cached(IMAGE) is not None
+
+
+@pytest.mark.parametrize("args", [("--check",), ("--tags", "units"), ("--remove",)])
+def test_provision_fetches_nothing_when_it_did_not_bring_the_image(tmp_path, monkeypatch, args):
+    engine = FakeEngine()
+    code, doc = _provision(tmp_path, monkeypatch, engine, "0.33.0+sm121", *args)
+    assert code == 0 and doc["flag_table"] is None and engine.jobs == []
+
+
+def test_provision_fails_when_no_table_could_be_had(tmp_path, monkeypatch):
+    broken = FakeEngine(result=OneShotResult(127, "", "python3: not found"))
+    code, doc = _provision(tmp_path, monkeypatch, broken, "0.33.0+sm121")
+    assert code == 1 and doc["ok"]  # the playbook ran fine; the table is what is missing
+    assert not doc["flag_table"]["ok"] and "python3: not found" in doc["flag_table"]["error"]
+    code, doc = _provision(tmp_path, monkeypatch, broken, "0.33.0")  # shipped table: a warning
+    assert code == 0 and doc["flag_table"]["ok"] is True
