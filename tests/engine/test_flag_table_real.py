@@ -42,7 +42,8 @@ def lab_build(engine_server, tmp_path_factory):
     ctx = tmp_path_factory.mktemp("flags-lab-image")
     (ctx / "_version.py").write_text(_VERSION_PY)
     (ctx / "Dockerfile").write_text(f"FROM {engine.ENGINE_LATEST}\nCOPY _version.py {found[0]}\n")
-    built = _run(["docker", "build", "-q", "-t", TAG, str(ctx)], timeout=600)
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # as cluster/lab/engine.py builds
+    built = _run(["docker", "build", "-q", "-t", TAG, str(ctx)], timeout=600, env=env)
     assert built.returncode == 0, built.stderr[-2000:]
     image_id = _run(["docker", "image", "inspect", "-f", "{{.Id}}", TAG]).stdout.strip()
     yield image_id
