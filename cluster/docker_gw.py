@@ -17,8 +17,11 @@ Results are our own frozen dataclasses; docker/requests/paramiko errors become `
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import tarfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -164,6 +167,37 @@ def create_kwargs(
         host_config=host_config,
         detach=True,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneShot:
+    """A throwaway container (`DockerGateway.run_once`): argv[0] is the entrypoint; `files`
+    (name in the container's root -> content) are copied in before it starts."""
+
+    image: str
+    argv: tuple[str, ...]
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpus: bool = False
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class OneShotResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 class _VerifiedSSHAdapter(SSHHTTPAdapter):
@@ -352,7 +386,57 @@ class DockerGateway:
             except docker.errors.NotFound:
                 return False
 
+    def image_id(self, image: str) -> str | None:
+        """The ID (sha256:...) `image` has on this node; None if it is not there."""
+        with _translate(self.node, f"inspect image {image}"):
+            try:
+                found = self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # unannotated in types-docker
+            except docker.errors.NotFound:  # ImageNotFound too
+                return None
+        return str(found["Id"])
+
     # -- actions ----------------------------------------------------------------------------
+    def run_once(self, job: OneShot) -> OneShotResult:
+        """Run a throwaway container to its end: created with no network, `job.files` copied in,
+        started, waited for (at most `job.timeout_s`), its output read, removed in every case."""
+        host_config = self.api.create_host_config(
+            network_mode="none",
+            device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None,
+        )
+        with _translate(self.node, f"run a throwaway {job.image}"):
+            created = self.api.create_container(
+                image=job.image,
+                entrypoint=list(job.argv[:1]),
+                command=list(job.argv[1:]),
+                environment=[f"{k}={v}" for k, v in job.env.items()],
+                labels=dict(job.labels),
+                host_config=host_config,
+            )
+            try:
+                self.api.put_archive(created["Id"], "/", _tar(job.files))
+                self.api.start(created["Id"])
+                code = self._wait_exit(created["Id"], job.timeout_s)
+                out = self.api.logs(created["Id"], stdout=True, stderr=False)
+                err = self.api.logs(created["Id"], stdout=False, stderr=True, tail=40)
+            finally:
+                with contextlib.suppress(docker.errors.APIError):
+                    self.api.remove_container(created["Id"], force=True)
+        return OneShotResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _wait_exit(self, container: str, timeout_s: float) -> int:
+        """Poll until the container exits (short requests: no HTTP read held open over SSH for
+        minutes); DockerError past the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.api.inspect_container(container).get("State") or {}
+            if state.get("Status") in ("exited", "dead"):
+                return int(state.get("ExitCode", -1))
+            if time.monotonic() > deadline:
+                raise DockerError(
+                    f"{self.node}: {container[:12]} still running after {timeout_s:.0f} s"
+                )
+            time.sleep(1.0)
+
     def run(
         self,
         plan: ContainerPlan,

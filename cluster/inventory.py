@@ -39,12 +39,14 @@ _ADDRESS_HINT = (
     "a name such as node2.example.internal or an address such as 10.0.0.12, with no spaces, "
     "ssh options or shell characters; a port goes in ansible_port"
 )
-# Flag tables of `vllm serve`, one per vLLM version (also read by launch.flag_table).
-_FLAG_TABLES = Path(__file__).parent / "data"
 
 
-def load_inventory(path: str | Path) -> ClusterSpec:
-    """Read and validate an inventory file or directory. Raises ConfigError (exit status 2)."""
+def load_inventory(path: str | Path, *, flag_table: bool = False) -> ClusterSpec:
+    """Read and validate an inventory file or directory. Raises ConfigError (exit status 2).
+
+    `flag_table`: also refuse when no `vllm serve` flag table fits the image (`inventory check`,
+    `plan`); without it an unknown version only leaves extra_args unchecked (provision and
+    `flags fetch` must load the inventory to fetch the table; a node has no cache)."""
     source = Path(path)
     if not source.exists():
         raise ConfigError(
@@ -55,8 +57,8 @@ def load_inventory(path: str | Path) -> ClusterSpec:
     check_files(source)
     if not _have_ansible():
         # a node (the watchdog host) reads the resolved copy provisioning wrote for it
-        return build_spec(read_resolved(source), str(path))
-    return build_spec(resolve(source), str(path))
+        return build_spec(read_resolved(source), str(path), flag_table=flag_table)
+    return build_spec(resolve(source), str(path), flag_table=flag_table)
 
 
 def _have_ansible() -> bool:
@@ -96,7 +98,7 @@ def _renamed(exc: ConfigError, temp: str, path: str, tmp: str, home: Path | None
     return ConfigError(exc.message, file=file, line=exc.line, key=exc.key, hint=exc.hint)
 
 
-def build_spec(inv: Resolved, path: str) -> ClusterSpec:
+def build_spec(inv: Resolved, path: str, *, flag_table: bool = False) -> ClusterSpec:
     """Resolved Ansible variables -> the typed spec, with every cross-field check."""
     head, workers = _topology(inv, path)
     raw = _settings(inv, path)
@@ -106,7 +108,7 @@ def build_spec(inv: Resolved, path: str) -> ClusterSpec:
     except ValidationError as exc:
         raise translate(inv, raw, exc) from None
     _cross_checks(inv, raw, settings)
-    check_extra_args(inv, settings)
+    check_extra_args(inv, settings, required_by=path if flag_table else None)
     nodes = _nodes(inv, [head, *workers])
     expected = len(nodes) * settings.parallel.gpus_per_node
     if settings.parallel.tensor != expected:
@@ -185,25 +187,7 @@ def _settings(inv: Resolved, path: str) -> dict[str, Any]:
     return raw
 
 
-def known_vllm_versions() -> list[str]:
-    """Versions with a `vllm serve` flag table in cluster/data (tools/vllm/dump_serve_flags.py)."""
-    names = _FLAG_TABLES.glob("vllm_serve_flags_*.json")
-    return sorted(p.stem.removeprefix("vllm_serve_flags_") for p in names)
-
-
 def _cross_checks(inv: Resolved, raw: dict[str, Any], s: TpwardenSettings) -> None:
-    known = known_vllm_versions()
-    if s.vllm_version not in known:
-        # The plan checks every rendered flag against this version's own parser; without its
-        # table nothing could be checked, so refuse rather than start an unchecked argv.
-        raise located(
-            inv,
-            ("tpwarden", "vllm_version"),
-            f"vLLM {s.vllm_version} has no flag table",
-            key="tpwarden.vllm_version",
-            hint=f"one of {', '.join(known)}, or make its table with "
-            "tools/vllm/dump_serve_flags.py from that version's parser",
-        )
     if s.port == s.parallel.master_port:
         where = ("tpwarden", "port") if "port" in raw else ("tpwarden", "parallel", "master_port")
         raise located(

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.ansible_inventory import PathKey, Resolved
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.launch import flag_table
+from tpwarden.cluster.flag_tables import FlagTable, fetch_hint, resolve
 from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
 from tpwarden.cluster.ssh_route import parse_ssh_args
 
@@ -150,12 +150,25 @@ def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
                 )
 
 
-def check_extra_args(inv: Resolved, settings: TpwardenSettings) -> None:
-    """Parse extra_args with the flag table of this vLLM version (as `plan` does), refusing
-    unknown flags, stray values, flags tpwarden manages, and secrets on the command line."""
-    table = flag_table(settings.vllm_version)
+def flag_table_of(
+    inv: Resolved, settings: TpwardenSettings, required_by: str | None
+) -> FlagTable | None:
+    """The flag table for this image and version (tpwarden.cluster.flag_tables). None when there
+    is none or it contradicts the version, unless `required_by` (the inventory path, for the
+    fetch command): then a one-line error at the vllm_version line."""
+    table, problem = resolve(settings.vllm_version, settings.image)
+    if problem is None or required_by is None:
+        return table  # None: `plan` warns that argv is unchecked
+    where = ("tpwarden", "vllm_version")
+    raise located(inv, where, problem, key="tpwarden.vllm_version", hint=fetch_hint(required_by))
+
+
+def check_extra_args(inv: Resolved, settings: TpwardenSettings, required_by: str | None) -> None:
+    """Parse extra_args with the flag table of this image (as `plan` does), refusing unknown
+    flags, stray values, flags tpwarden manages, and secrets on the command line."""
+    table = flag_table_of(inv, settings, required_by)
     if table is None:
-        return  # `plan` warns that argv is unchecked for an unrecorded version
+        return
     args = settings.extra_args
     i = 0
     while i < len(args):
@@ -168,13 +181,13 @@ def check_extra_args(inv: Resolved, settings: TpwardenSettings) -> None:
                 hint="write extra_args as flags, e.g. ['--max-num-seqs', '8']",
             )
         flag = token.split("=", 1)[0]
-        option = table.get(flag) or ("." in flag and table.get(flag.split(".", 1)[0])) or None
+        option = table.get(flag)
         if option is None:
-            close = difflib.get_close_matches(flag, list(table), n=1)
+            close = difflib.get_close_matches(flag, list(table.options), n=1)
             raise located(
                 inv,
                 where,
-                f"vLLM {settings.vllm_version} `vllm serve` has no flag {flag}",
+                f"vLLM {table.version} `vllm serve` has no flag {flag}",
                 hint=f"did you mean {close[0]}?" if close else "check the flag's spelling",
             )
         dest = str(option.get("dest"))

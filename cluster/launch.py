@@ -1,4 +1,5 @@
-"""ClusterSpec -> what must run on each node. Pure: no I/O except reading the flag table.
+"""ClusterSpec -> what must run on each node. Pure: no I/O except reading the flag table
+(tpwarden.cluster.flag_tables: fetched from the image, else shipped for the exact version).
 
 The vLLM command line is rendered here and nowhere else, as an argument list (never a shell
 string). Secrets appear only as references (`secret_env`, `secret_files`, `SecretRef`); their
@@ -11,12 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tpwarden.cluster.container_settings import DeviceSpec, UlimitSpec
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.flag_tables import FlagTable, resolve
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
@@ -41,7 +41,6 @@ KEY_WRAPPER = (
     'export VLLM_API_KEY; exec "$@"',
     "sh",
 )
-_FLAG_TABLES = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -203,17 +202,16 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
             "vLLM); vLLM >= 0.18 no longer installs it"
         )
-    table = flag_table(spec.serving.vllm_version)
-    if table is None:
-        warnings.append(
-            f"no flag table for vLLM {spec.serving.vllm_version}: argv not checked against its parser"
-        )
-    else:
+    table, problem = resolve(spec.serving.vllm_version, spec.serving.image)
+    if table is not None:
         for container in containers:
             if container.vllm_argv[:2] == ("vllm", "serve"):
-                _check_flags(
-                    container.vllm_argv, table, spec.serving.vllm_version, spec.source_file
-                )
+                _check_flags(container.vllm_argv, table, spec.source_file)
+    else:
+        warnings.append(
+            f"{problem}: argv not checked against its parser; fetch the table with "
+            f"`tpwarden flags fetch -i {spec.source_file}`"
+        )
     return ClusterPlan(spec.name, config_hash, backend, containers, tuple(warnings))
 
 
@@ -357,37 +355,16 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
     )
 
 
-# --- the flag table generated from vLLM's own parser (tools/vllm/dump_serve_flags.py) --------------
-
-
-@lru_cache(maxsize=8)
-def flag_table(version: str) -> dict[str, dict[str, Any]] | None:
-    """Option string -> option entry for `vllm serve` of that version, or None if not recorded."""
-    path = _FLAG_TABLES / f"vllm_serve_flags_{version}.json"
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    table: dict[str, dict[str, Any]] = {}
-    for option in data["options"]:
-        for flag in option["flags"]:
-            table[flag] = option
-    return table
-
-
-def _check_flags(
-    argv: tuple[str, ...], table: dict[str, dict[str, Any]], version: str, source: str
-) -> None:
+def _check_flags(argv: tuple[str, ...], table: FlagTable, source: str) -> None:
     args = list(argv[2:]) if argv[:2] == ("vllm", "serve") else list(argv)
     i = 1 if args and not args[0].startswith("-") else 0  # the model positional
     while i < len(args):
         token = args[i]
         flag = token.split("=", 1)[0]
-        option = table.get(flag)
-        if option is None and "." in flag:  # dotted JSON form: --speculative-config.method x
-            option = table.get(flag.split(".", 1)[0])
+        option = table.get(flag)  # the dotted JSON form too: --speculative-config.method x
         if option is None:
             raise ConfigError(
-                f"vLLM {version} `vllm serve` has no flag {flag}",
+                f"vLLM {table.version} `vllm serve` has no flag {flag}",
                 file=source,
                 key="tpwarden.extra_args",
                 hint="check the flag's spelling for this vLLM version",

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from tpwarden.cluster.container_settings import ContainerSpec
+from tpwarden.cluster.flag_tables import parse_version
 
 # --- value parsers -------------------------------------------------------------------------
 
@@ -420,7 +421,11 @@ class TpwardenSettings(_Model):
         min_length=1, description="Serving container image (the custom vLLM build)."
     )
     vllm_version: str = Field(
-        pattern=r"^\d+\.\d+\.\d+$", description="vLLM version inside the image."
+        min_length=1,
+        description="vLLM version inside the image, PEP 440 (0.33.0, 0.33.0+sm121, "
+        "0.34.0.dev12+g1234abc). Flags are checked against the table fetched from the image "
+        "(`tpwarden flags fetch`, also run by provision), else the shipped table of exactly "
+        "this version (0.32.0, 0.33.0).",
     )
     model: ModelSpec
     drafter: DrafterSpec | None = Field(None, description="Speculative drafter; null for none.")
@@ -462,6 +467,12 @@ class TpwardenSettings(_Model):
     thermal: ThermalSpec = ThermalSpec()
     bench: BenchSpec = BenchSpec()
     eval: EvalSpec = EvalSpec()
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _pep440(cls, value: str) -> str:
+        parse_version(value)  # ValueError says the accepted forms
+        return value
 
     @field_validator("host")
     @classmethod

@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "client container."),
     "prometheus": (f"{CLI}.prometheus:app", "Prometheus: the scrape config for this cluster."),
     "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement."),
+    "flags": (f"{CLI}.flags:app", "The `vllm serve` flag table, read from the serving image."),
     "clocks": (f"{CLI}.control:register", "Show, cap or reset GPU clocks on every node (NVML)."),
 }  # fmt: skip
 

@@ -137,7 +137,8 @@ def error_line(message: str) -> Text:
     return Text.assemble(("error:", "bold red"), " ", message)
 
 
-def load(inventory: Path):  # -> ClusterSpec
+def load(inventory: Path, *, flag_table: bool = False):  # -> ClusterSpec
+    """`flag_table`: also refuse an inventory no `vllm serve` flag table fits (check, plan)."""
     from tpwarden.cluster.inventory import load_inventory  # not for --help or TAB (issue 30)
 
-    return load_inventory(inventory)
+    return load_inventory(inventory, flag_table=flag_table)

@@ -64,5 +64,6 @@ EXAMPLES: dict[str, str] = {
     "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
+    "flags": f"tpwarden flags show {INV}",
     "tune": f"tpwarden tune drafter {INV} --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3",
 }

@@ -29,7 +29,7 @@ def inventory_check(
 
     Example: tpwarden inventory check -i inventory.example.yml
     """
-    spec = load(inventory)
+    spec = load(inventory, flag_table=True)
     if as_json:
         doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
         emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
@@ -57,7 +57,7 @@ def plan(
     """
     from tpwarden.cluster.launch import plan_cluster  # deferred: not for `inventory check`
 
-    spec = load(inventory)
+    spec = load(inventory, flag_table=True)
     cluster_plan = plan_cluster(spec)
     if as_json:
         emit_json("plan", {"ok": True, **cluster_plan.to_json()})

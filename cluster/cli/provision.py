@@ -25,6 +25,7 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.flags import after_provision
 from tpwarden.cluster.provision import gateway as prov
 
 log = logging.getLogger("tpwarden.provision")
@@ -143,8 +144,13 @@ def provision(
 
             result = prov.run(request, on_event)
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
+    # the image is on the head now: read its own flag table (plan checks argv against it)
+    fetch = result.ok and not (check or remove) and (not request.tags or "image" in request.tags)
+    flags = after_provision(spec, quiet=as_json) if fetch else None
     if as_json:
-        emit_json("provision", {"dry_run": check, **result.to_json()}, indent=2)
+        emit_json(
+            "provision", {"dry_run": check, **result.to_json(), "flag_table": flags}, indent=2
+        )
     else:
         console.print(_summary(result))
         if check and result.ok:
@@ -160,6 +166,8 @@ def provision(
         if not as_json:
             err_console.print(f"[bold red]provisioning failed[/] (run {result.ident})")
         raise typer.Exit(1)
+    if flags is not None and not flags["ok"]:
+        raise typer.Exit(1)  # no flag table for this vLLM: plan could check nothing
 
 
 def register(app: typer.Typer) -> None:

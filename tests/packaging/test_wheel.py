@@ -64,6 +64,8 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert "tpwarden/node/thermal/app.py" in names and "tpwarden/node/collector.py" in names
     assert "tpwarden/cluster/bench/prompts/ko-mixed-20.jsonl" in names  # bench's default prompts
     assert "tpwarden/cluster/data/vllm_serve_flags_0.33.0.json" in names
+    # `tpwarden flags fetch` copies the dump script into the serving image's container
+    assert "tpwarden/cluster/dump_serve_flags.py" in names
     assert "tpwarden/watchdog/monitoring/tpwarden-rules.yml" in names  # monitoring_files
     assert "tpwarden/watchdog/monitoring/grafana-night.json" in names
     # the lab is a development tool (a source checkout's editable install sees cluster/lab/):

@@ -7,11 +7,12 @@ import json
 
 import pytest
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.flag_tables import shipped
 from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.lab.host import engine_hard_limits, parse_hard_limits
 from tpwarden.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
 from tpwarden.cluster.lab.paths import LabPaths
-from tpwarden.cluster.launch import flag_table, plan_cluster
+from tpwarden.cluster.launch import plan_cluster
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def real_spec(tmp_path):
 
 def test_real_inventory_plans_tp4_native_on_0_32_0(real_spec):
     s = real_spec.serving
-    assert s.vllm_version == "0.32.0" and flag_table("0.32.0") is not None
+    assert s.vllm_version == "0.32.0" and shipped("0.32.0") is not None
     assert s.ipc_mode == "private" and s.image.startswith("tpwarden-lab/vllm-cpu")
     plan = plan_cluster(real_spec)  # raises ConfigError on a flag 0.32.0 does not have
     head, *workers = plan.containers

@@ -107,9 +107,9 @@ def test_cli_bad_inventory_exits_2_with_location(tmp_path):
 
 
 def test_extra_args_checked_against_the_flag_table(tmp_path):
-    from tpwarden.cluster.launch import flag_table
+    from tpwarden.cluster.flag_tables import shipped
 
-    if flag_table("0.33.0") is None:
+    if shipped("0.33.0") is None:
         raise AssertionError("cluster/data/vllm_serve_flags_0.33.0.json is missing")
     text = EXAMPLE.read_text().replace(
         "      port: 8000\n", '      port: 8000\n      extra_args: ["--max-num-seqs", "32"]\n'

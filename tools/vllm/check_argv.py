@@ -26,14 +26,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import importlib.util
 import io
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dump_serve_flags import VLLM_VERSION, build_serve_parser  # noqa: E402
+# The dump script ships in the package (cluster/dump_serve_flags.py, self-contained). Loaded by
+# path: putting cluster/ on sys.path would shadow stdlib modules (cluster/secrets.py).
+_DUMP = Path(__file__).resolve().parents[2] / "cluster" / "dump_serve_flags.py"
+_spec = importlib.util.spec_from_file_location("dump_serve_flags", _DUMP)
+assert _spec is not None and _spec.loader is not None
+_dump = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_dump)
+VLLM_VERSION, build_serve_parser = _dump.VLLM_VERSION, _dump.build_serve_parser
 
 REPORTED = (
     "model_tag",

