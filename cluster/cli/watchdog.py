@@ -19,6 +19,8 @@ import logging
 import os
 import re
 import signal
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -49,8 +51,14 @@ app = typer.Typer(
 StateDirOption = Annotated[
     Path | None,
     typer.Option(
-        "--state-dir", help="Watchdog state dir (default: the inventory's watchdog.state_dir)."
+        "--state-dir",
+        help="Watchdog state dir on this machine. Without it the command runs where the "
+        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
     ),
+]
+ByOption = Annotated[
+    str | None,
+    typer.Option("--by", help="Who, for the event log (default: you, at this machine)."),
 ]
 
 
@@ -85,6 +93,38 @@ def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
             "--state-dir",
         )
     return sd
+
+
+def _run_where_the_watchdog_is(
+    state_dir: Path | None, inventory: Path, command: str, args: list[str]
+) -> None:
+    """With no --state-dir, a watchdog on another machine gets the command (its output relayed,
+    its exit code ours); returns only when the watchdog runs here."""
+    if state_dir is not None:
+        return
+    from tpwarden.cluster.watchdog_remote import (  # deferred: SSH only when remote
+        NODE_TPWARDEN,
+        run_on_watchdog_host,
+        watchdog_place,
+    )
+
+    spec = load(inventory)
+    place = watchdog_place(spec)
+    if place.node is None:
+        return
+    rc, out, err = run_on_watchdog_host(spec, place.node, command, args)
+    if rc == 127:  # the shell's "command not found"
+        raise ConfigError(
+            f"{place.host}: {NODE_TPWARDEN} not found (the watchdog runs there)",
+            hint="provision the nodes first (`tpwarden provision`)",
+        )
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    raise typer.Exit(rc if rc in (0, 1, 2) else 1)
+
+
+def _who(by: str | None) -> str:
+    return by or f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 # ---- commands ----------------------------------------------------------------------------------
@@ -162,7 +202,9 @@ def status(
     state_dir: StateDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """State, consecutive failures, last probe, restarts used of the budget, hold."""
+    """State, consecutive failures, last probe, restarts used of the budget, hold. Runs where
+    the watchdog runs (see --state-dir)."""
+    _run_where_the_watchdog_is(state_dir, inventory, "status", ["--json"] if as_json else [])
     sd = _state_dir(state_dir, inventory)
     doc = state_document(sd, time.time())
     if as_json:
@@ -217,13 +259,17 @@ def hold(
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the event log).")],
     inventory: InventoryOption = DEFAULT_INVENTORY,
     state_dir: StateDirOption = None,
+    by: ByOption = None,
 ) -> None:
-    """Suppress automatic restarts for a limited time (probing and recording continue)."""
+    """Suppress automatic restarts for a limited time (probing and recording continue), on the
+    machine where the watchdog runs (see --state-dir)."""
     seconds = parse_duration(duration)
     if not 0 < seconds <= MAX_HOLD_S:
         raise ConfigError(f"hold of {duration} is out of range (max 7d)", key="--for")
+    args = ["--for", duration, "--reason", reason, "--by", _who(by)]
+    _run_where_the_watchdog_is(state_dir, inventory, "hold", args)
     sd = _existing_state_dir(state_dir, inventory)
-    now, who = time.time(), getpass.getuser()
+    now, who = time.time(), _who(by)
     write_hold(hold_path(sd), until=now + seconds, reason=reason, by=who, now=now)
     EventLog(os.path.join(sd, "events.jsonl"), time.time).append(
         "hold_set", until=now + seconds, reason=reason, by=who
@@ -234,11 +280,15 @@ def hold(
 @app.command("release")
 @handle_errors
 def release(
-    inventory: InventoryOption = DEFAULT_INVENTORY, state_dir: StateDirOption = None
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    state_dir: StateDirOption = None,
+    by: ByOption = None,
 ) -> None:
-    """End an operator hold, and re-arm restarts after an automatic hold or give-up."""
+    """End an operator hold, and re-arm restarts after an automatic hold or give-up, where the
+    watchdog runs (see --state-dir)."""
+    _run_where_the_watchdog_is(state_dir, inventory, "release", ["--by", _who(by)])
     sd = _existing_state_dir(state_dir, inventory)
-    now, who = time.time(), getpass.getuser()
+    now, who = time.time(), _who(by)
     write_release(hold_path(sd), by=who, now=now)
     EventLog(os.path.join(sd, "events.jsonl"), time.time).append("hold_released", by=who)
     console.print("released: automatic restarts re-armed (takes effect at the next probe)")
@@ -253,7 +303,15 @@ def history(
     probes: Annotated[bool, typer.Option(help="Include every probe record.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Events from events.jsonl: decisions, restarts (with evidence), alerts, holds."""
+    """Events from events.jsonl: decisions, restarts (with evidence), alerts, holds, where the
+    watchdog runs (see --state-dir)."""
+    args = [
+        "--limit",
+        str(limit),
+        *(["--probes"] if probes else []),
+        *(["--json"] if as_json else []),
+    ]
+    _run_where_the_watchdog_is(state_dir, inventory, "history", args)
     sd = _state_dir(state_dir, inventory)
     got = read_events(os.path.join(sd, "events.jsonl"))
     events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]

@@ -27,6 +27,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
+from tpwarden.cluster.watchdog_remote import NODE_TPWARDEN
 from tpwarden.watchdog.actuator import WATCHDOG_WHO
 
 from .test_provision import provision
@@ -195,3 +196,33 @@ def _leave_healthy(ctl: Controller, lab) -> None:
     if not ctl.probe(timeout=5)[0]:
         result = ctl.restart("test cleanup", timeout_s=300)
         assert result.ok, (result.outcomes, result.boot and result.boot.reason)
+
+
+def test_hold_from_this_machine_holds_the_watchdog_on_the_head(lab, provisioned, tmp_path):
+    """Issue 30 item 4: `watchdog hold -i` from the control machine, with the inventory naming
+    node1 as the watchdog host, holds node1's watchdog (its own `watchdog status` on node1 shows
+    the hold); `status -i` and `release -i` run there too."""
+    import yaml  # the lab inventory with the watchdog on node1, as provisioned above
+
+    doc = yaml.safe_load(lab.inventory.read_text())
+    doc["all"]["vars"]["tpwarden_watchdog_host"] = HEAD
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    sd = load_inventory(inventory).watchdog.state_dir
+    env = {**os.environ, "TPWARDEN_STATE_DIR": str(tmp_path / "control")}
+    node_status = [NODE_TPWARDEN, "watchdog", "status", "--state-dir", sd, "--json"]
+    try:
+        done = _tpwarden(env, "watchdog", "hold", "-i", str(inventory), "--for", "10m",
+                         "--reason", "lab hold from control", "--by", "lab-test")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "restarts held until" in done.stdout
+        there = json.loads(lab.ssh(HEAD, node_status, timeout_s=60).stdout)
+        assert there["hold"]["reason"] == "lab hold from control", there["hold"]
+        assert there["hold"]["by"] == "lab-test"
+        seen = _tpwarden(env, "watchdog", "status", "-i", str(inventory), "--json")
+        assert json.loads(seen.stdout)["hold"]["reason"] == "lab hold from control", seen.stderr
+    finally:
+        done = _tpwarden(env, "watchdog", "release", "-i", str(inventory), "--by", "lab-test")
+    assert done.returncode == 0, done.stdout + done.stderr
+    there = json.loads(lab.ssh(HEAD, node_status, timeout_s=60).stdout)
+    assert there["hold"] is None, there["hold"]

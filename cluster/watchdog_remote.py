@@ -1,0 +1,74 @@
+"""Where the watchdog runs, and running its operator commands there (issue 30, item 4).
+
+`watchdog hold/release/status/history -i INV` act on the watchdog's own state directory. The
+watchdog runs on `tpwarden_watchdog_host` (the head by default): a hold written on the control
+machine would say "restarts held" while the watchdog on the head goes on restarting. So the
+commands run where the watchdog is: here when that is this machine, else on that node with the
+tpwarden that provisioning installed there, over the verified SSH connection (`cluster.ssh`);
+a watchdog host that is neither this machine nor a node of the inventory is refused.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.nodes import is_local
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+
+# provisioning's venv on every node (playbooks/roles/tpwarden/defaults: tpwarden_prefix/venv)
+NODE_TPWARDEN = "/opt/tpwarden/venv/bin/tpwarden"
+THIS_MACHINE = "control"  # tpwarden_watchdog_host naming the machine that runs tpwarden
+REMOTE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class WatchdogPlace:
+    """Where the watchdog of an inventory runs: ``node`` None is this machine."""
+
+    host: str
+    node: NodeSpec | None
+
+    def describe(self) -> str:
+        return "this machine" if self.node is None else f"{self.host} (over SSH)"
+
+
+def watchdog_place(spec: ClusterSpec, hostname: str | None = None) -> WatchdogPlace:
+    """The watchdog's host from the inventory; ConfigError when it cannot be reached from here."""
+    host = spec.watchdog_host or spec.head.name
+    node = next((n for n in spec.nodes if n.name == host), None)
+    if node is not None:
+        return WatchdogPlace(host, None if is_local(node) else node)
+    if host in (THIS_MACHINE, hostname or socket.gethostname()):
+        return WatchdogPlace(host, None)
+    raise ConfigError(
+        f"the watchdog runs on {host} (tpwarden_watchdog_host), which is neither this machine "
+        "nor a node of the inventory",
+        key="tpwarden_watchdog_host",
+        hint=f"run this command on {host}, or give the watchdog's --state-dir here",
+    )
+
+
+def remote_argv(spec: ClusterSpec, command: str, args: Sequence[str]) -> list[str]:
+    """The node-side command line: the same watchdog command on the watchdog's state dir."""
+    return [NODE_TPWARDEN, "watchdog", command, "--state-dir", spec.watchdog.state_dir, *args]
+
+
+def run_on_watchdog_host(
+    spec: ClusterSpec, node: NodeSpec, command: str, args: Sequence[str]
+) -> tuple[int, str, str]:
+    """Run a watchdog command on ``node`` (root: the state dir is root's); (rc, stdout, stderr).
+
+    NodeUnreachable / CommandTimeout propagate (the CLI reports them as one line, exit 1)."""
+    from tpwarden.cluster.nodes import NodeConnector  # deferred: paramiko, only when remote
+
+    connector = NodeConnector(spec.ssh)
+    try:
+        result = connector.session(node).run(
+            remote_argv(spec, command, args), timeout=REMOTE_TIMEOUT_S, sudo=True
+        )
+    finally:
+        connector.close()
+    return result.rc, result.stdout, result.stderr

@@ -1,0 +1,123 @@
+"""Watchdog commands act where the watchdog runs (issue 30, item 4).
+
+`watchdog hold -i` on the control machine used to write a local hold.json and say "restarts
+held" while the watchdog on the head went on restarting. Now, without --state-dir, the command
+runs on the watchdog host over SSH (faked here at the gateway: `run_on_watchdog_host`), or
+here when the watchdog is here; a watchdog host that is neither is refused before anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from tpwarden.cluster import watchdog_remote
+from tpwarden.cluster.cli import app
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.watchdog_remote import NODE_TPWARDEN, remote_argv, watchdog_place
+from typer.testing import CliRunner
+
+GOOD = Path(__file__).parent / "inventories" / "good.yml"
+
+
+@pytest.fixture
+def spec():
+    return load_inventory(GOOD)
+
+
+def test_the_head_by_default_and_a_named_node_are_reached_over_ssh(spec):
+    place = watchdog_place(spec)
+    assert (place.host, place.node) == (spec.head.name, spec.head)
+    worker = spec.workers[0]
+    place = watchdog_place(dataclasses.replace(spec, watchdog_host=worker.name))
+    assert place.node == worker and place.describe() == f"{worker.name} (over SSH)"
+
+
+def test_control_this_host_and_a_local_node_are_here(spec):
+    assert watchdog_place(dataclasses.replace(spec, watchdog_host="control")).node is None
+    here = dataclasses.replace(spec, watchdog_host="ops7")
+    assert watchdog_place(here, hostname="ops7").node is None
+    local_head = dataclasses.replace(spec.head, ssh_host="local")
+    nodes = tuple(local_head if n is spec.head else n for n in spec.nodes)
+    assert watchdog_place(dataclasses.replace(spec, nodes=nodes)).node is None
+
+
+def test_a_watchdog_host_outside_the_inventory_is_refused(spec):
+    with pytest.raises(ConfigError, match="runs on monitor9") as err:
+        watchdog_place(dataclasses.replace(spec, watchdog_host="monitor9"), hostname="ops7")
+    assert "--state-dir" in (err.value.hint or "")
+
+
+def test_the_remote_command_names_the_watchdog_state_dir(spec):
+    argv = remote_argv(spec, "hold", ["--for", "30m"])
+    assert argv == [NODE_TPWARDEN, "watchdog", "hold", "--state-dir", spec.watchdog.state_dir,
+                    "--for", "30m"]  # fmt: skip
+
+
+@pytest.fixture
+def remote(monkeypatch):
+    """The SSH gateway faked: records each call, answers as the node's tpwarden would."""
+    calls: list[tuple[str, str, list[str]]] = []
+    answer = {"rc": 0, "out": "", "err": ""}
+
+    def run(spec, node, command, args):
+        calls.append((node.name, command, list(args)))
+        return answer["rc"], answer["out"], answer["err"]
+
+    monkeypatch.setattr(watchdog_remote, "run_on_watchdog_host", run)
+    return calls, answer
+
+
+def _cli(*argv: str):
+    return CliRunner().invoke(app, list(argv))
+
+
+def test_hold_with_an_inventory_runs_on_the_head_and_relays_its_answer(remote, tmp_path):
+    calls, answer = remote
+    answer["out"] = "restarts held until 2026-12-04T10:00:00Z: k=3 rollout\n"
+    result = _cli("watchdog", "hold", "--for", "30m", "--reason", "k=3 rollout", "-i", str(GOOD),
+                  "--by", "ana@laptop")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert calls == [("node1", "hold", ["--for", "30m", "--reason", "k=3 rollout", "--by",
+                                        "ana@laptop"])]  # fmt: skip
+    assert "restarts held until" in result.stdout
+    assert not (tmp_path / "hold.json").exists()
+
+
+def test_status_json_is_the_nodes_one_document_and_its_exit_code(remote):
+    calls, answer = remote
+    doc = {"schema_version": 1, "command": "watchdog status", "ok": False, "dry_run": True}
+    answer.update(rc=1, out=json.dumps(doc) + "\n")
+    result = _cli("watchdog", "status", "-i", str(GOOD), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == doc
+    assert calls == [("node1", "status", ["--json"])]
+
+
+def test_history_and_release_pass_their_options(remote):
+    calls, _ = remote
+    assert _cli("watchdog", "history", "-i", str(GOOD), "--limit", "5", "--probes").exit_code == 0
+    assert _cli("watchdog", "release", "-i", str(GOOD), "--by", "ana").exit_code == 0
+    assert calls == [("node1", "history", ["--limit", "5", "--probes"]),
+                     ("node1", "release", ["--by", "ana"])]  # fmt: skip
+
+
+def test_no_tpwarden_on_the_node_says_provision(remote):
+    _, answer = remote
+    answer.update(rc=127, err="sh: 1: /opt/tpwarden/venv/bin/tpwarden: not found\n")
+    result = _cli("watchdog", "status", "-i", str(GOOD))
+    assert result.exit_code == 2
+    assert "provision" in result.output and "Traceback" not in result.output
+
+
+def test_a_bad_duration_or_an_explicit_state_dir_contacts_nothing(remote, tmp_path):
+    calls, _ = remote
+    bad = _cli("watchdog", "hold", "--for", "9d", "--reason", "x", "-i", str(GOOD))
+    assert bad.exit_code == 2
+    here = _cli("watchdog", "hold", "--for", "5m", "--reason", "x", "--state-dir", str(tmp_path))
+    assert here.exit_code == 0, here.output
+    assert (tmp_path / "hold.json").exists()
+    assert calls == []
