@@ -11,10 +11,12 @@ from typing import Any
 
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner
+from tpwarden.cluster.boot_phase import BootPhase
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.results import ApplyResult
 from tpwarden.cluster.durable import atomic_write_json, json_bytes
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.rollout.sequence import Measurement
+from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
 from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.watchdog.config import hold_path
 from tpwarden.watchdog.state import hold_document, release_document
@@ -38,10 +40,10 @@ class ControllerCluster:
         with Controller(spec) as ctl:
             return list(ctl.preflight(ctl.plan_restart()).problems)
 
-    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool:
+    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> RestartOutcome:
         with Controller(spec, on_event=self.on_event) as ctl:
             result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
-        return result.ok
+        return RestartOutcome(result.ok, "" if result.ok else restart_failure(result, timeout_s))
 
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]:
         with Controller(spec) as ctl:
@@ -163,4 +165,23 @@ def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) ->
     rows = measurement_rows(run.rows())
     return Measurement(
         rows, run_dir=str(run.dir), config_hash=spec.config_hash(), taken_at=time.time()
+    )
+
+
+def restart_failure(result: ApplyResult, timeout_s: float) -> str:
+    """Why a restart failed, in the cluster's words: the node that did not start, the boot's
+    verdict with its root cause and when (a crash at 12.7 s is not "not answering in 120 s")."""
+    failed = [o for o in result.outcomes if not o.ok]
+    if failed:
+        return "start failed: " + "; ".join(f"{o.node}: {o.message}" for o in failed)
+    boot = result.boot
+    if boot is None:
+        return "restart failed before the boot"
+    phase = boot.progress.phase
+    if phase is BootPhase.FAILED:
+        cause = boot.reason or boot.progress.error or "no root cause in the log"
+        return f"new config failed at boot after {boot.elapsed_s:.1f} s: {cause}"
+    return (
+        f"new config not answering within {timeout_s:.0f} s "
+        f"(boot at {phase.value} after {boot.elapsed_s:.0f} s)"
     )

@@ -51,10 +51,19 @@ class Measurement:
     taken_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class RestartOutcome:
+    """A restart as the rollout records it: ``why`` says what went wrong in the cluster's own
+    words (a boot that crashed, with its verdict; a node that did not start), empty when ok."""
+
+    ok: bool
+    why: str = ""
+
+
 class Cluster(Protocol):
     # The new plan's pre-flight (paths, images, flags): problems found, empty when it may run.
     def preflight(self, spec: ClusterSpec) -> list[str]: ...
-    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> bool: ...
+    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> RestartOutcome: ...
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]: ...
     # --via watchdog: stop the server, then wait for the watchdog to bring it back
     def stop(self, spec: ClusterSpec, why: str) -> None: ...
@@ -247,16 +256,18 @@ class Rollout:
         try:
             if self.ports.via == "watchdog":
                 self.ports.cluster.stop(new_spec, why)
-                ok = self.ports.cluster.wait_running(new_spec, deadline_s)
+                outcome = RestartOutcome(self.ports.cluster.wait_running(new_spec, deadline_s))
             else:
-                ok = self.ports.cluster.restart(new_spec, why, deadline_s)
+                outcome = self.ports.cluster.restart(new_spec, why, deadline_s)
         except Exception as exc:  # noqa: BLE001 - after the write, any failure rolls back
             return self._rollback(
                 record, old_spec, f"restart on the new config failed: {type(exc).__name__}: {exc}"
             )
-        if not ok:
+        if not outcome.ok:
             return self._rollback(
-                record, old_spec, f"new config not answering within {deadline_s:.0f} s"
+                record,
+                old_spec,
+                outcome.why or f"new config not answering within {deadline_s:.0f} s",
             )
         alive, detail = self.ports.cluster.probe(new_spec)
         if not alive:
@@ -295,10 +306,10 @@ class Rollout:
 
     def _restart_old(self, record: RolloutRecord, old_spec: ClusterSpec, why: str) -> RolloutRecord:
         try:
-            ok = self.ports.cluster.restart(
+            outcome = self.ports.cluster.restart(
                 old_spec, f"rollback of {record.id}: {why}", old_spec.watchdog.boot_deadline_s
             )
-            failed = "restart failed"
+            ok, failed = outcome.ok, outcome.why or "restart failed"
         except Exception as exc:  # noqa: BLE001 - recorded as a failed rollback, not a crash
             ok, failed = False, f"restart failed: {type(exc).__name__}: {exc}"
         alive, detail = self.ports.cluster.probe(old_spec) if ok else (False, failed)

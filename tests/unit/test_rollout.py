@@ -11,6 +11,7 @@ from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.rollout.edit import apply_changes, parse_guard, parse_set, text_diff
 from tpwarden.cluster.rollout.sequence import (
     Measurement,
+    RestartOutcome,
     Rollout,
     RolloutInProgress,
     RolloutPorts,
@@ -30,6 +31,7 @@ class FakeCluster:
         self.raise_for = set(raise_for)  # config hashes whose restart raises (pre-flight, SSH)
         self.preflights = []
         self.running = None
+        self.failure_why = ""  # what the cluster says of a failed restart ("" : nothing)
 
     def preflight(self, spec):
         self.preflights.append(spec.serving.drafter.num_speculative_tokens)
@@ -43,7 +45,7 @@ class FakeCluster:
             raise TpwardenError("pre-flight failed:\n  node1: /models/missing does not exist")
         ok = spec.config_hash() not in self.fail_hashes
         self.running = spec.config_hash() if ok else None
-        return ok
+        return RestartOutcome(ok, "" if ok else self.failure_why)
 
     def probe(self, spec):
         return (self.running == spec.config_hash(), "probe")
@@ -138,7 +140,7 @@ def test_boot_failure_rolls_back_to_the_old_revision(tmp_path, inv):
     cluster = FakeCluster(fail_hashes={new_hash})
     ro, store, holder = _rollout(tmp_path, cluster)
     result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
-    assert result.step == "rolled_back" and "not answering" in result.reason
+    assert result.step == "rolled_back" and "not answering within" in result.reason
     assert inv.read_text() == before
     assert [k for k, _ in cluster.restarts] == [3, 7]
     assert cluster.running == load_inventory(inv).config_hash()
@@ -286,3 +288,19 @@ def test_rollback_reports_progress_and_keeps_the_path(tmp_path, inv):
     )  # fmt: skip
     result = rollback_to(store, ports, str(inv), None)
     assert result.step == "done" and events, events
+
+
+def test_a_boot_crash_is_recorded_as_that_crash_not_as_a_timeout(tmp_path, inv):
+    """Issue 30 item 5: the restart's own verdict reaches the record (it was reduced to a bool,
+    and a crash at 12.7 s read "new config not answering within 120 s")."""
+    before = inv.read_text()
+    new_hash = load_inventory_hash(
+        apply_changes(before, [parse_set("drafter.num_speculative_tokens=3")], str(inv))
+    )
+    cluster = FakeCluster(fail_hashes={new_hash})
+    cluster.failure_why = "new config failed at boot after 12.7 s: out of memory: CUDA OOM"
+    ro, store, _ = _rollout(tmp_path, cluster)
+    result = ro.run(ro.prepare(str(inv), [parse_set("drafter.num_speculative_tokens=3")], []), [])
+    assert result.step == "rolled_back"
+    assert result.reason == cluster.failure_why
+    assert store.history()[-1]["reason"] == cluster.failure_why

@@ -16,7 +16,13 @@ from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.rollout.edit import argv_diff, parse_set
 from tpwarden.cluster.rollout.layout import plan_edit
-from tpwarden.cluster.rollout.sequence import Rollout, RolloutPorts, RolloutStore, rollback_to
+from tpwarden.cluster.rollout.sequence import (
+    RestartOutcome,
+    Rollout,
+    RolloutPorts,
+    RolloutStore,
+    rollback_to,
+)
 from typer.testing import CliRunner
 
 from tests.unit.test_rollout import FakeHolder
@@ -61,7 +67,7 @@ class FakeCluster:
 
     def restart(self, spec, why, timeout_s):
         self.restarts.append(spec.config_hash())
-        return True
+        return RestartOutcome(True)
 
     def probe(self, spec):
         return (self.restarts[-1] == spec.config_hash(), "probe")
