@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory import load_inventory
 from tpwarden.cluster.lab import host, nodes, rootfs
 from tpwarden.cluster.lab.paths import NODE_NAMES
 
@@ -109,6 +111,23 @@ def test_agents_run_and_write_samples(lab, provisioned):
         ],
     )
     assert verify.rc == 0, verify.stderr
+
+
+def test_nodes_system_python_lacks_pynvml_and_psutil_yet_preflight_passes(lab, provisioned):
+    """Issue 28 item 7, nothing by hand on the nodes: the nodes' system python3 has neither
+    pynvml nor psutil (the lab's rootfs installs python3 and python3-venv only); provisioning
+    puts them in the nodes' tpwarden venv, which the units use, and the collector zipapp carries
+    the pure-Python pynvml it needs; pre-flight (GPU facts, clock cap) passes on every node."""
+    for node in NODE_NAMES:
+        for module in ("pynvml", "psutil"):
+            system = lab.ssh(node, ["python3", "-c", f"import {module}"], timeout_s=30)
+            assert system.rc != 0, f"{node}: the system python3 has {module}"
+            venv = lab.ssh(node, ["/opt/tpwarden/venv/bin/python", "-c", f"import {module}"])
+            assert venv.rc == 0, (node, module, venv.stderr)
+    spec = load_inventory(lab.inventory)
+    with Controller(spec) as ctl:
+        report = ctl.preflight(ctl.plan_restart())  # as a rollout checks a running server
+    assert report.ok, report.problems
 
 
 def test_clock_cap_back_after_node_restart(lab, provisioned):
