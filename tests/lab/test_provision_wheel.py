@@ -1,5 +1,6 @@
-"""`tpwarden provision` from the built wheel, with no checkout (issue 18): `pip install
-'tpwarden[control]'` into a fresh venv that already has PyPI's `watchdog`, then that venv's
+"""`tpwarden provision` from the built wheel, with no checkout (issue 18): the README's install
+lines (wheel built in a checkout, `~/tpwarden/bin/pip install "...whl[control]"`), PyPI's
+`watchdog` beside it, then that venv's
 `tpwarden provision` provisions the lab from a directory far from any source tree (the playbooks
 come from the package, the nodes' wheel is repacked from the installation), and `--check` right
 after reports nothing to change.
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPI_WATCHDOG = "watchdog==6.0.0"
 
 
-def _run(argv: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], cwd: Path, timeout: float = 900, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing from the checkout
+    env.update(extra_env or {})
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
@@ -35,19 +39,34 @@ def _ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
+def readme_install_lines() -> list[str]:
+    """The README's install block ("Using it on a real cluster"), line by line, comments off."""
+    text = (ROOT / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "pip wheel" in b]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """The built wheel installed with its control extra, beside PyPI's watchdog."""
-    wheels = tmp_path_factory.mktemp("wheel")
-    _ok(_run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-              str(ROOT)], cwd=wheels))  # fmt: skip
-    (wheel,) = wheels.glob("tpwarden-*.whl")
-    venv = tmp_path_factory.mktemp("control") / "venv"
-    _ok(_run([sys.executable, "-m", "venv", str(venv)], cwd=wheels))
+    """The README's install lines run as written (issue 28): the wheel built in a checkout (an
+    export of this one: what git knows, working-tree edits included), then `~/tpwarden` made
+    and the wheel installed with its control extra (HOME is a scratch directory; pip resolves
+    through its configured index, pinned by requirements/constraints.txt through
+    PIP_CONSTRAINT, as scripts/setup.sh pins). PyPI's `watchdog` goes in beside it."""
+    checkout = tmp_path_factory.mktemp("checkout")
+    tree = _ok(_run(["bash", "-c", "git stash create || true"], cwd=ROOT)).strip() or "HEAD"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", tree], capture_output=True,
+                             check=True, timeout=120).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True, timeout=120)
+    home = tmp_path_factory.mktemp("home")
+    env = {"HOME": str(home), "PIP_CONSTRAINT": str(ROOT / "requirements" / "constraints.txt")}
+    for line in readme_install_lines():
+        _ok(_run(["bash", "-ec", line], cwd=checkout, extra_env=env))
+    venv = home / "tpwarden"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "-q", "install"]
-    pip += ["-c", str(ROOT / "requirements" / "constraints.txt")]
-    _ok(_run([*pip, PYPI_WATCHDOG], cwd=wheels))
-    _ok(_run([*pip, f"{wheel}[control]"], cwd=wheels))
+    _ok(_run([*pip, "-c", str(ROOT / "requirements" / "constraints.txt"), PYPI_WATCHDOG],
+             cwd=checkout))  # fmt: skip
     return venv
 
 
