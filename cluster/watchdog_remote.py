@@ -5,16 +5,19 @@ watchdog runs on `tpwarden_watchdog_host` (the head by default): a hold written 
 machine would say "restarts held" while the watchdog on the head goes on restarting. So the
 commands run where the watchdog is: here when that is this machine, else on that node with the
 tpwarden that provisioning installed there, over the verified SSH connection (`cluster.ssh`);
-a watchdog host that is neither this machine nor a node of the inventory is refused.
+a watchdog host that is neither this machine nor a node of the inventory is refused. `report -i`
+reads the watchdog's event log from there the same way (`watchdog_events`).
 """
 
 from __future__ import annotations
 
+import posixpath
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.nodes import is_local
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
@@ -22,6 +25,7 @@ from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 NODE_TPWARDEN = "/opt/tpwarden/venv/bin/tpwarden"
 THIS_MACHINE = "control"  # tpwarden_watchdog_host naming the machine that runs tpwarden
 REMOTE_TIMEOUT_S = 60.0
+EVENTS = "events.jsonl"  # the watchdog's event log in its state dir (watchdog.events)
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,29 @@ def run_on_watchdog_host(
     finally:
         connector.close()
     return result.rc, result.stdout, result.stderr
+
+
+def watchdog_events(spec: ClusterSpec, dest_dir: str | Path) -> tuple[Path, str | None]:
+    """The watchdog's event log for a report: (file to read, why it could not be had, or None).
+
+    Where the watchdog runs here, its own ``events.jsonl``; on a node, ``events.jsonl`` and its
+    rotated part (``events.jsonl.1``) copied from there over SFTP into ``dest_dir``."""
+    place = watchdog_place(spec)
+    local = Path(spec.watchdog.state_dir) / EVENTS
+    if place.node is None:
+        return local, None if local.is_file() else f"no event log at {local}"
+    from tpwarden.cluster.ssh import SshPool  # deferred: paramiko, only when remote
+
+    copied = Path(dest_dir) / EVENTS
+    try:
+        with SshPool(spec.ssh) as pool:
+            session = pool.session(place.node)
+            for name in (f"{EVENTS}.1", EVENTS):  # the rotated part first: it may be missing
+                remote = posixpath.join(spec.watchdog.state_dir, name)
+                if session.exists(remote):
+                    session.get(remote, str(Path(dest_dir) / name))
+    except TpwardenError as exc:
+        return copied, f"{place.host}: {exc}"
+    if not copied.is_file():
+        return copied, f"no event log at {place.host}:{spec.watchdog.state_dir}/{EVENTS}"
+    return copied, None

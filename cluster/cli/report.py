@@ -105,13 +105,18 @@ def report(
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
 
+            from tpwarden.cluster.watchdog_remote import watchdog_events  # deferred: SSH, -i only
+
+            (Path(tmp) / "watchdog").mkdir()
+            events, unread = watchdog_events(spec, Path(tmp) / "watchdog")
+            if unread:
+                problems["watchdog"] = unread
             src = Sources(
-                Path(spec.watchdog.state_dir) / "events.jsonl", Path(tmp), default_runs_dir(),
-                default_state_dir() / "events.jsonl",
-            )  # fmt: skip
+                events, Path(tmp), default_runs_dir(), default_state_dir() / "events.jsonl"
+            )
         if runs_dir is not None:
             src = Sources(src.events, src.thermal_dir, runs_dir, src.control_events)
-        if not src.events.is_file():
+        if not src.events.is_file() and "watchdog" not in problems:
             problems["watchdog"] = f"no event log at {src.events}"
         rep, records = morning_from_files(
             src, since=t_since, until=t_until, roles=roles, zone_roles=roles_map or None

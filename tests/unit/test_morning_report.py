@@ -438,8 +438,9 @@ def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> N
 
 
 def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, monkeypatch) -> None:
-    """-i: the watchdog log from the inventory's state_dir, thermal files pulled from the nodes
-    (SFTP replaced by a copy; node3 unreachable), zone roles from thermal.zone_roles."""
+    """-i: the watchdog log from the inventory's state_dir (the watchdog runs on this machine:
+    tpwarden_watchdog_host: control), thermal files pulled from the nodes (SFTP replaced by a
+    copy; node3 unreachable), zone roles from thermal.zone_roles."""
     import shutil
 
     from tpwarden.watchdog.thermal import fetch
@@ -452,6 +453,8 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
         good.replace("        failures: 3\n",
                      f"        failures: 3\n        state_dir: {night['dir']}\n")
         .replace("        interval_s: 10\n", f"        interval_s: 10\n        zone_roles: {{{roles}}}\n")
+        .replace("          vllm_host_ip: 192.168.100.11\n",
+                 "          vllm_host_ip: 192.168.100.11\n          tpwarden_watchdog_host: control\n")
     )  # fmt: skip
 
     def fake_fetch(spec, since, until, dest, remote_dir=None):

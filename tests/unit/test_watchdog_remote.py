@@ -121,3 +121,67 @@ def test_a_bad_duration_or_an_explicit_state_dir_contacts_nothing(remote, tmp_pa
     assert here.exit_code == 0, here.output
     assert (tmp_path / "hold.json").exists()
     assert calls == []
+
+
+class _FakeSession:
+    """`cluster.ssh.NodeSession` at the SFTP seam: files of a local directory as the node's."""
+
+    def __init__(self, root: Path, remote_dir: str) -> None:
+        self.root, self.remote_dir, self.got = root, remote_dir, []
+
+    def _local(self, remote: str) -> Path:
+        assert remote.startswith(self.remote_dir + "/"), remote
+        return self.root / remote[len(self.remote_dir) + 1 :]
+
+    def exists(self, remote: str) -> bool:
+        return self._local(remote).is_file()
+
+    def get(self, remote: str, local: str) -> None:
+        self.got.append(remote)
+        Path(local).write_bytes(self._local(remote).read_bytes())
+
+
+def _fake_pool(monkeypatch, session):
+    from tpwarden.cluster import ssh
+
+    class Pool:
+        def __init__(self, options):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def session(self, node):
+            if session is None:
+                raise ssh.NodeUnreachable(node.name, "SSH connect timed out")
+            return session
+
+    monkeypatch.setattr(ssh, "SshPool", Pool)
+
+
+def test_report_reads_the_event_log_where_the_watchdog_runs(spec, tmp_path, monkeypatch):
+    """`report -i` with the watchdog on node1 copies node1's events.jsonl (and the rotated
+    part) over SFTP, never this machine's file of the same name."""
+    node_dir = tmp_path / "node1"
+    node_dir.mkdir()
+    (node_dir / "events.jsonl").write_text('{"ts": 2, "kind": "probe"}\n')
+    (node_dir / "events.jsonl.1").write_text('{"ts": 1, "kind": "probe"}\n')
+    session = _FakeSession(node_dir, spec.watchdog.state_dir)
+    _fake_pool(monkeypatch, session)
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    path, problem = watchdog_remote.watchdog_events(spec, dest)
+    assert problem is None and path == dest / "events.jsonl"
+    assert (dest / "events.jsonl.1").read_text() == '{"ts": 1, "kind": "probe"}\n'
+    assert session.got == [f"{spec.watchdog.state_dir}/events.jsonl.1",
+                           f"{spec.watchdog.state_dir}/events.jsonl"]  # fmt: skip
+
+
+def test_an_unreachable_watchdog_host_is_a_named_problem(spec, tmp_path, monkeypatch):
+    _fake_pool(monkeypatch, None)
+    path, problem = watchdog_remote.watchdog_events(spec, tmp_path)
+    assert problem is not None and problem.startswith("node1: ") and "timed out" in problem
+    assert not path.exists()
