@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -198,16 +200,25 @@ def _leave_healthy(ctl: Controller, lab) -> None:
         assert result.ok, (result.outcomes, result.boot and result.boot.reason)
 
 
-def test_hold_from_this_machine_holds_the_watchdog_on_the_head(lab, provisioned, tmp_path):
-    """Issue 30 item 4: `watchdog hold -i` from the control machine, with the inventory naming
-    node1 as the watchdog host, holds node1's watchdog (its own `watchdog status` on node1 shows
-    the hold); `status -i` and `release -i` run there too."""
-    import yaml  # the lab inventory with the watchdog on node1, as provisioned above
+@pytest.fixture
+def head_inventory(lab, tmp_path) -> Path:
+    """The lab inventory with the watchdog on node1, as provisioned above (a private copy)."""
+    import yaml  # deferred: only these tests write an inventory
 
     doc = yaml.safe_load(lab.inventory.read_text())
     doc["all"]["vars"]["tpwarden_watchdog_host"] = HEAD
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return inventory
+
+
+def test_hold_from_this_machine_holds_the_watchdog_on_the_head(
+    lab, provisioned, head_inventory, tmp_path
+):
+    """Issue 30 item 4: `watchdog hold -i` from the control machine, with the inventory naming
+    node1 as the watchdog host, holds node1's watchdog (its own `watchdog status` on node1 shows
+    the hold); `status -i` and `release -i` run there too."""
+    inventory = head_inventory
     sd = load_inventory(inventory).watchdog.state_dir
     env = {**os.environ, "TPWARDEN_STATE_DIR": str(tmp_path / "control")}
     node_status = [NODE_TPWARDEN, "watchdog", "status", "--state-dir", sd, "--json"]
@@ -226,3 +237,42 @@ def test_hold_from_this_machine_holds_the_watchdog_on_the_head(lab, provisioned,
     assert done.returncode == 0, done.stdout + done.stderr
     there = json.loads(lab.ssh(HEAD, node_status, timeout_s=60).stdout)
     assert there["hold"] is None, there["hold"]
+
+
+DAY_ONE = Path(__file__).resolve().parents[2] / "docs" / "real-cluster.md"
+
+
+def day_one_commands() -> list[str]:
+    """Every command line of docs/real-cluster.md's `sh` blocks, in order, comments off."""
+    out = []
+    for block in re.findall(r"```sh\n(.*?)```", DAY_ONE.read_text(), re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def test_day_one_walkthrough_runs_as_written(lab, provisioned, head_inventory, tmp_path):
+    """Issue 28 item 8: docs/real-cluster.md, run. The install lines are the README's (run by
+    tests/lab/test_provision_wheel.py); every other line is a `tpwarden` command, run in the
+    page's order against the lab inventory (watchdog on node1, as provisioned) and must exit 0."""
+    from tests.lab.test_provision_wheel import readme_install_lines
+
+    commands = day_one_commands()
+    install = [c for c in commands if not c.startswith("tpwarden ")]
+    assert install == readme_install_lines(), install
+    env = {**os.environ, "TPWARDEN_STATE_DIR": str(tmp_path / "control"),
+           "TPWARDEN_RUNS_DIR": str(tmp_path / "runs")}  # fmt: skip
+    ran = []
+    try:
+        for command in commands[len(install) :]:
+            argv = [str(head_inventory) if a == "inv.yml" else a for a in shlex.split(command)]
+            done = subprocess.run([TPWARDEN, *argv[1:]], capture_output=True, text=True,
+                                  timeout=900, env=env, cwd=tmp_path)  # fmt: skip
+            ran.append(command)
+            assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert (tmp_path / "night.html").stat().st_size > 0
+    finally:
+        _stop_head_watchdog(lab)
+    assert len(ran) >= 17, ran
