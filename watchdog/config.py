@@ -161,3 +161,21 @@ class WatchdogConfig:
         if "state_dir" not in values:
             raise ConfigError("state_dir is not set", key="watchdog.state_dir")
         return cls(**values)
+
+
+SECRET_SETTINGS = ("api_key", "alert_webhook")  # never in an event: only that they changed
+
+
+def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> dict[str, Any]:
+    """Every setting that differs, as ``name -> [old, new]`` (a secret as ``"changed"``), for
+    the ``plan_changed`` event: which of the watchdog's settings a new applied plan moved."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(old):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if f.name == "config_hash" or before == after:
+            continue
+        if f.name in SECRET_SETTINGS:
+            changes[f.name] = "changed"
+        else:
+            changes[f.name] = [list(v) if isinstance(v, tuple) else v for v in (before, after)]
+    return changes

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from tpwarden.cluster.durable import atomic_write_json, read_json
+from tpwarden.watchdog.config import config_changes
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
 from tpwarden.watchdog.state import load_hold
@@ -199,5 +200,6 @@ class DaemonIO:
             old_hash=old.config_hash,
             new_hash=self.config.config_hash,
             probe_url=self.config.probe_url,
+            changes=config_changes(old, self.config),
             **change.detail,
         )

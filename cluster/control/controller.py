@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from tpwarden.cluster.applied import AppliedPlan, local_paths, plan_for, write_head, write_local
+from tpwarden.cluster.applied import (
+    AppliedPlan,
+    local_paths,
+    plan_for,
+    read_applied,
+    write_head,
+    write_local,
+)
 from tpwarden.cluster.applied import revision as applied_revision
 from tpwarden.cluster.boot import BootProgress
 from tpwarden.cluster.boot_history import BootHistory
@@ -220,6 +227,13 @@ class Controller:
             raise Drift(plan.drift, plan.config_hash)
         if not plan.changes:
             self.emit("info", None, f"nothing to do: config {plan.config_hash} is running")
+            if self.record_applied_if_changed(action, who):
+                self.emit(
+                    "info",
+                    None,
+                    "settings outside the serving config changed (watchdog, thermal, ...): "
+                    "recorded in the applied plan, which the watchdog follows",
+                )
             return ApplyResult(plan, tuple(NodeOutcome(s.node, True, s.reason) for s in plan.steps))
         if preflight:
             report = self.preflight(plan)
@@ -258,6 +272,28 @@ class Controller:
 
     def record_applied(self, action: str, who: str | None = None) -> AppliedPlan | None:
         """Record the plan just applied where every actor reads it (this machine, head node)."""
+        plan = self._applied_record(action, who)
+        if plan is not None:
+            self._write_applied(plan)
+        return plan
+
+    def record_applied_if_changed(self, action: str, who: str | None = None) -> bool:
+        """An `up` with nothing to start still records the inventory when it differs from the
+        applied plan (a watchdog setting changed, say), so the watchdog follows it without a
+        restart of the server (issue 29 item 2). True when it recorded."""
+        plan = self._applied_record(action, who)
+        if plan is None:
+            return False
+        try:
+            recorded = read_applied(local_paths(self.spec, self.state_dir)[0])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            recorded = None  # unreadable: write it again
+        if recorded is not None and recorded.inventory_revision == plan.inventory_revision:
+            return False
+        self._write_applied(plan)
+        return True
+
+    def _applied_record(self, action: str, who: str | None) -> AppliedPlan | None:
         if self.applied_source is not None:
             text, path = self.applied_source
             plan: AppliedPlan | None = AppliedPlan(
@@ -272,15 +308,15 @@ class Controller:
             )
         else:
             plan = plan_for(self.spec, action, who or operator_identity(), self._clock())
-        if plan is None:
-            return None
+        return plan
+
+    def _write_applied(self, plan: AppliedPlan) -> None:
         try:
             write_local(plan, local_paths(self.spec, self.state_dir))
         except OSError as exc:
             log.warning("could not record the applied plan here: %s", exc)
         if not is_local(self.spec.head):
             write_head(plan, self.session(self.spec.head), self.spec.watchdog.state_dir)
-        return plan
 
     # -- boot ------------------------------------------------------------------------------------
     def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:

@@ -192,6 +192,7 @@ def test_daemon_follows_a_rollout_to_a_new_port_and_never_restarts_it(tmp_path: 
     assert wd.config.probe_url.endswith(":8001") and wd.config.state_dir == str(tmp_path / "wd")
     ev = [e for e in read_events(wd.config.events_path).events if e["kind"] == "plan_changed"]
     assert len(ev) == 1 and ev[0]["new_hash"] == "new" and ev[0]["action"] == "rollout"
+    assert ev[0]["changes"]["probe_url"][1] == "http://127.0.0.1:8001"
     wd.close()
 
 
@@ -238,3 +239,42 @@ def test_watchdog_run_watches_the_applied_plan_in_its_own_state_dir(
     assert actuator.applied_path == str(tmp_path / "state" / "applied" / f"{spec.name}.json")
     assert follower() is None
     actuator.close()
+
+
+def test_a_watchdog_setting_alone_is_recorded_by_an_up_with_nothing_to_start(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Issue 29 item 2: the serving config is unchanged (nothing to restart), the watchdog's
+    interval changed: `up` records the new inventory in the applied plan (here and on the
+    head), which the watchdog follows; the same inventory again records nothing."""
+    heads: list[AppliedPlan] = []
+    monkeypatch.setattr(control_mod, "write_head", lambda plan, s, d: heads.append(plan))
+    inv = _inventory(tmp_path)
+    first = load_inventory(inv)
+    with Controller(first, state_dir=tmp_path / "state") as ctl:
+        assert ctl.record_applied_if_changed("up", "ops") is True  # nothing recorded yet
+        assert ctl.record_applied_if_changed("up", "ops") is False
+    inv.write_text(inv.read_text().replace("interval_s: 120", "interval_s: 60", 1))
+    second = load_inventory(inv)
+    assert second.config_hash() == first.config_hash()  # the server needs no restart
+    with Controller(second, state_dir=tmp_path / "state") as ctl:
+        assert ctl.record_applied_if_changed("up", "ops") is True
+    saved = read_applied(tmp_path / "state" / "applied" / f"{second.name}.json")
+    assert saved is not None and saved.spec().watchdog.interval_s == 60
+    assert len(heads) == 2 and heads[-1] == saved
+
+
+def test_the_plan_change_event_names_the_settings_that_moved() -> None:
+    from tpwarden.watchdog.config import config_changes
+
+    old = WatchdogConfig(probe_url="http://h:8000", state_dir="x", interval_s=30,
+                         alert_command=("notify",), api_key="k1")  # fmt: skip
+    new = WatchdogConfig(probe_url="http://h:8000", state_dir="x", interval_s=10,
+                         alert_command=("notify", "-u"), api_key="k2",
+                         config_hash="other")  # fmt: skip
+    assert config_changes(old, new) == {
+        "interval_s": [30, 10],
+        "alert_command": [["notify"], ["notify", "-u"]],
+        "api_key": "changed",  # never the value
+    }
+    assert config_changes(old, old) == {}
