@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tpwarden.cluster.boot import BootProgress
@@ -85,7 +87,7 @@ class ControllerActuator:
             raise_unless_applied(result_doc(result, self.spec))
             return
         proc = (self._spawn or subprocess.Popen)(
-            argv,
+            outside_this_unit(argv, os.environ, shutil.which("systemd-run")),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -143,6 +145,22 @@ class ControllerActuator:
 
     def close(self) -> None:
         self.controller.close()
+
+
+def outside_this_unit(
+    argv: list[str], env: Mapping[str, str], systemd_run: str | None
+) -> list[str]:
+    """The restart job's argv, in a transient scope of its own when this daemon is a systemd
+    service (issue 29 item 4): stopping or restarting the watchdog unit kills its cgroup
+    (KillMode=control-group), and a restart cut short between removal and start would leave
+    the server down. A scope is its own cgroup, yet `systemd-run --scope` execs the job itself,
+    so it keeps this process's environment (the API key's variable) and stdout (its result).
+    Elsewhere (a foreground `watchdog run`, no systemd) the job's own session is enough."""
+    if not env.get("INVOCATION_ID") or systemd_run is None:
+        return argv
+    unit = f"tpwarden-restart-{uuid.uuid4().hex[:12]}"
+    return [systemd_run, "--scope", "--quiet", "--collect", f"--unit={unit}",
+            "--description=tpwarden watchdog restart job", "--", *argv]  # fmt: skip
 
 
 def boot_reading(progress: BootProgress) -> BootReading:

@@ -174,6 +174,11 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
                     f"no restart; events: {tail}; journal: {journal.stdout}"
                 ) from None
 
+            # the restart job ran in a transient scope of its own, outside the watchdog unit's
+            # cgroup (issue 29 item 4): systemd logged the scope's start
+            journal = lab.ssh(HEAD, ["journalctl", "--no-pager", "-b", "-o", "cat",
+                                     "--since", f"@{int(t_fault) - 5}"], timeout_s=60)  # fmt: skip
+            assert "tpwarden watchdog restart job" in journal.stdout, journal.stdout[-3000:]
             poll(lambda: ctl.probe(timeout=5)[0], 180, "the server healthy again")
             poll(follows_and_ready, 120, "node1's watchdog ready again")
 

@@ -259,3 +259,20 @@ def test_restart_job_runs_as_a_module(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["ok"] is False
+
+
+def test_under_systemd_the_restart_job_runs_in_a_scope_of_its_own():
+    """Issue 29 item 4: a watchdog unit stopped mid-restart (KillMode=control-group) took the
+    job with it. As a systemd service (INVOCATION_ID set) the job runs through `systemd-run
+    --scope` (its own cgroup, this process's environment and stdout); elsewhere, as is."""
+    from tpwarden.watchdog.actuator import outside_this_unit
+
+    job = ["/opt/tpwarden/venv/bin/python", "-m", "tpwarden.watchdog.restart_job", "a.json", "w"]
+    wrapped = outside_this_unit(job, {"INVOCATION_ID": "5f1e"}, "/usr/bin/systemd-run")
+    assert wrapped[:4] == ["/usr/bin/systemd-run", "--scope", "--quiet", "--collect"]
+    assert wrapped[4].startswith("--unit=tpwarden-restart-")
+    assert wrapped[wrapped.index("--") + 1 :] == job
+    assert outside_this_unit(job, {}, "/usr/bin/systemd-run") == job  # not a systemd service
+    assert outside_this_unit(job, {"INVOCATION_ID": "5f1e"}, None) == job  # no systemd-run
+    other = outside_this_unit(job, {"INVOCATION_ID": "5f1e"}, "/usr/bin/systemd-run")
+    assert other[4] != wrapped[4]  # one scope per restart
