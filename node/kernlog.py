@@ -45,7 +45,7 @@ XID_NAMES = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
-KERNLOG_TIMEOUT_S = 3.0
+KERNLOG_TIMEOUT_S = 2.0
 MAX_LINES = 200
 
 
