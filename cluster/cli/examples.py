@@ -64,4 +64,8 @@ EXAMPLES: dict[str, str] = {
     "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
+    "incident": f"tpwarden incident list {INV}",
+    "incident list": f"tpwarden incident list {INV} --json",
+    "incident show": f"tpwarden incident show 20261204T031500Z {INV}",
+    "incident capture": f"tpwarden incident capture {INV}    (nothing is restarted)",
 }
