@@ -38,6 +38,8 @@ class RestartRow:
     false_candidate: bool = False  # the engine was making progress when it was restarted
     why_candidate: str | None = None
     restart_id: str | None = None
+    suspect: str | None = None  # the incident dossier's verdict (issue 32), when one was taken
+    incident_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +135,17 @@ def _progress_before(probes: Sequence[Mapping[str, Any]], at: float) -> str | No
     return None
 
 
+def _incident_of(begin: Mapping[str, Any]) -> dict[str, Any]:
+    """The dossier a watchdog restart carries in its evidence: the verdict's summary (or "no
+    dossier: why") and its id."""
+    inc = (begin.get("evidence") or {}).get("incident")
+    if not isinstance(inc, Mapping):
+        return {}
+    if inc.get("error"):
+        return {"suspect": f"no dossier: {inc['error']}"}
+    return {"suspect": inc.get("summary") or inc.get("suspect"), "incident_id": inc.get("id")}
+
+
 def summarize_watchdog(
     events: Iterable[Mapping[str, Any]],
     operator_restarts: Iterable[Mapping[str, Any]] = (),
@@ -162,7 +175,7 @@ def summarize_watchdog(
                 error=None if end is None else end.get("error"),
                 back_after_s=None if back is None else round(back - e["ts"], 3),
                 false_candidate=why is not None, why_candidate=why,
-                restart_id=e.get("restart_id"),
+                restart_id=e.get("restart_id"), **_incident_of(e),
             )
         )  # fmt: skip
     for r in operator_restarts:
