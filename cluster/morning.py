@@ -135,10 +135,9 @@ def _progress_before(probes: Sequence[Mapping[str, Any]], at: float) -> str | No
     return None
 
 
-def _incident_of(begin: Mapping[str, Any]) -> dict[str, Any]:
-    """The dossier a watchdog restart carries in its evidence: the verdict's summary (or "no
-    dossier: why") and its id."""
-    inc = (begin.get("evidence") or {}).get("incident")
+def _incident_of(inc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a watchdog restart's ``incident_dossier`` event says: the verdict's summary (or
+    "no dossier: why") and the dossier's id."""
     if not isinstance(inc, Mapping):
         return {}
     if inc.get("error"):
@@ -161,6 +160,7 @@ def summarize_watchdog(
     verdicts = Counter(str(p.get("verdict") or "unknown") for p in probes)
     decisions = Counter(str(e.get("decision")) for e in evs if e.get("kind") == "decision")
     ends = {e.get("restart_id"): e for e in evs if e.get("kind") == "restart_end"}
+    dossiers = {e.get("restart_id"): e for e in evs if e.get("kind") == "incident_dossier"}
     restarts: list[RestartRow] = []
     for e in (e for e in evs if e.get("kind") == "restart_begin"):
         end = ends.get(e.get("restart_id"))
@@ -175,7 +175,8 @@ def summarize_watchdog(
                 error=None if end is None else end.get("error"),
                 back_after_s=None if back is None else round(back - e["ts"], 3),
                 false_candidate=why is not None, why_candidate=why,
-                restart_id=e.get("restart_id"), **_incident_of(e),
+                restart_id=e.get("restart_id"),
+                **_incident_of(dossiers.get(e.get("restart_id"))),
             )
         )  # fmt: skip
     for r in operator_restarts:

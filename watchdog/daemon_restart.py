@@ -77,7 +77,6 @@ class RestartPath:
             )
         except Exception as exc:  # noqa: BLE001 - evidence is best effort
             evidence["nodes_error"] = f"{type(exc).__name__}: {exc}"
-        evidence["incident"] = self._take_dossier(d)
         self._record(
             "restart_begin",
             restart_id=d.restart_id,
@@ -85,6 +84,11 @@ class RestartPath:
             cause=d.cause,
             evidence=evidence,
         )
+        # After restart_begin, so the time from the last counted failure to the decision's
+        # record is what it was; the dossier's own cost is its took_s (issue 32).
+        if getattr(self._actuator, "collect_dossier", None) is not None:
+            evidence["incident"] = self._take_dossier(d)
+            self._record("incident_dossier", restart_id=d.restart_id, **evidence["incident"])
         lock = self._restart_lock
         if lock is not None:
             if lock.held:  # our own earlier restart job is still running

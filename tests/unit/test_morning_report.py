@@ -512,16 +512,18 @@ def test_restarts_carry_the_incident_dossier_suspect():
     incident = {"id": "20261204T031500Z", "suspect": "node3", "summary": summary}
     events = [
         {"ts": 10, "kind": "restart_begin", "restart_id": "r1", "cause": "probe_failures",
-         "reason": "3 consecutive failed probes", "evidence": {"incident": incident}},
+         "reason": "3 consecutive failed probes"},
+        {"ts": 13, "kind": "incident_dossier", "restart_id": "r1", **incident},
         {"ts": 20, "kind": "restart_end", "restart_id": "r1", "ok": True},
         {"ts": 900, "kind": "restart_begin", "restart_id": "r2", "cause": "probe_failures",
-         "reason": "3 consecutive failed probes",
-         "evidence": {"incident": {"error": "CallTimedOut: dossier"}}},
+         "reason": "3 consecutive failed probes"},
+        {"ts": 915, "kind": "incident_dossier", "restart_id": "r2",
+         "error": "CallTimedOut: dossier"},
     ]  # fmt: skip
     wd = summarize_watchdog(events)
     assert (wd.restarts[0].suspect, wd.restarts[0].incident_id) == (summary, incident["id"])
     assert wd.restarts[1].suspect == "no dossier: CallTimedOut: dossier"
-    assert summarize_watchdog(events[1:2]).restarts == ()
+    assert summarize_watchdog(events[:1]).restarts[0].suspect is None  # no dossier event
     rep = MorningReport.__new__(MorningReport)
     object.__setattr__(rep, "watchdog", wd)
     rows = restart_rows(rep, UTC)

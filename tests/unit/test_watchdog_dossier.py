@@ -34,6 +34,16 @@ def restart_begin(wd) -> dict[str, Any]:
     return next(e for e in events if e["kind"] == "restart_begin")
 
 
+def dossier_event(wd) -> dict[str, Any]:
+    """The incident_dossier event, recorded right after restart_begin, for the same restart."""
+    events = read_events(wd.config.events_path).events
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("incident_dossier") == kinds.index("restart_begin") + 1, kinds
+    found = next(e for e in events if e["kind"] == "incident_dossier")
+    assert found["restart_id"] == restart_begin(wd)["restart_id"]
+    return {k: v for k, v in found.items() if k not in ("ts", "kind", "restart_id")}
+
+
 def fail_three_times(wd, prober) -> None:
     wd.tick()
     prober.next = REFUSED
@@ -51,7 +61,8 @@ def test_the_dossier_is_stored_with_the_restart_and_the_alert_names_the_suspect(
     act.fail = True  # a failed restart is alerted at once
     fail_three_times(wd, prober)
     assert len(act.restarts) == 1
-    incident = restart_begin(wd)["evidence"]["incident"]
+    incident = dossier_event(wd)
+    assert act.restarts[0][1]["incident"] == incident  # the actuator gets it with the evidence
     assert incident["suspect"] == "node3" and incident["summary"] == SUSPECT
     store = IncidentStore(wd.config.state_dir)
     [stored] = store.summaries()
@@ -74,7 +85,7 @@ def test_a_failing_dossier_never_stops_the_restart(tmp_path: Path) -> None:
     act.collect_dossier = broken  # type: ignore[attr-defined]
     fail_three_times(wd, prober)
     assert len(act.restarts) == 1
-    assert restart_begin(wd)["evidence"]["incident"] == {"error": "RuntimeError: ssh exploded"}
+    assert dossier_event(wd) == {"error": "RuntimeError: ssh exploded"}
     assert IncidentStore(wd.config.state_dir).ids() == []
     wd.close()
 
@@ -96,7 +107,7 @@ def test_a_hanging_dossier_is_cut_at_its_bound_and_the_restart_goes_on(
     finally:
         release.set()
     assert len(act.restarts) == 1
-    error = restart_begin(wd)["evidence"]["incident"]["error"]
+    error = dossier_event(wd)["error"]
     assert "dossier" in error and "0.2" in error, error
     wd.close()
 
@@ -105,7 +116,9 @@ def test_an_actuator_without_dossiers_still_restarts(tmp_path: Path) -> None:
     wd, prober, act = make(tmp_path)
     fail_three_times(wd, prober)
     assert len(act.restarts) == 1
-    assert restart_begin(wd)["evidence"]["incident"] == {"error": "this actuator takes no dossier"}
+    events = read_events(wd.config.events_path).events
+    assert "incident_dossier" not in [e["kind"] for e in events]
+    assert "incident" not in act.restarts[0][1]
     wd.close()
 
 
