@@ -86,3 +86,22 @@ def test_what_cannot_be_had_is_a_finding(tmp_path: Path) -> None:
     assert part["processes"] == []
     assert part["findings"][0].startswith(f"process {2**22 + 777} not in this node's /proc")
     assert "kernel log: dmesg: not installed" in part["findings"]
+
+
+def test_the_zipapp_takes_a_dossier_on_a_bare_python3(stopped_child: int, tmp_path: Path) -> None:
+    """What the nodes run: the collector zipapp on python3 without site-packages (-I -S)."""
+    from tpwarden.cluster.node_zipapp import COLLECTOR, build_node_zipapp
+
+    app = build_node_zipapp(COLLECTOR, tmp_path / "c.pyz").path
+    argv = ["dossier", "--pid", str(stopped_child), "--window", "0.2", "--pyspy", pyspy_binary()]
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", str(app), "--nvml-lib", "/nonexistent/nvml.so", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0, (doc["error"], out.stderr[-500:])
+    [proc] = doc["dossier"]["processes"]
+    assert proc["state"] == "T" and proc["pyspy"]["error"] is None
+    assert doc["nvml"]["available"] is False  # the missing library is a state, not a failure
