@@ -151,6 +151,32 @@ def _first_exited(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) ->
     return ends[0][1] if ends[1][0] - ends[0][0] > 1.0 else None
 
 
+def _only_killed(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) -> str | None:
+    """The one leading node whose rank was killed (container gone, or exited 137 = SIGKILL)
+    while the other leaders' containers exited on their own (another code)."""
+    killed, others = [], []
+    for name in leaders:
+        node = nodes[name]
+        c = node.get("container")
+        if node.get("error") or (c is not None and c.get("state") not in ("exited", "dead")):
+            return None
+        (killed if c is None or c.get("exit_code") == 137 else others).append(name)
+    return killed[0] if len(killed) == 1 and others else None
+
+
+def _tiebreak(
+    nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]
+) -> tuple[str | None, str | None]:
+    """Several ranks died: the one that went first, or the only one killed; else none."""
+    first = _first_exited(nodes, leaders)
+    if first is not None:
+        return first, f"its container exited first (of {', '.join(leaders)})"
+    killed = _only_killed(nodes, leaders)
+    if killed is not None:
+        return killed, f"the only rank killed (of {', '.join(leaders)}); the others exited after"
+    return None, None
+
+
 def verdict(dossier: Mapping[str, Any]) -> Verdict:
     """The suspect of a dossier, or "no single suspect" with why."""
     nodes: Mapping[str, Mapping[str, Any]] = dossier.get("nodes") or {}
@@ -163,15 +189,14 @@ def verdict(dossier: Mapping[str, Any]) -> Verdict:
         return Verdict(None, None, "no single suspect: no rank stands out", [], table)
     top = max(f.weight for f in findings)
     leaders = sorted({f.node for f in findings if f.weight == top})
-    first = _first_exited(nodes, leaders) if len(leaders) > 1 else leaders[0]
-    if first is None:
+    suspect, tiebreak = (leaders[0], None) if len(leaders) == 1 else _tiebreak(nodes, leaders)
+    if suspect is None:
         why = "; ".join(f"{f.node}: {f.text}" for f in findings if f.weight == top)
         summary = f"no single suspect: {len(leaders)} ranks stand out ({why})"
         return Verdict(None, None, summary, [], table)
-    suspect = first
     facts = [f.text for f in findings if f.node == suspect]
-    if len(leaders) > 1:
-        facts.append(f"its container exited first (of {', '.join(leaders)})")
+    if tiebreak:
+        facts.append(tiebreak)
     if (frame := _others_waiting(nodes, suspect)) is not None:
         facts.append(f"the other ranks wait in {frame}")
     rank = nodes[suspect].get("rank")

@@ -63,7 +63,8 @@ def list_incidents(
     t = Table("id", "taken", "suspect", "verdict")
     for r in rows:
         verdict = r.get("summary") or r.get("error") or "-"
-        t.add_row(Text(str(r["id"])), iso(r.get("taken_at_unix_s")), Text(str(r.get("suspect") or "-")), Text(verdict))  # fmt: skip
+        suspect = Text(str(r.get("suspect") or "-"))
+        t.add_row(Text(str(r["id"])), iso(r.get("taken_at_unix_s")), suspect, Text(verdict))
     console.print(t)
 
 

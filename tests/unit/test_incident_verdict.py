@@ -102,7 +102,22 @@ def test_when_the_peers_died_too_the_first_to_exit_is_named() -> None:
     v = verdict(d)
     assert v.suspect == "node3"
     assert v.facts[-1].startswith("its container exited first")
-    d["nodes"]["node1"]["container"]["finished_at_unix_s"] = 1000.5  # too close to tell
+    d["nodes"]["node1"]["container"]["finished_at_unix_s"] = 1000.5  # too close to tell by time
+    v = verdict(d)
+    assert v.suspect == "node3" and v.facts[-1].startswith("the only rank killed")  # 137
+    d["nodes"]["node1"]["container"]["exit_code"] = 137
+    assert verdict(d).suspect is None
+
+
+def test_a_killed_rank_beside_peers_that_exited_on_their_own() -> None:
+    d = dossier(node(2, None, container=None))  # the killed rank's container is gone
+    for name in ("node1", "node2", "node4"):
+        d["nodes"][name]["container"] = dict(RUNNING, state="exited", exit_code=1)
+        d["nodes"][name]["collected"]["processes"] = []
+    v = verdict(d)
+    assert v.suspect == "node3" and v.facts[0] == "no serving container"
+    assert v.facts[-1].startswith("the only rank killed (of node1, node2, node3, node4)")
+    d["nodes"]["node1"]["container"]["exit_code"] = 137  # two killed: cannot tell
     assert verdict(d).suspect is None
 
 
