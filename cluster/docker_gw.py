@@ -66,6 +66,7 @@ class ContainerInfo:
     restart_count: int = 0
     oom_killed: bool = False
     error: str = ""
+    pid: int | None = None  # the host PID of its init process while it runs (State.Pid)
 
     @property
     def running(self) -> bool:
@@ -121,6 +122,7 @@ def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> Containe
         restart_count=int(attrs.get("RestartCount") or 0),
         oom_killed=bool(st.get("OOMKilled")),
         error=st.get("Error") or "",
+        pid=int(st["Pid"]) if st.get("Pid") else None,  # 0 when it does not run
     )
 
 

@@ -38,6 +38,8 @@ class RestartRow:
     false_candidate: bool = False  # the engine was making progress when it was restarted
     why_candidate: str | None = None
     restart_id: str | None = None
+    suspect: str | None = None  # the incident dossier's verdict (issue 32), when one was taken
+    incident_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +135,16 @@ def _progress_before(probes: Sequence[Mapping[str, Any]], at: float) -> str | No
     return None
 
 
+def _incident_of(inc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a watchdog restart's ``incident_dossier`` event says: the verdict's summary (or
+    "no dossier: why") and the dossier's id."""
+    if not isinstance(inc, Mapping):
+        return {}
+    if inc.get("error"):
+        return {"suspect": f"no dossier: {inc['error']}"}
+    return {"suspect": inc.get("summary") or inc.get("suspect"), "incident_id": inc.get("id")}
+
+
 def summarize_watchdog(
     events: Iterable[Mapping[str, Any]],
     operator_restarts: Iterable[Mapping[str, Any]] = (),
@@ -148,6 +160,7 @@ def summarize_watchdog(
     verdicts = Counter(str(p.get("verdict") or "unknown") for p in probes)
     decisions = Counter(str(e.get("decision")) for e in evs if e.get("kind") == "decision")
     ends = {e.get("restart_id"): e for e in evs if e.get("kind") == "restart_end"}
+    dossiers = {e.get("restart_id"): e for e in evs if e.get("kind") == "incident_dossier"}
     restarts: list[RestartRow] = []
     for e in (e for e in evs if e.get("kind") == "restart_begin"):
         end = ends.get(e.get("restart_id"))
@@ -163,6 +176,7 @@ def summarize_watchdog(
                 back_after_s=None if back is None else round(back - e["ts"], 3),
                 false_candidate=why is not None, why_candidate=why,
                 restart_id=e.get("restart_id"),
+                **_incident_of(dossiers.get(e.get("restart_id"))),
             )
         )  # fmt: skip
     for r in operator_restarts:

@@ -34,12 +34,14 @@ def restart_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
         back = DASH if r.back_after_s is None else f"{r.back_after_s / 60:.1f} min"
         rows.append(
             [local(r.ts, tz, "%H:%M:%S"), r.by, r.cause, r.reason, result, back,
-             r.why_candidate or "no"]
+             r.why_candidate or "no", r.suspect or DASH]
         )  # fmt: skip
     return rows
 
 
-RESTART_HEAD = ["time", "by", "cause", "reason", "result", "answering again after", "false?"]
+RESTART_HEAD = [
+    "time", "by", "cause", "reason", "result", "answering again after", "false?", "suspect",
+]  # fmt: skip
 
 
 def thermal_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
@@ -201,9 +203,10 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
             else f", answering again after {r.back_after_s / 60:.1f} min"
         )
         false = f" FALSE RESTART CANDIDATE: {r.why_candidate}." if r.false_candidate else ""
+        dossier = f" Dossier {r.incident_id or '-'}: {r.suspect}." if r.suspect else ""
         out.append(
             f"restart {local(r.ts, tz, '%H:%M:%S')} by {r.by}, cause {r.cause}: {result}{back}."
-            f"{false} {r.reason}"
+            f"{false} {r.reason}{dossier}"
         )
     for a in wd.alerts:
         out.append(f"alert {local(a['ts'], tz, '%H:%M:%S')} {a['category']}: {a['message']}")

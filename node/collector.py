@@ -11,12 +11,15 @@ the node.
     python3 collector.pyz reset           (root: reset locked clocks, record the answer)
     python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
     python3 collector.pyz paths /models/a /models/b
+    python3 collector.pyz dossier --pid 4242 [--pid ...] [--pyspy /opt/tpwarden/venv/bin/py-spy]
+                          (root: an incident dossier's node part, tpwarden.node.dossier)
 
 Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
 `memory` (the node's: total/available/used bytes + source, or `error`; on GB10 the GPU's too),
 `ports` / `paths` when asked, and `clock_cap` for show/cap/reset: `{record, reason, path}`, the
 node's record of the last lock call (tpwarden.node.clockcap; NVML has no read-back of a lock).
-`cap`/`reset` store it (ok or refused, with each GPU's answer) before reporting. Exit 0 even
+`dossier` adds `dossier` (processes, CPU delta, py-spy stacks, kernel log events) beside the
+NVML facts. `cap`/`reset` store it (ok or refused, with each GPU's answer) before reporting. Exit 0 even
 when a GPU reading is missing; 1 if the action failed (a refused lock call included).
 """
 
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tpwarden.node import clockcap
+from tpwarden.node.dossier import collect_dossier
 from tpwarden.node.memory import read_node_memory
 
 COLLECTOR_VERSION = 1
@@ -185,6 +189,27 @@ def _gpu_action(
             nvml.close()
 
 
+def _dossier_action(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """The node's part of an incident dossier, then the NVML facts of that moment (a failure
+    of either is reported in the JSON; the other still counts)."""
+    try:
+        doc["dossier"] = collect_dossier(
+            args.pids, window_s=args.window, since_s=args.since, pyspy=args.pyspy
+        )
+    except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
+        doc["ok"], doc["error"] = False, f"dossier: {type(e).__name__}: {e}"
+    nvml = None
+    try:
+        facts, nvml = _gpu_facts(args.nvml_lib)
+        doc.update(facts)
+    except Exception as e:  # noqa: BLE001
+        doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
+        doc.setdefault("gpus", [])
+    finally:
+        if nvml is not None:
+            nvml.close()
+
+
 def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = None) -> int:
     """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
     ap = argparse.ArgumentParser(prog="tpwarden-collector")
@@ -199,6 +224,11 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
     ports.add_argument("ports", type=int, nargs="+")
     paths = sub.add_parser("paths")
     paths.add_argument("paths", nargs="+")
+    dossier = sub.add_parser("dossier")
+    dossier.add_argument("--pid", type=int, action="append", default=[], dest="pids")
+    dossier.add_argument("--window", type=float, default=1.5, help="CPU-time window, seconds")
+    dossier.add_argument("--since", type=float, default=600.0, help="kernel log, seconds back")
+    dossier.add_argument("--pyspy", action="append", default=[], help="py-spy paths to try")
     args = ap.parse_args(argv)
     doc: dict[str, Any] = {
         "collector": COLLECTOR_VERSION,
@@ -213,6 +243,8 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
         doc["ports"] = check_ports(args.ports, args.host)
     elif args.action == "paths":
         doc["paths"] = check_paths(args.paths)
+    elif args.action == "dossier":
+        _dossier_action(args, doc)
     else:
         _gpu_action(args, doc, read_memory)
     json.dump(doc, sys.stdout, sort_keys=True)

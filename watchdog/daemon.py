@@ -298,7 +298,17 @@ class Watchdog(DaemonIO, RestartPath):
                 "failures": list(state.failure_log),
                 "events_path": self._events.path,
             }
+            | self._dossier_fields(a.incident_id)
         )
+
+    def _dossier_fields(self, incident_id: str) -> dict[str, Any]:
+        """The suspect of this incident's dossier, for the alert (issue 32); nothing when no
+        dossier was taken in this incident."""
+        last = self._last_dossier
+        if not last or not incident_id or last.get("incident_id") != incident_id:
+            return {}
+        return {"suspect": last.get("suspect"), "dossier_id": last.get("id"),
+                "dossier_summary": last.get("summary")}  # fmt: skip
 
     def _update_gauges(self, state: PolicyState, hold_until: float | None) -> None:
         if self._metrics is None:

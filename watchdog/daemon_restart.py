@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.policy_state import Restart
 from tpwarden.watchdog.runtime import CallTimedOut
 from tpwarden.watchdog.state import WatchdogLocked
@@ -26,6 +27,8 @@ from tpwarden.watchdog.state import WatchdogLocked
 log = logging.getLogger("tpwarden.watchdog.daemon")
 
 CLOCK_STEP_NOTE_S = 60.0  # wall and steady clocks apart by more than this: a step, recorded
+# The dossier bounds itself (tpwarden.cluster.incident, 10 s for all nodes); this is the net.
+DOSSIER_CALL_TIMEOUT_S = 15.0
 
 
 class RestartPath:
@@ -47,6 +50,7 @@ class RestartPath:
     _commit: Callable[..., None]
     _cluster_call: Callable[..., Any]
     _seam_error: Callable[[str, BaseException], None]
+    _last_dossier: dict[str, Any] | None = None  # the newest stored dossier's summary
 
     def _restart(self, d: Restart) -> None:
         """Restart, then always hand the result to the policy (ok, failed or skipped)."""
@@ -80,6 +84,11 @@ class RestartPath:
             cause=d.cause,
             evidence=evidence,
         )
+        # After restart_begin, so the time from the last counted failure to the decision's
+        # record is what it was; the dossier's own cost is its took_s (issue 32).
+        if getattr(self._actuator, "collect_dossier", None) is not None:
+            evidence["incident"] = self._take_dossier(d)
+            self._record("incident_dossier", restart_id=d.restart_id, **evidence["incident"])
         lock = self._restart_lock
         if lock is not None:
             if lock.held:  # our own earlier restart job is still running
@@ -109,6 +118,31 @@ class RestartPath:
         finally:
             if lock is not None and not keep_lock:
                 lock.release()
+
+    def _take_dossier(self, d: Restart) -> dict[str, Any]:
+        """Which rank hung, and where (issue 32): the incident dossier, stored with this
+        restart under the state dir. Bounded, and never in the restart's way: any failure is
+        an ``error`` in the evidence, and the restart goes on."""
+        take = getattr(self._actuator, "collect_dossier", None)
+        if take is None:
+            return {"error": "this actuator takes no dossier"}
+        try:
+            doc = self._cluster_call(lambda: take(d.reason), "dossier", DOSSIER_CALL_TIMEOUT_S)
+            doc["restart_id"] = d.restart_id
+            ident = IncidentStore(self.config.state_dir).save(doc)
+        except Exception as exc:  # noqa: BLE001 - the dossier is best effort
+            log.warning("incident dossier not taken: %s", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        v = doc.get("verdict") or {}
+        summary = {
+            "id": ident,
+            "incident_id": getattr(self._state, "incident_id", None),
+            "suspect": v.get("suspect"),
+            "summary": v.get("summary"),
+            "took_s": doc.get("took_s"),
+        }
+        self._last_dossier = summary
+        return summary
 
     def _reap_restart_job(self) -> None:
         """Release the cluster restart lock once an overdue restart job has really ended."""

@@ -58,6 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement."),
     "flags": (f"{CLI}.flags:app", "The `vllm serve` flag table, read from the serving image."),
     "clocks": (f"{CLI}.control:register", "Show, cap or reset GPU clocks on every node (NVML)."),
+    "incident": (f"{CLI}.incident:app", "Incident dossiers: which rank hung, and where "
+                 "(taken before every watchdog restart)."),
 }  # fmt: skip
 
 

@@ -66,4 +66,8 @@ EXAMPLES: dict[str, str] = {
     "clocks": f"tpwarden clocks show {INV}",
     "flags": f"tpwarden flags show {INV}",
     "tune": f"tpwarden tune drafter {INV} --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3",
+    "incident": f"tpwarden incident list {INV}",
+    "incident list": f"tpwarden incident list {INV} --json",
+    "incident show": f"tpwarden incident show 20261204T031500Z {INV}",
+    "incident capture": f"tpwarden incident capture {INV}    (nothing is restarted)",
 }

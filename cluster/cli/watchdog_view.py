@@ -9,7 +9,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.markup import escape
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.state_doc import state_document
 
 
@@ -44,4 +46,15 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
         text += f", [red]blind[/] since {iso(st['blind_since'])} (probe rejected: key/model)"
     if doc["undelivered_alerts"]:
         text += f", [red]{len(doc['undelivered_alerts'])} alert(s) undelivered[/]"
-    return doc, text
+    return doc, text + _last_incident(doc, state_dir)
+
+
+def _last_incident(doc: dict[str, Any], state_dir: str) -> str:
+    """The newest incident dossier's suspect (issue 32), into ``doc["last_incident"]`` and as
+    text for the line; nothing when there is none."""
+    last = IncidentStore(state_dir).last()
+    doc["last_incident"] = last
+    if last is None:
+        return ""
+    who = f"suspect {last['suspect']}" if last.get("suspect") else "no single suspect"
+    return escape(f", last incident {last['id']} ({iso(last.get('taken_at_unix_s'))}): {who}")

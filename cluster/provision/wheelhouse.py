@@ -80,10 +80,13 @@ class Target:
         return "cp" + self.python_version.replace(".", "")
 
     def platforms(self) -> list[str]:
-        """manylinux tags this node can run, newest first (pip takes several ``--platform``)."""
+        """manylinux tags this node can run, newest first (pip takes several ``--platform``),
+        down to manylinux_2_5 with the legacy aliases: some binary wheels (py-spy's x86_64 one)
+        are tagged manylinux1 only."""
         major, minor = (int(x) for x in self.glibc.split(".")[:2])
-        tags = [f"manylinux_{major}_{m}_{self.machine}" for m in range(minor, 16, -1)]
-        return [*tags, f"manylinux2014_{self.machine}", f"linux_{self.machine}"]
+        tags = [f"manylinux_{major}_{m}_{self.machine}" for m in range(minor, 4, -1)]
+        legacy = [f"manylinux{name}_{self.machine}" for name in ("2014", "2010", "1")]
+        return [*tags, *legacy, f"linux_{self.machine}"]
 
     def marker_env(self) -> dict[str, str]:
         env = {k: str(v) for k, v in default_environment().items()}

@@ -501,3 +501,33 @@ def test_a_restart_while_tokens_grew_is_a_false_restart_candidate() -> None:
     flat = [e if e.get("kind") != "probe" or e["ts"] in (0, 600) else probe(e["ts"], e["verdict"], 10)
             for e in events]  # fmt: skip
     assert summarize_watchdog(flat).false_restart_candidates == 0
+
+
+def test_restarts_carry_the_incident_dossier_suspect():
+    """Issue 32: a watchdog restart's evidence names its dossier; the report lists the suspect
+    (or why there is no dossier) in the restart table and the text lines."""
+    from datetime import UTC
+
+    from tpwarden.cluster.morning import MorningReport, summarize_watchdog
+    from tpwarden.cluster.morning_html import RESTART_HEAD, restart_rows
+
+    summary = "suspect: node3 (rank 2): process 2765 (python) stopped (T)"
+    incident = {"id": "20261204T031500Z", "suspect": "node3", "summary": summary}
+    events = [
+        {"ts": 10, "kind": "restart_begin", "restart_id": "r1", "cause": "probe_failures",
+         "reason": "3 consecutive failed probes"},
+        {"ts": 13, "kind": "incident_dossier", "restart_id": "r1", **incident},
+        {"ts": 20, "kind": "restart_end", "restart_id": "r1", "ok": True},
+        {"ts": 900, "kind": "restart_begin", "restart_id": "r2", "cause": "probe_failures",
+         "reason": "3 consecutive failed probes"},
+        {"ts": 915, "kind": "incident_dossier", "restart_id": "r2",
+         "error": "CallTimedOut: dossier"},
+    ]  # fmt: skip
+    wd = summarize_watchdog(events)
+    assert (wd.restarts[0].suspect, wd.restarts[0].incident_id) == (summary, incident["id"])
+    assert wd.restarts[1].suspect == "no dossier: CallTimedOut: dossier"
+    assert summarize_watchdog(events[:1]).restarts[0].suspect is None  # no dossier event
+    rep = MorningReport.__new__(MorningReport)
+    object.__setattr__(rep, "watchdog", wd)
+    rows = restart_rows(rep, UTC)
+    assert RESTART_HEAD[-1] == "suspect" and rows[0][-1] == summary

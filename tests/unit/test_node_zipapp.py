@@ -35,8 +35,12 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
         "tpwarden.cluster.durable",
         "tpwarden.cluster.errors",
         "tpwarden.node.clockcap",
+        "tpwarden.node.dossier",
         "tpwarden.node.gpu",
+        "tpwarden.node.kernlog",
         "tpwarden.node.memory",
+        "tpwarden.node.procfacts",
+        "tpwarden.node.pyspy",
     }
     assert sorted(node_zipapp_files(COLLECTOR)) == [
         "__main__.py",
@@ -47,8 +51,12 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
         "tpwarden/node/__init__.py",
         "tpwarden/node/clockcap.py",
         "tpwarden/node/collector.py",
+        "tpwarden/node/dossier.py",
         "tpwarden/node/gpu.py",
+        "tpwarden/node/kernlog.py",
         "tpwarden/node/memory.py",
+        "tpwarden/node/procfacts.py",
+        "tpwarden/node/pyspy.py",
     ]
 
 

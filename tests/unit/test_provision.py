@@ -95,6 +95,14 @@ def test_target_platform_tags():
     tags = t.platforms()
     assert tags[0] == "manylinux_2_39_aarch64" and "manylinux_2_17_aarch64" in tags
     assert "manylinux2014_aarch64" in tags and t.abi == "cp312"
+    # py-spy's x86_64 wheel is tagged manylinux1 (= manylinux_2_5) only (issue 32)
+    assert tags[-4:] == [
+        "manylinux2014_aarch64",
+        "manylinux2010_aarch64",
+        "manylinux1_aarch64",
+        "linux_aarch64",
+    ]
+    assert "manylinux_2_5_aarch64" in tags and "manylinux_2_4_aarch64" not in tags
     assert t.key == "cp312-aarch64-glibc2.39"
 
 

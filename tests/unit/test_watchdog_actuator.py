@@ -110,3 +110,18 @@ def test_tpwarden_status_line_reads_the_state_dir(tmp_path: Path) -> None:
     doc, text = watchdog_line(str(tmp_path))
     assert doc is not None and doc["state"]["phase"] == "suspect"
     assert "suspect" in text and "2 failure(s)" in text and "not running" in text
+    assert doc["last_incident"] is None and "last incident" not in text
+
+
+def test_tpwarden_status_line_names_the_last_incident_suspect(tmp_path: Path) -> None:
+    from tpwarden.cluster.cli.watchdog_view import watchdog_line
+    from tpwarden.watchdog.incidents import IncidentStore
+    from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
+    from tpwarden.watchdog.state import StateStore
+
+    StateStore(str(tmp_path / "state.json")).save(PolicyState(phase=WatchdogPhase.BOOTING))
+    verdict = {"suspect": "node3", "summary": "suspect: node3 (rank 2): process 1 stopped (T)"}
+    ident = IncidentStore(tmp_path).save({"taken_at_unix_s": 1.0e9, "verdict": verdict})
+    doc, text = watchdog_line(str(tmp_path))
+    assert doc is not None and doc["last_incident"]["suspect"] == "node3"
+    assert f"last incident {ident} (2001-09-09 01:46:40Z): suspect node3" in text

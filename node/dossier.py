@@ -1,0 +1,132 @@
+"""A node's part of an incident dossier: `collector.pyz dossier --pid PID ...` (issue 32).
+
+Given the host PIDs of the serving container's init process (Docker's ``State.Pid``), it finds
+every process below them in the host's /proc and returns, each part bounded:
+
+* process facts (state, wchan, threads, RSS) and the CPU time each used over ``window_s``;
+* a `py-spy dump` of each (at most ``MAX_DUMPS``, in parallel), ``--nonblocking`` for a process
+  that is not running or sleeping (a blocking dump of a stopped process fails, and would change
+  a frozen one's evidence);
+* the kernel log events (Xid, NVRM, OOM) of the last ``since_s`` seconds;
+
+while the collector adds the NVML facts. A part that cannot be had (no py-spy, no journalctl, a
+PID this node's /proc does not show) is a line in ``findings``, never an error. Standard library
+only: this runs on the nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from tpwarden.node.kernlog import read_kernel_log
+from tpwarden.node.procfacts import (
+    ProcFacts,
+    ProcGone,
+    cpu_delta,
+    descendants,
+    parent_map,
+    read_proc,
+)
+from tpwarden.node.pyspy import find_pyspy, run_dump
+
+WINDOW_S = 1.5  # CPU-time probe window
+MAX_PROCESSES = 64
+MAX_DUMPS = 8
+NOT_PYTHON = frozenset({"sh", "bash", "dash", "tini", "docker-init", "dumb-init", "sleep"})
+BLOCKING_STATES = frozenset({"R", "S"})
+
+
+def _sample(pids: Sequence[int], root: str) -> dict[int, ProcFacts]:
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = read_proc(pid, root)
+        except (ProcGone, OSError, ValueError):
+            continue
+    return out
+
+
+def find_processes(roots: Sequence[int], proc_root: str, findings: list[str]) -> list[int]:
+    """The roots' process trees as this node's /proc shows them (capped)."""
+    pids = descendants(parent_map(proc_root), roots)
+    for r in roots:
+        if r not in pids:
+            findings.append(f"process {r} not in this node's /proc (exited, or another PID space)")
+    if len(pids) > MAX_PROCESSES:
+        findings.append(f"{len(pids)} processes; facts of the first {MAX_PROCESSES} only")
+    return pids[:MAX_PROCESSES]
+
+
+def _dump_targets(facts: dict[int, ProcFacts]) -> list[ProcFacts]:
+    """The processes worth a py-spy dump: not a shell or an init, most threads first."""
+    candidates = [f for f in facts.values() if f.comm not in NOT_PYTHON and f.state != "Z"]
+    return sorted(candidates, key=lambda f: (-f.threads, f.pid))[:MAX_DUMPS]
+
+
+def _dumps(
+    binary: str | None, facts: dict[int, ProcFacts], timeout_s: float, findings: list[str]
+) -> dict[int, dict[str, Any]]:
+    if binary is None:
+        findings.append("py-spy: not installed on this node (no stacks)")
+        return {}
+    targets = _dump_targets(facts)
+    pool = ThreadPoolExecutor(max_workers=max(1, len(targets)), thread_name_prefix="pyspy")
+    futures = {
+        f.pid: pool.submit(
+            run_dump,
+            binary,
+            f.pid,
+            nonblocking=f.state not in BLOCKING_STATES or f.wchan == "do_freezer_trap",
+            timeout_s=timeout_s,
+        )
+        for f in targets
+    }
+    wait(futures.values(), timeout=timeout_s + 1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+    return {pid: fut.result() for pid, fut in futures.items() if fut.done()}
+
+
+def collect_dossier(
+    roots: Sequence[int],
+    *,
+    window_s: float = WINDOW_S,
+    since_s: float = 600.0,
+    pyspy: Sequence[str] = (),
+    pyspy_timeout_s: float = 3.0,
+    proc_root: str = "/proc",
+    sleep: Callable[[float], None] = time.sleep,
+    kernel_log: Callable[[float], dict[str, Any]] = read_kernel_log,
+) -> dict[str, Any]:
+    """The node's dossier part as JSON (see the module doc). Its time is about
+    ``window_s + pyspy_timeout_s``: the kernel log is read while the window runs."""
+    findings: list[str] = []
+    started = time.monotonic()
+    pids = find_processes(roots, proc_root, findings)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernlog") as side:
+        kernel = side.submit(kernel_log, since_s)
+        before = _sample(pids, proc_root)
+        sleep(window_s)
+        after = _sample(pids, proc_root)
+        stacks = _dumps(find_pyspy(pyspy), after, pyspy_timeout_s, findings)
+        kernel_doc = kernel.result()
+    if kernel_doc.get("reason"):
+        findings.append(f"kernel log: {kernel_doc['reason']}")
+    processes = []
+    for pid, fact in after.items():
+        doc = fact.to_json()
+        doc["cpu_delta_s"] = cpu_delta(before[pid], fact) if pid in before else None
+        doc["pyspy"] = stacks.get(pid)
+        processes.append(doc)
+    return {
+        "roots": list(roots),
+        "window_s": window_s,
+        "processes": processes,
+        "kernel": kernel_doc,
+        "findings": findings,
+        "proc_root": str(Path(proc_root)),
+        "took_s": round(time.monotonic() - started, 3),
+    }

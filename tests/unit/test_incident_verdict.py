@@ -1,0 +1,164 @@
+"""The incident verdict on dossiers built from real captures (issue 32).
+
+The ranks' facts are the real ones of tests/fixtures: py-spy dumps of a gloo all_reduce whose
+peer was SIGSTOPped, and the /proc files of both ranks; the kernel events are real public lines.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from tpwarden.cluster.incident_verdict import verdict
+from tpwarden.node.kernlog import match_line
+from tpwarden.node.procfacts import cpu_delta, facts_from
+from tpwarden.node.pyspy import parse_dump
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RUNNING = {"state": "running", "exit_code": None, "oom_killed": False, "pid": 4242}
+WAITING = "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+
+
+def process(proc_dir: str, pyspy_file: str) -> dict[str, Any]:
+    d = FIXTURES / "proc" / proc_dir
+
+    def facts(stat: str):
+        return facts_from(
+            (d / stat).read_text(), (d / "status").read_text(), (d / "wchan").read_text()
+        )
+
+    doc = facts("stat").to_json()
+    doc["cpu_delta_s"] = cpu_delta(facts("stat"), facts("stat.later"))
+    doc["pyspy"] = parse_dump((FIXTURES / "pyspy" / pyspy_file).read_text()).to_json()
+    return doc
+
+
+def node(rank: int, proc: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    collected = {"processes": [proc] if proc else [], "kernel": {"events": []}}
+    doc = {"rank": rank, "error": None, "container": dict(RUNNING), "collected": collected}
+    doc.update(extra)
+    return doc
+
+
+def healthy(rank: int) -> dict[str, Any]:
+    return node(rank, process("waiting-rank-S", "gloo-allreduce-waiting-rank.txt"))
+
+
+def dossier(node3: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodes": {"node1": healthy(0), "node2": healthy(1), "node3": node3, "node4": healthy(3)}
+    }
+
+
+def stopped_rank() -> dict[str, Any]:
+    return node(2, process("stopped-rank-T", "gloo-stopped-rank-nonblocking.txt"))
+
+
+def test_a_stopped_rank_is_named_with_its_state_and_the_others_collective() -> None:
+    v = verdict(dossier(stopped_rank()))
+    assert (v.suspect, v.rank) == ("node3", 2)
+    assert v.facts[0] == "process 2765 (python) stopped (T)"
+    assert f"the other ranks wait in {WAITING}" in v.facts
+    assert v.summary.startswith("suspect: node3 (rank 2): process 2765 (python) stopped (T)")
+    assert "no CPU progress over the window" in v.facts  # 0 ticks in the real stat files
+
+
+def test_a_paused_container_frozen_by_the_cgroup_freezer() -> None:
+    frozen = stopped_rank()
+    proc = frozen["collected"]["processes"][0]
+    proc.update(state="S", wchan="do_freezer_trap")
+    frozen["container"]["state"] = "paused"
+    v = verdict(dossier(frozen))
+    assert v.suspect == "node3"
+    assert v.facts[:2] == [
+        "container paused (all its processes frozen)",
+        "process 2765 (python) frozen (S at do_freezer_trap)",
+    ]
+
+
+def test_a_paused_container_whose_processes_this_node_cannot_see() -> None:
+    paused = node(2, None, container=dict(RUNNING, state="paused"))
+    paused["collected"]["findings"] = ["process 4242 not in this node's /proc"]
+    assert verdict(dossier(paused)).suspect == "node3"
+
+
+def test_a_killed_rank_has_no_serving_container_or_an_exited_one() -> None:
+    gone = node(2, None, container=None)
+    v = verdict(dossier(gone))
+    assert v.suspect == "node3" and v.facts[0] == "no serving container"
+    exited = node(2, None, container=dict(RUNNING, state="exited", exit_code=137))
+    assert verdict(dossier(exited)).facts[0] == "container exited (code 137)"
+
+
+def test_when_the_peers_died_too_the_first_to_exit_is_named() -> None:
+    d = dossier(node(2, None, container=dict(RUNNING, state="exited", exit_code=137)))
+    d["nodes"]["node3"]["container"]["finished_at_unix_s"] = 1000.0
+    for name, at in (("node1", 1030.0), ("node2", 1031.0), ("node4", 1029.5)):
+        d["nodes"][name]["container"] = dict(
+            RUNNING, state="exited", exit_code=1, finished_at_unix_s=at
+        )
+        d["nodes"][name]["collected"]["processes"] = []  # gone with their containers
+    v = verdict(d)
+    assert v.suspect == "node3"
+    assert v.facts[-1].startswith("its container exited first")
+    d["nodes"]["node1"]["container"]["finished_at_unix_s"] = 1000.5  # too close to tell by time
+    v = verdict(d)
+    assert v.suspect == "node3" and v.facts[-1].startswith("the only rank killed")  # 137
+    d["nodes"]["node1"]["container"]["exit_code"] = 137
+    assert verdict(d).suspect is None
+
+
+def test_a_killed_rank_beside_peers_that_exited_on_their_own() -> None:
+    d = dossier(node(2, None, container=None))  # the killed rank's container is gone
+    for name in ("node1", "node2", "node4"):
+        d["nodes"][name]["container"] = dict(RUNNING, state="exited", exit_code=1)
+        d["nodes"][name]["collected"]["processes"] = []
+    v = verdict(d)
+    assert v.suspect == "node3" and v.facts[0] == "no serving container"
+    assert v.facts[-1].startswith("the only rank killed (of node1, node2, node3, node4)")
+    d["nodes"]["node1"]["container"]["exit_code"] = 137  # two killed: cannot tell
+    assert verdict(d).suspect is None
+
+
+def test_a_process_in_d_state_names_its_wchan() -> None:
+    d_state = stopped_rank()
+    d_state["collected"]["processes"][0].update(state="D", wchan="nv_wait_for_completion")
+    v = verdict(dossier(d_state))
+    assert v.suspect == "node3"
+    assert v.facts[0] == "process 2765 (python) in D state at nv_wait_for_completion"
+
+
+def test_an_xid_names_the_node_even_when_its_process_looks_alive() -> None:
+    line = "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"
+    event = match_line(line)
+    assert event is not None
+    xid_node = healthy(2)
+    xid_node["collected"]["kernel"]["events"] = [event.to_json()]
+    v = verdict(dossier(xid_node))
+    assert v.suspect == "node3"
+    assert v.facts[0] == "Xid 79 (GPU has fallen off the bus)"
+
+
+def test_a_node_that_does_not_answer_is_a_finding() -> None:
+    silent = {"rank": 2, "error": "no answer within 10 s", "container": None, "collected": None}
+    v = verdict(dossier(silent))
+    assert v.suspect == "node3"
+    assert v.facts[0] == "node did not answer: no answer within 10 s"
+
+
+def test_two_decisive_nodes_are_no_single_suspect() -> None:
+    d = dossier(stopped_rank())
+    d["nodes"]["node1"] = copy.deepcopy(d["nodes"]["node3"])
+    d["nodes"]["node1"]["rank"] = 0
+    v = verdict(d)
+    assert v.suspect is None
+    assert v.summary.startswith("no single suspect: 2 ranks stand out")
+    assert "node1: process 2765 (python) stopped (T)" in v.summary
+
+
+def test_all_ranks_waiting_is_no_single_suspect() -> None:
+    d = dossier(healthy(2))
+    v = verdict(d)
+    assert (v.suspect, v.summary) == (None, "no single suspect: no rank stands out")
+    assert v.findings == []
