@@ -154,7 +154,8 @@ def _first_exited(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) ->
 def _only_killed(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) -> str | None:
     """The one leading node whose rank was killed (container gone, or exited 137 = SIGKILL)
     while the other leaders' containers exited on their own (another code)."""
-    killed, others = [], []
+    killed: list[str] = []
+    others: list[str] = []
     for name in leaders:
         node = nodes[name]
         c = node.get("container")
