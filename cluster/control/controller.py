@@ -279,17 +279,17 @@ class Controller:
 
     def record_applied_if_changed(self, action: str, who: str | None = None) -> bool:
         """An `up` with nothing to start still records the inventory when it differs from the
-        applied plan (a watchdog setting changed, say), so the watchdog follows it without a
-        restart of the server (issue 29 item 2). True when it recorded."""
+        plan recorded here (a watchdog setting changed, say), so the watchdog follows it without
+        a restart of the server (issue 29 item 2). True when it recorded."""
         plan = self._applied_record(action, who)
         if plan is None:
             return False
         try:
             recorded = read_applied(local_paths(self.spec, self.state_dir)[0])
         except (ValueError, KeyError, TypeError, AttributeError):
-            recorded = None  # unreadable: write it again
-        if recorded is not None and recorded.inventory_revision == plan.inventory_revision:
-            return False
+            recorded = None
+        if recorded is None or recorded.inventory_revision == plan.inventory_revision:
+            return False  # nothing recorded here (another control machine's plan): keep it
         self._write_applied(plan)
         return True
 

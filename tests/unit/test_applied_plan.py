@@ -252,8 +252,9 @@ def test_a_watchdog_setting_alone_is_recorded_by_an_up_with_nothing_to_start(
     inv = _inventory(tmp_path)
     first = load_inventory(inv)
     with Controller(first, state_dir=tmp_path / "state") as ctl:
-        assert ctl.record_applied_if_changed("up", "ops") is True  # nothing recorded yet
-        assert ctl.record_applied_if_changed("up", "ops") is False
+        assert ctl.record_applied_if_changed("up", "ops") is False  # nothing recorded here
+        ctl.record_applied("up", "ops")
+        assert ctl.record_applied_if_changed("up", "ops") is False  # the same inventory
     inv.write_text(inv.read_text().replace("interval_s: 120", "interval_s: 60", 1))
     second = load_inventory(inv)
     assert second.config_hash() == first.config_hash()  # the server needs no restart
@@ -261,7 +262,7 @@ def test_a_watchdog_setting_alone_is_recorded_by_an_up_with_nothing_to_start(
         assert ctl.record_applied_if_changed("up", "ops") is True
     saved = read_applied(tmp_path / "state" / "applied" / f"{second.name}.json")
     assert saved is not None and saved.spec().watchdog.interval_s == 60
-    assert len(heads) == 2 and heads[-1] == saved
+    assert len(heads) == 2 and heads[-1] == saved  # record_applied, then the changed one
 
 
 def test_the_plan_change_event_names_the_settings_that_moved() -> None:
