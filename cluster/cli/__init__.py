@@ -97,7 +97,7 @@ app = typer.Typer(
     help="Bring up, watch and measure a multi-node vLLM server from one Ansible inventory.",
     epilog="Example: tpwarden inventory check -i inventory.yml && tpwarden up -i inventory.yml",
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # click's plain help: see help_text
 )
 
 

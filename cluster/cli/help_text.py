@@ -1,5 +1,10 @@
 """Help that reads well (issue 30, item 6): every command and group gets its example (from
-`examples.EXAMPLES`), paragraphs without hard line breaks, and flags without a `<bool>` type."""
+`examples.EXAMPLES`), paragraphs without hard line breaks, and flags without a `<bool>` type.
+
+Help is click's plain layout (``rich_markup_mode=None``), not typer's rich panels: it wraps to
+the terminal like any Unix tool's, and `--help` and TAB completion start without importing
+typer's rich formatter (rich_utils, markdown_it: about half of `--help`'s time; issue 30 item 3,
+measured by bench/cli_startup.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ def polish(cmd: click.Command, path: tuple[str, ...]) -> None:
     if "Example" not in text and example:
         text = f"{text}\n\nExample: {example}"
     cmd.help = text
+    cmd.rich_markup_mode = None  # type: ignore[attr-defined]  # TyperCommand/TyperGroup: plain
     flags_without_type(cmd, click.Context(cmd))
     if isinstance(cmd, TyperGroup):
         for name, sub in cmd.commands.items():
