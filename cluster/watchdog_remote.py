@@ -55,13 +55,14 @@ def watchdog_place(spec: ClusterSpec, hostname: str | None = None) -> WatchdogPl
     )
 
 
-def remote_argv(spec: ClusterSpec, command: str, args: Sequence[str]) -> list[str]:
-    """The node-side command line: the same watchdog command on the watchdog's state dir."""
-    return [NODE_TPWARDEN, "watchdog", command, "--state-dir", spec.watchdog.state_dir, *args]
+def remote_argv(spec: ClusterSpec, command: Sequence[str], args: Sequence[str]) -> list[str]:
+    """The node-side command line: the same command (``["watchdog", "hold"]``, ``["incident",
+    "list"]``) on the watchdog's state dir."""
+    return [NODE_TPWARDEN, *command, "--state-dir", spec.watchdog.state_dir, *args]
 
 
 def run_on_watchdog_host(
-    spec: ClusterSpec, node: NodeSpec, command: str, args: Sequence[str]
+    spec: ClusterSpec, node: NodeSpec, command: Sequence[str], args: Sequence[str]
 ) -> tuple[int, str, str]:
     """Run a watchdog command on ``node`` (root: the state dir is root's); (rc, stdout, stderr).
 

@@ -97,6 +97,8 @@ import json,sys
 ev=[json.loads(l) for l in open('$WD/events.jsonl') if l.strip()]
 sys.exit(0 if any(e.get('kind')=='restart_end' and e.get('ok') for e in ev) else 1)"
 run watchdog history -i "$INV" --limit 12
+say "the dossier the watchdog took before it restarted: which rank hung, and why it thinks so"
+run incident list -i "$INV"
 
 step "7/9 Healthy again"
 wait_for "$BOOT_WAIT" "a healthy server" "

@@ -22,7 +22,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
-from tpwarden.cluster.cli.watchdog_view import iso
+from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 
@@ -34,9 +34,15 @@ app = typer.Typer(
 StateDirOption = Annotated[
     Path | None,
     typer.Option(
-        "--state-dir", help="Watchdog state dir (default: the inventory's watchdog.state_dir)."
+        "--state-dir",
+        help="Watchdog state dir on this machine. Without it the command runs where the "
+        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
     ),
 ]
+
+
+def _json_flag(as_json: bool) -> list[str]:
+    return ["--json"] if as_json else []
 
 
 def _store(state_dir: Path | None, inventory: Path) -> IncidentStore:
@@ -51,7 +57,9 @@ def list_incidents(
     state_dir: StateDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The stored dossiers, newest first: when, why, and the suspect."""
+    """The stored dossiers, newest first: when, why, and the suspect. Read where the watchdog
+    runs (over SSH unless --state-dir names a directory here)."""
+    run_where_the_watchdog_is(state_dir, inventory, ("incident", "list"), _json_flag(as_json))
     store = _store(state_dir, inventory)
     rows = store.summaries()
     if as_json:
@@ -77,7 +85,9 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One dossier: the verdict and the facts it rests on, then every node's processes,
-    stacks and kernel events."""
+    stacks and kernel events. Read where the watchdog runs (see `incident list`)."""
+    args = [incident_id, *_json_flag(as_json)]
+    run_where_the_watchdog_is(state_dir, inventory, ("incident", "show"), args)
     store = _store(state_dir, inventory)
     doc = store.load(incident_id)
     if doc is None:

@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -37,7 +36,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
-from tpwarden.cluster.cli.watchdog_view import iso
+from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
 from tpwarden.watchdog.events import EventLog, read_events
@@ -93,34 +92,6 @@ def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
             "--state-dir",
         )
     return sd
-
-
-def _run_where_the_watchdog_is(
-    state_dir: Path | None, inventory: Path, command: str, args: list[str]
-) -> None:
-    """With no --state-dir, a watchdog on another machine gets the command (its output relayed,
-    its exit code ours); returns only when the watchdog runs here."""
-    if state_dir is not None:
-        return
-    from tpwarden.cluster.watchdog_remote import (  # deferred: SSH only when remote
-        NODE_TPWARDEN,
-        run_on_watchdog_host,
-        watchdog_place,
-    )
-
-    spec = load(inventory)
-    place = watchdog_place(spec)
-    if place.node is None:
-        return
-    rc, out, err = run_on_watchdog_host(spec, place.node, command, args)
-    if rc == 127:  # the shell's "command not found"
-        raise ConfigError(
-            f"{place.host}: {NODE_TPWARDEN} not found (the watchdog runs there)",
-            hint="provision the nodes first (`tpwarden provision`)",
-        )
-    sys.stdout.write(out)
-    sys.stderr.write(err)
-    raise typer.Exit(rc if rc in (0, 1, 2) else 1)
 
 
 def _who(by: str | None) -> str:
@@ -204,7 +175,9 @@ def status(
 ) -> None:
     """State, consecutive failures, last probe, restarts used of the budget, hold. Runs where
     the watchdog runs (see --state-dir)."""
-    _run_where_the_watchdog_is(state_dir, inventory, "status", ["--json"] if as_json else [])
+    run_where_the_watchdog_is(
+        state_dir, inventory, ("watchdog", "status"), ["--json"] if as_json else []
+    )
     sd = _state_dir(state_dir, inventory)
     doc = state_document(sd, time.time())
     if as_json:
@@ -267,7 +240,7 @@ def hold(
     if not 0 < seconds <= MAX_HOLD_S:
         raise ConfigError(f"hold of {duration} is out of range (max 7d)", key="--for")
     args = ["--for", duration, "--reason", reason, "--by", _who(by)]
-    _run_where_the_watchdog_is(state_dir, inventory, "hold", args)
+    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "hold"), args)
     sd = _existing_state_dir(state_dir, inventory)
     now, who = time.time(), _who(by)
     write_hold(hold_path(sd), until=now + seconds, reason=reason, by=who, now=now)
@@ -286,7 +259,7 @@ def release(
 ) -> None:
     """End an operator hold, and re-arm restarts after an automatic hold or give-up, where the
     watchdog runs (see --state-dir)."""
-    _run_where_the_watchdog_is(state_dir, inventory, "release", ["--by", _who(by)])
+    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "release"), ["--by", _who(by)])
     sd = _existing_state_dir(state_dir, inventory)
     now, who = time.time(), _who(by)
     write_release(hold_path(sd), by=who, now=now)
@@ -311,7 +284,7 @@ def history(
         *(["--probes"] if probes else []),
         *(["--json"] if as_json else []),
     ]
-    _run_where_the_watchdog_is(state_dir, inventory, "history", args)
+    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "history"), args)
     sd = _state_dir(state_dir, inventory)
     got = read_events(os.path.join(sd, "events.jsonl"))
     events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]

@@ -1,16 +1,21 @@
 """Rendering of the watchdog's state document (`tpwarden.watchdog.state_doc`) for the CLI.
 
-Shared by `tpwarden watchdog status` and the watchdog line of `tpwarden status`.
+Shared by `tpwarden watchdog status` and the watchdog line of `tpwarden status`; and
+`run_where_the_watchdog_is`, which sends `watchdog`/`incident` commands to the watchdog's host.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import typer
 from rich.markup import escape
-from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.cli.common import load
+from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.state_doc import state_document
 
@@ -58,3 +63,31 @@ def _last_incident(doc: dict[str, Any], state_dir: str) -> str:
         return ""
     who = f"suspect {last['suspect']}" if last.get("suspect") else "no single suspect"
     return escape(f", last incident {last['id']} ({iso(last.get('taken_at_unix_s'))}): {who}")
+
+
+def run_where_the_watchdog_is(
+    state_dir: Path | None, inventory: Path, command: tuple[str, ...], args: list[str]
+) -> None:
+    """With no --state-dir, a watchdog on another machine gets the command (its output relayed,
+    its exit code ours); returns only when the watchdog runs here."""
+    if state_dir is not None:
+        return
+    from tpwarden.cluster.watchdog_remote import (  # deferred: SSH only when remote
+        NODE_TPWARDEN,
+        run_on_watchdog_host,
+        watchdog_place,
+    )
+
+    spec = load(inventory)
+    place = watchdog_place(spec)
+    if place.node is None:
+        return
+    rc, out, err = run_on_watchdog_host(spec, place.node, command, args)
+    if rc == 127:  # the shell's "command not found"
+        raise ConfigError(
+            f"{place.host}: {NODE_TPWARDEN} not found (the watchdog runs there)",
+            hint="provision the nodes first (`tpwarden provision`)",
+        )
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    raise typer.Exit(rc if rc in (0, 1, 2) else 1)

@@ -52,7 +52,7 @@ def test_a_watchdog_host_outside_the_inventory_is_refused(spec):
 
 
 def test_the_remote_command_names_the_watchdog_state_dir(spec):
-    argv = remote_argv(spec, "hold", ["--for", "30m"])
+    argv = remote_argv(spec, ("watchdog", "hold"), ["--for", "30m"])
     assert argv == [NODE_TPWARDEN, "watchdog", "hold", "--state-dir", spec.watchdog.state_dir,
                     "--for", "30m"]  # fmt: skip
 
@@ -64,7 +64,7 @@ def remote(monkeypatch):
     answer = {"rc": 0, "out": "", "err": ""}
 
     def run(spec, node, command, args):
-        calls.append((node.name, command, list(args)))
+        calls.append((node.name, " ".join(command).removeprefix("watchdog "), list(args)))
         return answer["rc"], answer["out"], answer["err"]
 
     monkeypatch.setattr(watchdog_remote, "run_on_watchdog_host", run)
@@ -185,3 +185,12 @@ def test_an_unreachable_watchdog_host_is_a_named_problem(spec, tmp_path, monkeyp
     path, problem = watchdog_remote.watchdog_events(spec, tmp_path)
     assert problem is not None and problem.startswith("node1: ") and "timed out" in problem
     assert not path.exists()
+
+
+def test_incident_list_and_show_read_the_watchdog_hosts_dossiers(remote):
+    calls, answer = remote
+    answer["out"] = "no incident dossiers in /var/lib/tpwarden/watchdog/incidents\n"
+    assert _cli("incident", "list", "-i", str(GOOD)).exit_code == 0
+    assert _cli("incident", "show", "20261204T031500Z", "-i", str(GOOD), "--json").exit_code == 0
+    assert calls == [("node1", "incident list", []),
+                     ("node1", "incident show", ["20261204T031500Z", "--json"])]  # fmt: skip
