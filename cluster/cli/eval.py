@@ -1,6 +1,8 @@
 """`tpwarden eval`: lm-evaluation-harness runs and comparisons. Rendering only; the work is in
 cluster.eval.
 
+tpwarden eval presets
+tpwarden eval run -i inventory.yml --suite field
 tpwarden eval run -i inventory.yml --tasks mmlu,kmmlu,kormedmcqa,humaneval,gsm8k --limit 50
 tpwarden eval run -i inventory.yml --tasks my_mc --include-path tasks/ --dry-run
 tpwarden eval compare runs/A-eval runs/B-eval
@@ -27,10 +29,16 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.eval.catalog import DEFAULT_TASKS, SUITES, preset_rows, suite_tasks
 from tpwarden.cluster.eval.plan import EvalOptions
-from tpwarden.cluster.eval.presets import DEFAULT_NUM_CONCURRENT, EvalError
+from tpwarden.cluster.eval.presets import (
+    DEFAULT_NUM_CONCURRENT,
+    EvalError,
+    plan_stops,
+    stop_limit,
+)
 from tpwarden.cluster.eval.results import comparability, compare_scores, eval_differences
-from tpwarden.cluster.eval.runner import EvalRunner, container_plan, eval_settings
+from tpwarden.cluster.eval.runner import EvalRunner, container_plan, eval_settings, presets
 
 app = typer.Typer(
     help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
@@ -68,13 +76,77 @@ def _print_plans(plans: list[dict[str, Any]]) -> None:
         )
 
 
+def _stops_cell(row: dict[str, Any]) -> str:
+    sent, yaml_stops = row["stops_sent"], row["stops_yaml"]
+    if not yaml_stops:
+        return "-"
+    return f"{len(sent)} of {len(yaml_stops)}" if len(sent) != len(yaml_stops) else str(len(sent))
+
+
+@app.command("presets")
+@handle_errors
+def list_presets(
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Show the stops sent under this inventory's vLLM version and serving env.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The built-in task presets: path, few-shot, stops, headline metric, and the field
+    report's score beside each for reference (read, never compared automatically).
+
+    """
+
+    limit: int | None = stop_limit(None)  # vLLM >= 0.28's default (VLLM_MAX_STOP_STRINGS)
+    if inventory is not None:
+        spec = load(inventory)
+        limit = stop_limit(spec.serving.vllm_version, dict(spec.serving.env))
+    rows = preset_rows()
+    for r in rows:
+        until = tuple(r["stops_yaml"]) or None
+        keep = tuple(r["stops_kept"]) if r["stops_kept"] is not None else None
+        plan = plan_stops(until, limit, keep)
+        r["stops_sent"], r["stops"] = list(plan.sent), plan.describe()
+    if as_json:
+        suites = {k: list(v) for k, v in SUITES.items()}
+        emit_json("eval presets", {"presets": rows, "suites": suites})
+        return
+    table = Table(title="eval presets (lm-eval 0.4.13)")
+    for col in ("task", "path", "shots", "stops", "metric", "report"):
+        table.add_column(col, justify="right" if col in ("shots", "report") else "left")
+    for r in rows:
+        ref = r["report"]
+        table.add_row(
+            r["task"], r["path"], str(r["shots"]) + (" (pinned)" if r["shots_pinned"] else ""),
+            _stops_cell(r), r["metric"] or "-", "-" if ref is None else f"{ref['score']:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    for name, tasks in SUITES.items():
+        console.print(f"suite {name}: {', '.join(tasks)}", highlight=False)
+
+
 @app.command("run")
 @handle_errors
 def run(
     inventory: InventoryOption = DEFAULT_INVENTORY,
-    tasks: Annotated[str, typer.Option(help="Comma list of lm-eval task names.")] = (
-        "mmlu,kmmlu,kormedmcqa,humaneval,gsm8k"
-    ),
+    tasks: Annotated[
+        str | None,
+        typer.Option(help=f"Comma list of lm-eval task names (default {','.join(DEFAULT_TASKS)})."),
+    ] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(help=f"A named suite instead of --tasks: {', '.join(sorted(SUITES))}."),
+    ] = None,
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option(
+            "--num-fewshot", min=0, help="Few-shot count for every task (not a YAML's pinned 0)."
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option(min=1, help="Items per task (lm-eval --limit).")
     ] = None,
@@ -108,19 +180,25 @@ def run(
 ) -> None:
     """Run lm-eval tasks against the server; one client container per task, resumable.
 
-    Example: tpwarden eval run -i inventory.yml --tasks mmlu,humaneval --limit 20
+    Example: tpwarden eval run -i inventory.yml --suite field   (or --tasks mmlu,humaneval)
     """
 
+    if suite is not None and tasks is not None:
+        raise typer.BadParameter("give --suite or --tasks, not both", param_hint="--suite")
+    task_names = suite_tasks(suite) if suite is not None else _csv(tasks) or DEFAULT_TASKS
     spec = load(inventory)
     settings = eval_settings(spec)
     opts = EvalOptions(
-        tasks=_csv(tasks),
+        tasks=task_names,
+        suite=suite,
+        num_fewshot=num_fewshot,
         limit=limit,
         num_concurrent=num_concurrent or settings.get("num_concurrent") or DEFAULT_NUM_CONCURRENT,
         include_path=str(include_path) if include_path else None,
         chat_tasks=_csv(chat),
         client_image=client_image,
     )
+    presets(opts, include_path)  # an unknown task is bad input: refused before any connection
     with Controller(spec) as ctl:
         runner = EvalRunner(
             ctl, runs_dir or default_runs_dir(), on_progress=lambda m: err_console.print(m)

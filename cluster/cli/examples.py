@@ -62,6 +62,7 @@ EXAMPLES: dict[str, str] = {
     "bench": f"tpwarden bench sweep {INV} --concurrency 1,8,32",
     "decide": f'tpwarden decide yesno {INV} "Is the sky blue?"',
     "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
+    "eval presets": f"tpwarden eval presets {INV} --json",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
 }

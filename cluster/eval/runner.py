@@ -35,13 +35,13 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
 from tpwarden.cluster.durable import atomic_write_bytes
 from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.eval.catalog import preset_for
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
 from tpwarden.cluster.eval.presets import (
     CONTAINER_DIR,
     LM_EVAL_VERSION,
     EvalError,
     TaskPreset,
-    preset_for,
     scan_task_yaml,
 )
 from tpwarden.cluster.eval.results import score_row
@@ -280,7 +280,7 @@ class EvalRunner:
         path = tp.preset.path.value
         if done.is_file():
             self.progress(f"{tp.task}: done earlier, kept")
-            return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+            return _row(tp, _load(done))
         run_id = manifest["run_id"]
         plan = container_plan(self.spec, tp, opts.client_image or "", run_id)
         for attempt in range(1, opts.max_resumes + 2):
@@ -297,7 +297,7 @@ class EvalRunner:
                 {"task": tp.task, "attempt": attempt, "rc": rc, "at": self.clock().isoformat()}
             )
             if rc == 0 and done.is_file():
-                return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+                return _row(tp, _load(done))
             restart = self._after_failure(tp.task, attempt, rc, logs)
             manifest["restarts"].append(restart)
             write_json(run_dir / "manifest.json", manifest)
@@ -362,6 +362,11 @@ class EvalRunner:
             return self.http.get(f"{self.spec.api_base}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def _row(tp: TaskPlan, results: Mapping[str, Any]) -> dict[str, Any]:
+    row = score_row(tp.task, tp.preset.path.value, tp.stops.describe(), results, tp.preset.metric)
+    return row.to_json()
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -9,14 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.eval.catalog import PRESETS, preset_for
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
-    PRESETS,
     ApiPath,
     EvalError,
     max_length,
     plan_stops,
-    preset_for,
     scan_task_yaml,
     stop_limit,
 )
@@ -98,7 +97,7 @@ def test_a_preset_that_keeps_more_than_the_limit_is_refused():
 def test_each_builtin_task_has_a_path():
     assert PRESETS["mmlu"].path is ApiPath.LOGLIKELIHOOD
     assert PRESETS["kmmlu"].path is ApiPath.LOGLIKELIHOOD
-    assert PRESETS["gsm8k"].path is ApiPath.COMPLETIONS
+    assert PRESETS["gsm8k"].path is ApiPath.CHAT  # the report's path (issue 34; was completions)
     assert PRESETS["kormedmcqa"].path is ApiPath.CHAT
 
 
