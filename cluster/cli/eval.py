@@ -28,22 +28,34 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.eval_datasets import app as datasets_app
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.eval.cache import read_index
 from tpwarden.cluster.eval.catalog import DEFAULT_TASKS, SUITES, preset_rows, suite_tasks
+from tpwarden.cluster.eval.datasets import data_refusal, hub_tasks
 from tpwarden.cluster.eval.plan import EvalOptions
 from tpwarden.cluster.eval.presets import (
     DEFAULT_NUM_CONCURRENT,
     EvalError,
+    EvalInputError,
     plan_stops,
     stop_limit,
 )
 from tpwarden.cluster.eval.results import comparability, compare_scores, eval_differences
-from tpwarden.cluster.eval.runner import EvalRunner, container_plan, eval_settings, presets
+from tpwarden.cluster.eval.runner import (
+    EvalRunner,
+    container_plan,
+    eval_settings,
+    local_tasks,
+    presets,
+)
+from tpwarden.cluster.spec import ClusterSpec
 
 app = typer.Typer(
     help="Accuracy runs (lm-evaluation-harness 0.4.13) from the CPU-only client container.",
     no_args_is_help=True,
 )
+app.add_typer(datasets_app, name="datasets")
 
 
 def _fmt(v: Any, scale: float = 100.0) -> str:
@@ -129,6 +141,21 @@ def list_presets(
         console.print(f"suite {name}: {', '.join(tasks)}", highlight=False)
 
 
+def _missing_data(
+    spec: ClusterSpec, opts: EvalOptions, inventory: Path, hf_cache: str | None
+) -> str | None:
+    """Why the Hub tasks cannot run offline, or None. Reads the head's cache index over SSH
+    only when the inventory names a cache (without one, nothing is contacted)."""
+
+    def head_index() -> dict[str, Any] | None:
+        with Controller(spec) as ctl:
+            return read_index(ctl.session(spec.head), hf_cache or "")
+
+    local = local_tasks(Path(opts.include_path) if opts.include_path else None)
+    needed = hub_tasks(opts.tasks, local)
+    return data_refusal(needed, opts.suite, str(inventory), hf_cache, head_index)
+
+
 @app.command("run")
 @handle_errors
 def run(
@@ -176,6 +203,14 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = (
         False
     ),
+    no_data_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-data-check",
+            help="Skip the check that the head's cache index lists every task (a cache filled "
+            "by hand).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run lm-eval tasks against the server; one client container per task, resumable.
@@ -199,6 +234,11 @@ def run(
         client_image=client_image,
     )
     presets(opts, include_path)  # an unknown task is bad input: refused before any connection
+    refused = (
+        None if no_data_check else _missing_data(spec, opts, inventory, settings.get("hf_cache"))
+    )
+    if refused and not dry_run:
+        raise EvalInputError(refused)
     with Controller(spec) as ctl:
         runner = EvalRunner(
             ctl, runs_dir or default_runs_dir(), on_progress=lambda m: err_console.print(m)
@@ -211,7 +251,8 @@ def run(
                  .to_json()}
                 for p in plans
             ]  # fmt: skip
-            emit_json("eval run", {"dry_run": True, "preflight": pre, "plans": doc}, indent=2)
+            out = {"dry_run": True, "preflight": pre, "plans": doc, "data_missing": refused}
+            emit_json("eval run", out, indent=2)
             return
         if not as_json:
             _print_preflight(pre)

@@ -63,6 +63,10 @@ EXAMPLES: dict[str, str] = {
     "decide": f'tpwarden decide yesno {INV} "Is the sky blue?"',
     "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
     "eval presets": f"tpwarden eval presets {INV} --json",
+    "eval datasets": "tpwarden eval datasets fetch --suite field --out field-data.tar.gz "
+    f"&& tpwarden eval datasets load field-data.tar.gz {INV}",
+    "eval datasets fetch": "tpwarden eval datasets fetch --suite field --out field-data.tar.gz",
+    "eval datasets load": f"tpwarden eval datasets load field-data.tar.gz {INV}",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
 }
