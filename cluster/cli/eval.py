@@ -41,6 +41,7 @@ from tpwarden.cluster.eval.presets import (
     plan_stops,
     stop_limit,
 )
+from tpwarden.cluster.eval.progress import render_progress, render_summary
 from tpwarden.cluster.eval.results import comparability, compare_scores, eval_differences
 from tpwarden.cluster.eval.runner import (
     EvalRunner,
@@ -241,25 +242,35 @@ def run(
         raise EvalInputError(refused)
     with Controller(spec) as ctl:
         runner = EvalRunner(
-            ctl, runs_dir or default_runs_dir(), on_progress=lambda m: err_console.print(m)
+            ctl,
+            runs_dir or default_runs_dir(),
+            on_progress=lambda m: err_console.print(plain(m), highlight=False),
+            on_task_progress=lambda p: err_console.print(render_progress(p), highlight=False),
         )
         pre = runner.preflight()
         if dry_run:
-            plans = runner.plan(opts, pre)
-            doc = [
+            plans = [
                 {**p.to_json(), "container": container_plan(spec, p, "<client image>", "dry-run")
                  .to_json()}
-                for p in plans
+                for p in runner.plan(opts, pre)
             ]  # fmt: skip
-            out = {"dry_run": True, "preflight": pre, "plans": doc, "data_missing": refused}
+            out = {"dry_run": True, "preflight": pre, "plans": plans, "data_missing": refused}
             emit_json("eval run", out, indent=2)
             return
         if not as_json:
             _print_preflight(pre)
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
     if as_json:
-        emit_json("eval run", {"run_dir": str(run_dir), "rows": rows}, indent=2)
+        doc = {"run_dir": str(run_dir), "suite": opts.suite, "rows": rows}
+        emit_json("eval run", {**doc, "summary": manifest.get("summary")}, indent=2)
         return
+    _print_run(spec, opts, run_dir, manifest, rows)
+
+
+def _print_run(
+    spec: ClusterSpec, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
+    rows: list[dict[str, Any]],
+) -> None:  # fmt: skip
     _print_plans(manifest["plans"])
     table = Table(title=f"{manifest['run_id']} ({spec.name}, config {spec.config_hash()})")
     for col in ("task", "path", "n", "score", "± stderr", "metric"):
@@ -272,6 +283,8 @@ def run(
     console.print(table)
     if manifest.get("restarts"):
         console.print(f"server restarts survived: {len(manifest['restarts'])}", highlight=False)
+    for line in render_summary(opts.suite, manifest.get("summary") or []):
+        console.print(plain(line), highlight=False)
     console.print(f"run directory: {plain(run_dir)}", highlight=False)
 
 

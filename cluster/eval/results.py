@@ -109,6 +109,7 @@ def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Diff
         "lm-eval version": lambda m: m.get("lm_eval_version"),
         "option limit": lambda m: (m.get("options") or {}).get("limit"),
         "option num_concurrent": lambda m: (m.get("options") or {}).get("num_concurrent"),
+        "option num_fewshot": lambda m: (m.get("options") or {}).get("num_fewshot"),
         "server restarts during run": lambda m: len(m.get("restarts") or []),
     }
     for fact, get in extra.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.eval.catalog import PRESETS, preset_for
+from tpwarden.cluster.eval.client import _tar
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
     ApiPath,
@@ -26,7 +27,7 @@ from tpwarden.cluster.eval.results import (
     primary_metric,
     score_row,
 )
-from tpwarden.cluster.eval.runner import RUN_SH, _tar, container_plan, local_tasks, presets
+from tpwarden.cluster.eval.runner import RUN_SH, container_plan, local_tasks, presets
 from tpwarden.cluster.inventory import load_inventory
 
 TASKS = Path(__file__).parents[1] / "lab" / "eval_tasks"
@@ -305,7 +306,8 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
     results = json.dumps(LM_EVAL_RESULTS).encode()
     calls: list[dict] = []
 
-    def fake_run(gw, plan, files, secrets, timeout_s):
+    def fake_run(gw, plan, files, secrets, timeout_s, watch):
+        assert watch is None  # no progress callback: the client is not watched
         calls.append(dict(files))
         if len(calls) == 1:  # the server went away mid-task: the partial cache comes back
             return 1, "aiohttp ClientConnectorError: Connection refused", {
