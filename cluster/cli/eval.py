@@ -29,6 +29,7 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.cli.eval_datasets import app as datasets_app
+from tpwarden.cluster.cli.eval_image import app as image_app
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.eval.cache import read_index
 from tpwarden.cluster.eval.catalog import DEFAULT_TASKS, SUITES, preset_rows, suite_tasks
@@ -57,6 +58,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(image_app, name="image")
 
 
 def _fmt(v: Any, scale: float = 100.0) -> str:

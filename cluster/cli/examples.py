@@ -67,6 +67,8 @@ EXAMPLES: dict[str, str] = {
     f"&& tpwarden eval datasets load field-data.tar.gz {INV}",
     "eval datasets fetch": "tpwarden eval datasets fetch --suite field --out field-data.tar.gz",
     "eval datasets load": f"tpwarden eval datasets load field-data.tar.gz {INV}",
+    "eval image": f"tpwarden eval image build {INV} --dry-run",
+    "eval image build": f"tpwarden eval image build {INV}   (then set tpwarden.eval.client_image)",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
 }
