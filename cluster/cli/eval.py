@@ -229,6 +229,7 @@ def run(
     opts = EvalOptions(
         tasks=task_names,
         suite=suite,
+        keep_going=suite is not None,  # a night's suite goes on past a failed task
         num_fewshot=num_fewshot,
         limit=limit,
         num_concurrent=num_concurrent or settings.get("num_concurrent") or DEFAULT_NUM_CONCURRENT,
@@ -262,15 +263,33 @@ def run(
         if not as_json:
             _print_preflight(pre)
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
+    failed = [f["task"] for f in manifest.get("failed") or [] if f["task"] in _unscored(rows)]
     if as_json:
-        doc = {"run_dir": str(run_dir), "suite": opts.suite, "rows": rows}
-        emit_json("eval run", {**doc, "summary": manifest.get("summary")}, indent=2)
-        return
-    _print_run(spec, opts, run_dir, manifest, rows)
+        doc: dict[str, Any] = {"run_dir": str(run_dir), "suite": opts.suite, "rows": rows}
+        doc["summary"] = manifest.get("summary")
+        if failed:
+            message = f"tasks failed (the suite went on): {', '.join(failed)}"
+            hint = f"{_rerun(inventory, opts, run_dir)} reruns only those"
+            doc.update(ok=False, error={"kind": "failed", "message": message, "hint": hint,
+                                        "exit_code": 1})  # fmt: skip
+        emit_json("eval run", doc, indent=2)
+    else:
+        _print_run(spec, inventory, opts, run_dir, manifest, rows)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _rerun(inventory: Path, opts: EvalOptions, run_dir: Path) -> str:
+    what = f"--suite {opts.suite}" if opts.suite else f"--tasks {','.join(opts.tasks)}"
+    return f"tpwarden eval run -i {inventory} {what} --resume {run_dir}"
+
+
+def _unscored(rows: list[dict[str, Any]]) -> set[str]:
+    return {r["task"] for r in rows if r.get("score") is None}
 
 
 def _print_run(
-    spec: ClusterSpec, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
+    spec: ClusterSpec, inventory: Path, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
     rows: list[dict[str, Any]],
 ) -> None:  # fmt: skip
     _print_plans(manifest["plans"])
@@ -288,6 +307,9 @@ def _print_run(
     for line in render_summary(opts.suite, manifest.get("summary") or []):
         console.print(plain(line), highlight=False)
     console.print(f"run directory: {plain(run_dir)}", highlight=False)
+    if any(r.get("error") for r in rows):
+        console.print(f"rerun the failed tasks: {plain(_rerun(inventory, opts, run_dir))}",
+                      highlight=False)  # fmt: skip
 
 
 @app.command("compare")

@@ -45,6 +45,7 @@ class EvalOptions:
     chat_tasks: tuple[str, ...] = ()  # local generate_until tasks to send through chat
     num_fewshot: int | None = None  # overrides every preset's few-shot count (not a pinned 0)
     suite: str | None = None  # the named suite the tasks came from (catalog.SUITES)
+    keep_going: bool = False  # a task lm-eval fails on is recorded and the next one runs
     seed: int = 1234
     max_retries: int = 5
     request_timeout_s: int = 600

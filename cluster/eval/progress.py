@@ -138,6 +138,7 @@ def suite_summary(
         if r.get("resume"):
             restarts[r["task"]] = restarts.get(r["task"], 0) + 1
     kept = set(manifest.get("kept") or [])
+    failed = {f["task"] for f in manifest.get("failed") or []}
     out = []
     for row in rows:
         task = row["task"]
@@ -145,6 +146,7 @@ def suite_summary(
         # resumed: more than one attempt, in this invocation or an earlier one (--resume keeps
         # the attempts); kept: finished by an earlier invocation, not run by this one
         how = "resumed" if n_att > 1 else "kept" if task in kept else "ran"
+        how = "failed" if task in failed and row.get("score") is None else how
         out.append(
             {
                 "task": task,
@@ -172,4 +174,7 @@ def render_summary(suite: str | None, summary: Sequence[Mapping[str, Any]]) -> l
         lines.append(f"resumed after a failure (server restart): {', '.join(resumed)}")
     if kept:
         lines.append(f"kept from an earlier invocation (--resume): {', '.join(kept)}")
+    failed = [s["task"] for s in summary if s["how"] == "failed"]
+    if failed:
+        lines.append(f"FAILED (no score; the run went on): {', '.join(failed)}")
     return lines

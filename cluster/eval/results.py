@@ -55,6 +55,13 @@ def score_row(
     return Score(task=task, path=path, n=n, metric=key, score=value, stderr=err, stops=stops)
 
 
+def failed_row(task: str, path: str, stops: str, error: str) -> dict[str, Any]:
+    """The row of a task that did not finish (a suite went on without it)."""
+    row = Score(task=task, path=path, n=None, metric=None, score=None, stderr=None, stops=stops)
+    last = error.strip().splitlines()[-1] if error.strip() else "failed"
+    return {**row.to_json(), "error": last[:300]}
+
+
 def n_items(task: str, doc: Mapping[str, Any], depth: int = 0) -> int | None:
     """Items scored: a task's own count, a group's the sum of its subtasks' (lm-eval keeps
     `n-samples` per leaf task and the tree in `group_subtasks`)."""

@@ -38,7 +38,7 @@ from tpwarden.cluster.eval.presets import (
     scan_task_yaml,
 )
 from tpwarden.cluster.eval.progress import TaskProgress, TaskWatch, suite_summary
-from tpwarden.cluster.eval.results import score_row
+from tpwarden.cluster.eval.results import failed_row, score_row
 from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec
 
@@ -192,13 +192,28 @@ class EvalRunner:
         rows: list[dict[str, Any]] = []
         try:
             for position, tp in enumerate(plans, 1):
-                rows.append(self._task(tp, opts, run_dir, manifest, (position, len(plans))))
+                rows.append(self._task_or_failure(tp, opts, run_dir, manifest, position, plans))
                 write_json(run_dir / "table.json", {"kind": "eval", "rows": rows})
             manifest["summary"] = suite_summary(manifest, rows)
         finally:
             manifest["finished_at"] = self.clock().isoformat()
             write_json(run_dir / "manifest.json", manifest)
         return run_dir, manifest, rows
+
+    def _task_or_failure(
+        self, tp: TaskPlan, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
+        position: int, plans: list[TaskPlan],
+    ) -> dict[str, Any]:  # fmt: skip
+        """With `keep_going` (a suite: one task's failure must not cost the night's others),
+        a task lm-eval failed on becomes a row without a score and the run goes on."""
+        try:
+            return self._task(tp, opts, run_dir, manifest, (position, len(plans)))
+        except EvalError as e:
+            if not opts.keep_going:
+                raise
+            self.progress(f"{tp.task}: failed, going on with the next task")
+            manifest.setdefault("failed", []).append({"task": tp.task, "error": str(e)[-2000:]})
+            return failed_row(tp.task, tp.preset.path.value, tp.stops.describe(), str(e))
 
     def _manifest(
         self, run_id: str, opts: EvalOptions, pre: Mapping[str, Any], plans: list[TaskPlan]

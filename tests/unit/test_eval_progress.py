@@ -184,3 +184,106 @@ def test_the_runner_reports_progress_and_writes_it_beside_the_run(tmp_path, monk
     ]
     assert json.loads((run_dir / "progress.json").read_text())["done"] == 24
     assert manifest["summary"][0]["how"] == "ran" and rows[0]["score"] == 0.5
+
+
+def _fake_runner(tmp_path, monkeypatch, outcomes):
+    """An EvalRunner over a fake client: `outcomes` maps task -> (rc, log, results doc)."""
+    import httpx
+    from tpwarden.cluster.eval import runner as rmod
+    from tpwarden.cluster.inventory import load_inventory
+
+    spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
+
+    def fake_run(gw, plan, files, secrets, timeout_s, watch):
+        task = next(t for t in outcomes if plan.name.endswith(t.replace("_", "-")))
+        rc, log, doc = outcomes[task]
+        return rc, log, ({"results_x.json": json.dumps(doc).encode()} if doc else {}), {}
+
+    monkeypatch.setattr(rmod, "run_container", fake_run)
+
+    class FakeCtl:
+        def __init__(self):
+            self.spec = spec
+
+        def docker(self, node):
+            return None
+
+        def api_key(self):
+            return None
+
+    ok = httpx.MockTransport(lambda req: httpx.Response(200, json={"version": "0.33.0"}))
+    return rmod.EvalRunner(FakeCtl(), tmp_path / "runs", http=httpx.Client(transport=ok))
+
+
+PRE = {
+    "ok": True, "verdict": "ready", "notes": [], "probe_ok": True,
+    "server": {"max_model_len": 4096, "version": "0.33.0"},
+    "server_defaults": {"thinking": False, "chat_template_kwargs": {}},
+}  # fmt: skip
+
+
+def test_a_suite_goes_on_past_a_failed_task_and_says_so(tmp_path, monkeypatch):
+    from tpwarden.cluster.eval.plan import EvalOptions
+
+    good = {"results": {"gsm8k": {"exact_match,strict-match": 0.9}},
+            "n-samples": {"gsm8k": {"original": 5, "effective": 5}}}  # fmt: skip
+    runner = _fake_runner(tmp_path, monkeypatch, {
+        "mmlu_pro": (2, "Traceback ...\nKeyError: 'question'", None),  # not the server's fault
+        "gsm8k": (0, "ok", good),
+    })  # fmt: skip
+    opts = EvalOptions(tasks=("mmlu_pro", "gsm8k"), client_image="img", keep_going=True)
+    run_dir, manifest, rows = runner.run(opts, PRE)
+    assert [r["task"] for r in rows] == ["mmlu_pro", "gsm8k"]
+    assert rows[0]["score"] is None and rows[0]["error"] == "KeyError: 'question'"
+    assert rows[1]["score"] == 0.9
+    assert [f["task"] for f in manifest["failed"]] == ["mmlu_pro"]
+    assert [s["how"] for s in manifest["summary"]] == ["failed", "ran"]
+    assert "FAILED (no score; the run went on): mmlu_pro" in render_summary(
+        "x", manifest["summary"]
+    )
+    runner.runs_dir = tmp_path / "runs2"  # run ids are per second
+    with pytest.raises(Exception, match="exited 2"):  # without keep_going: stops (as before)
+        runner.run(EvalOptions(tasks=("mmlu_pro", "gsm8k"), client_image="img"), PRE)
+
+
+def test_the_cli_exits_1_with_the_rows_when_a_suite_task_failed(tmp_path, monkeypatch):
+    from tpwarden.cluster.cli import app
+    from tpwarden.cluster.cli import eval as cli_eval
+    from typer.testing import CliRunner
+
+    seen = {}
+
+    class FakeRunner:
+        def __init__(self, ctl, runs_dir, **kw):
+            pass
+
+        def preflight(self):
+            return PRE
+
+        def run(self, opts, pre, resume=None):
+            seen["opts"] = opts
+            manifest = {"failed": [{"task": "humaneval", "error": "x"}], "summary": []}
+            rows = [{"task": "humaneval", "score": None, "error": "x"},
+                    {"task": "gsm8k", "score": 0.9}]  # fmt: skip
+            return tmp_path / "run", manifest, rows
+
+    class NoCluster:
+        def __init__(self, spec, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(cli_eval, "EvalRunner", FakeRunner)
+    monkeypatch.setattr(cli_eval, "Controller", NoCluster)
+    monkeypatch.setattr(cli_eval, "_missing_data", lambda *a: None)
+    inv = str(Path(__file__).parent / "inventories" / "good.yml")
+    result = CliRunner().invoke(app, ["eval", "run", "-i", inv, "--suite", "field", "--json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["error"]["exit_code"] == 1 and len(doc["rows"]) == 2
+    assert doc["error"]["hint"].startswith(f"tpwarden eval run -i {inv} --suite field --resume")
+    assert seen["opts"].keep_going and seen["opts"].suite == "field"
