@@ -79,7 +79,8 @@ class EvalSummary:
     finished: bool  # False: still running (or killed) when the report was made
     thinking: Any  # the server's chat-template default the run measured under
     restarts: int  # server restarts the run waited out and resumed after
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[dict[str, Any], ...]  # EVAL_FIELDS + previous, delta_points (vs the last run)
+    suite: str | None = None  # `eval run --suite` (e.g. "field")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,22 +242,44 @@ def summarize_evals(
     since: float | None = None,
     until: float | None = None,
 ) -> tuple[EvalSummary, ...]:
-    """`tpwarden eval` run directories (same runs dir as bench) that started in the window."""
+    """`tpwarden eval` run directories (same runs dir as bench) that started in the window,
+    each task's score beside the previous run's (any earlier eval run, same task and path)."""
+    evals = sorted(
+        ((iso_ts(m.get("started_at")), m, t) for m, t in runs if _is_eval(m, t)),
+        key=lambda e: e[0] or 0.0,
+    )
     out = []
-    for manifest, table in runs:
-        started = iso_ts(manifest.get("started_at"))
-        if not _is_eval(manifest, table) or started is None or not _in(started, since, until):
+    for i, (started, manifest, table) in enumerate(evals):
+        if started is None or not _in(started, since, until):
             continue
-        rows = tuple({k: r.get(k) for k in EVAL_FIELDS} for r in table.get("rows") or [])
+        earlier = [t for _, _, t in evals[:i]]
+        rows = tuple(_with_previous(r, earlier) for r in table.get("rows") or [])
         out.append(
             EvalSummary(
                 run_id=str(manifest.get("run_id")), started_at=started,
                 finished=manifest.get("finished_at") is not None,
                 thinking=(manifest.get("server_defaults") or {}).get("thinking"),
                 restarts=len(manifest.get("restarts") or ()), rows=rows,
+                suite=(manifest.get("options") or {}).get("suite"),
             )
         )  # fmt: skip
-    return tuple(sorted(out, key=lambda e: e.started_at))
+    return tuple(out)
+
+
+def _with_previous(row: Mapping[str, Any], earlier: list[Mapping[str, Any]]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in EVAL_FIELDS}
+    prev = None
+    for table in reversed(earlier):
+        match = [r for r in table.get("rows") or [] if r.get("task") == row.get("task")]
+        if match and match[0].get("path") == row.get("path"):
+            prev = match[0].get("score")
+            break
+    score = row.get("score")
+    out["previous"] = prev
+    out["delta_points"] = None
+    if isinstance(prev, (int, float)) and isinstance(score, (int, float)):
+        out["delta_points"] = 100.0 * (score - prev)
+    return out
 
 
 def summarize_bench(

@@ -97,7 +97,8 @@ def bench_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
 
 BENCH_HEAD = ["started", "run", "kind", "k", "c", "aggregate tok/s", "per stream tok/s",
               "TTFT p50 ms", "ITL p50 ms", "acceptance", "tokens/step"]  # fmt: skip
-EVAL_HEAD = ["started", "run", "thinking", "restarts", "task", "path", "n", "score", "stderr"]
+EVAL_HEAD = ["started", "run", "suite", "thinking", "restarts", "task", "path", "n", "score",
+             "stderr", "previous", "Δ points"]  # fmt: skip
 
 
 def eval_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
@@ -106,9 +107,11 @@ def eval_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
         state = "" if e.finished else " (unfinished)"
         for r in e.rows or ({},):
             rows.append(
-                [local(e.started_at, tz, "%H:%M"), e.run_id + state, _n(e.thinking, "{}"),
-                 str(e.restarts), _n(r.get("task"), "{}"), _n(r.get("path"), "{}"),
-                 _n(r.get("n"), "{}"), _n(r.get("score"), "{:.4f}"), _n(r.get("stderr"), "{:.4f}")]
+                [local(e.started_at, tz, "%H:%M"), e.run_id + state, _n(e.suite, "{}"),
+                 _n(e.thinking, "{}"), str(e.restarts), _n(r.get("task"), "{}"),
+                 _n(r.get("path"), "{}"), _n(r.get("n"), "{}"), _n(r.get("score"), "{:.4f}"),
+                 _n(r.get("stderr"), "{:.4f}"), _n(r.get("previous"), "{:.4f}"),
+                 _n(r.get("delta_points"), "{:+.1f}")]
             )  # fmt: skip
     return rows
 
@@ -244,9 +247,12 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
                 f"acceptance {_n(row.get('acceptance_pct'), '{:.0f}%')}, "
                 f"{_n(row.get('tokens_per_step'), '{:.2f}')} tokens/step"
             )
-    for at, run, thinking, restarts, task, path, items, score, err in eval_rows(rep, tz):
+    for at, run, suite, thinking, restarts, task, path, items, score, err, prev, delta in eval_rows(
+        rep, tz
+    ):
         out.append(
-            f"eval {at} {run}: {task} ({path}) n={items} score {score} +/- {err}; thinking "
+            f"eval {at} {run}{'' if suite == DASH else f' (suite {suite})'}: {task} ({path}) "
+            f"n={items} score {score} +/- {err} (previous {prev}, {delta} points); thinking "
             f"{thinking}, {restarts} server restart(s) resumed"
         )
     return out

@@ -303,6 +303,23 @@ class NodeSession:
         except (paramiko.SSHException, EOFError) as e:
             raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
 
+    def put_file(self, local: str, remote: str, mode: int = 0o600) -> None:
+        """Stream a large local file to the node (in SFTP's chunks, never whole in memory)."""
+        sftp = self.sftp()
+        with open(local, "rb") as src:  # a local OSError is the caller's, not the node's
+            try:
+                with sftp.open(remote, "wb") as f:
+                    f.chmod(mode)
+                    f.set_pipelined(True)
+                    while chunk := src.read(1 << 20):
+                        f.write(chunk)
+            except TimeoutError:
+                raise self._sftp_timed_out("put", remote) from None
+            except OSError as e:
+                raise CommandFailed(self.node, ["sftp-put", remote], 1, str(e)) from None
+            except (paramiko.SSHException, EOFError) as e:
+                raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
+
     def put_atomic(
         self, data: bytes, remote: str, mode: int = 0o600, timeout: float = DEFAULT_TIMEOUT_S
     ) -> None:

@@ -62,6 +62,13 @@ EXAMPLES: dict[str, str] = {
     "bench": f"tpwarden bench sweep {INV} --concurrency 1,8,32",
     "decide": f'tpwarden decide yesno {INV} "Is the sky blue?"',
     "eval": f"tpwarden eval run {INV} --tasks gsm8k --limit 50",
+    "eval presets": f"tpwarden eval presets {INV} --json",
+    "eval datasets": "tpwarden eval datasets fetch --suite field --out field-data.tar.gz "
+    f"&& tpwarden eval datasets load field-data.tar.gz {INV}",
+    "eval datasets fetch": "tpwarden eval datasets fetch --suite field --out field-data.tar.gz",
+    "eval datasets load": f"tpwarden eval datasets load field-data.tar.gz {INV}",
+    "eval image": f"tpwarden eval image build {INV} --dry-run",
+    "eval image build": f"tpwarden eval image build {INV}   (then set tpwarden.eval.client_image)",
     "prometheus": f"tpwarden prometheus config {INV} -o tpwarden.yml",
     "clocks": f"tpwarden clocks show {INV}",
     "flags": f"tpwarden flags show {INV}",

@@ -43,6 +43,9 @@ class EvalOptions:
     num_concurrent: int = DEFAULT_NUM_CONCURRENT
     include_path: str | None = None  # host folder of task YAMLs, copied to TASKS_DIR
     chat_tasks: tuple[str, ...] = ()  # local generate_until tasks to send through chat
+    num_fewshot: int | None = None  # overrides every preset's few-shot count (not a pinned 0)
+    suite: str | None = None  # the named suite the tasks came from (catalog.SUITES)
+    keep_going: bool = False  # a task lm-eval fails on is recorded and the next one runs
     seed: int = 1234
     max_retries: int = 5
     request_timeout_s: int = 600
@@ -63,6 +66,7 @@ class TaskPlan:
     stops: StopPlan
     argv: tuple[str, ...]
     env: Mapping[str, str]
+    shots: int | None = None  # None: the task YAML's own count (nothing passed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +78,9 @@ class TaskPlan:
             "stops_dropped": list(self.stops.dropped),
             "stop_limit": self.stops.limit,
             "stops": self.stops.describe(),
+            "shots": self.shots,
+            "metric": self.preset.metric,
+            "extraction": self.preset.extraction,
             "unsafe_code": self.preset.unsafe_code,
             "env": dict(self.env),
             "argv": list(self.argv),
@@ -120,8 +127,13 @@ def task_plan(task: str, preset: TaskPreset, srv: ServerFacts, opts: EvalOptions
     if stops.requested:
         gen = {"until": list(stops.sent), "temperature": 0}
         argv += ["--gen_kwargs", json.dumps(gen, ensure_ascii=False)]
+    shots = preset.run_shots(opts.num_fewshot)
+    if shots is not None and not preset.shots_pinned:
+        argv += ["--num_fewshot", str(shots)]
     if chat:
         argv += ["--apply_chat_template"]
+        if shots:  # lm-eval's default with a chat template, said out loud for the manifest
+            argv += ["--fewshot_as_multiturn", "true"]
     if opts.limit is not None:
         argv += ["--limit", str(opts.limit)]
     if opts.include_path:
@@ -130,7 +142,7 @@ def task_plan(task: str, preset: TaskPreset, srv: ServerFacts, opts: EvalOptions
         argv += ["--confirm_run_unsafe_code"]
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.update(preset.env)
-    return TaskPlan(task, preset, stops, tuple(argv), env)
+    return TaskPlan(task, preset, stops, tuple(argv), env, shots)
 
 
 def plan_tasks(

@@ -44,53 +44,42 @@ class ApiPath(StrEnum):
     CHAT = "generate/chat"  # server applies its chat template and default kwargs
 
 
+class EvalInputError(EvalError):
+    """Bad input for an eval command (unknown task or suite, data not loaded): nothing ran."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskPreset:
-    """What tpwarden knows about a task before asking lm-eval."""
+    """What tpwarden knows about a task before asking lm-eval.
+
+    `output_type`, `until`, `yaml_shots`, `max_gen_toks` and `unsafe_code` restate lm-eval
+    0.4.13's own task YAML (tests/unit/test_eval_presets.py checks them against the installed
+    package); `path`, `keep`, `shots` and `metric` are our choices, with the reason in `note`."""
 
     name: str
     path: ApiPath
+    output_type: str | None = None  # the YAML's (for a group: every leaf's)
     until: tuple[str, ...] | None = None  # the task YAML's own list (None: not generative)
     keep: tuple[str, ...] | None = None  # the stops we send instead (chosen, not truncated)
+    yaml_shots: int | None = None  # the YAML's num_fewshot (None: not set, lm-eval runs 0)
+    shots: int | None = None  # what we run (None: the YAML's own); --num-fewshot overrides
+    shots_pinned: bool = False  # the YAML says num_fewshot: 0, which lm-eval never overrides
+    max_gen_toks: int | None = None  # the YAML's (None: lm-eval's default, 256)
+    metric: str | None = None  # the headline "metric,filter" key in lm-eval's results
+    extraction: str = ""  # how the answer is taken from the output
     unsafe_code: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     note: str = ""
 
+    def run_shots(self, override: int | None) -> int | None:
+        """The few-shot count this task runs with (None: the task YAML's own, unchanged).
+        lm-eval ignores `--num_fewshot` for a task whose YAML pins 0, so we do too."""
+        if self.shots_pinned:
+            return 0
+        return override if override is not None else self.shots
 
-# Stop lists as lm-eval 0.4.13's task YAMLs have them (tasks/<name>/...yaml).
-_HUMANEVAL_UNTIL = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-_KORMED_UNTIL = ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
-_GSM8K_UNTIL = ("Question:", "</s>", "<|im_end|>")
-
-PRESETS: dict[str, TaskPreset] = {
-    "mmlu": TaskPreset(
-        name="mmlu", path=ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"
-    ),
-    "kmmlu": TaskPreset(
-        name="kmmlu", path=ApiPath.LOGLIKELIHOOD, note="multiple_choice: echo+logprobs"
-    ),
-    "kormedmcqa": TaskPreset(
-        name="kormedmcqa",
-        path=ApiPath.CHAT,
-        until=_KORMED_UNTIL,
-        note="generate_until with 5 stops; chat with the server's default template kwargs",
-    ),
-    "gsm8k": TaskPreset(
-        name="gsm8k",
-        path=ApiPath.COMPLETIONS,
-        until=_GSM8K_UNTIL,
-        note="5-shot continuation, regex answer",
-    ),
-    "humaneval": TaskPreset(
-        name="humaneval",
-        path=ApiPath.COMPLETIONS,
-        until=_HUMANEVAL_UNTIL,
-        keep=("\nclass", "\ndef", "\nif", "\nprint"),
-        unsafe_code=True,
-        env={"HF_ALLOW_CODE_EVAL": "1"},
-        note="prompt + completion executed; chat scored 17% vs 75% on completions",
-    ),
-}
 
 _OUTPUT_TYPE = re.compile(r"^output_type:\s*['\"]?(\w+)", re.M)
 _TASK_NAME = re.compile(r"^task:\s*['\"]?([\w.-]+)", re.M)
@@ -204,32 +193,3 @@ def _until_list(text: str) -> tuple[str, ...] | None:
         item = line.strip()[1:].strip()
         out.append(json.loads(item) if item.startswith('"') else item.strip("'"))
     return tuple(out)
-
-
-def preset_for(task: str, local: Mapping[str, Any] | None, chat: bool = False) -> TaskPreset:
-    """A built-in preset, else one derived from the local YAML's output type."""
-    if task in PRESETS and local is None:
-        return PRESETS[task]
-    if local is None:
-        raise EvalError(
-            f"{task}: no preset and no task YAML under --include-path; known: "
-            f"{', '.join(sorted(PRESETS))}"
-        )
-    otype = local.get("output_type")
-    if otype in ("multiple_choice", "loglikelihood", "loglikelihood_rolling"):
-        return TaskPreset(name=task, path=ApiPath.LOGLIKELIHOOD, note=f"local {otype}")
-    if otype == "generate_until":
-        unsafe = bool(local.get("unsafe_code"))
-        until = local.get("until")
-        humaneval = PRESETS["humaneval"]
-        return TaskPreset(
-            name=task,
-            path=ApiPath.CHAT if chat and not unsafe else ApiPath.COMPLETIONS,
-            until=until,
-            # a HumanEval copy gets HumanEval's choice of four (drop "\n#", keep "\nprint")
-            keep=humaneval.keep if until == humaneval.until else None,
-            unsafe_code=unsafe,
-            env={"HF_ALLOW_CODE_EVAL": "1"} if unsafe else {},
-            note="local generate_until" + (" (executes code)" if unsafe else ""),
-        )
-    raise EvalError(f"{task}: output_type {otype!r} in its YAML is not supported")

@@ -28,9 +28,14 @@ class Score:
         return dict(self.__dict__)
 
 
-def primary_metric(metrics: Mapping[str, Any]) -> tuple[str | None, float | None, float | None]:
-    """(metric key, value, stderr) of the headline metric in one task's results block."""
+def primary_metric(
+    metrics: Mapping[str, Any], prefer: str | None = None
+) -> tuple[str | None, float | None, float | None]:
+    """(metric key, value, stderr) of the headline metric in one task's results block: the
+    preset's `prefer` ("exact_match,strict-match") when present, else by _PRIMARY."""
     keys = [k for k in metrics if "," in k and "_stderr" not in k]
+    if prefer in keys and isinstance(metrics[prefer], (int, float)):
+        keys = [prefer]
     for name in _PRIMARY:
         for key in keys:
             if key.split(",", 1)[0] == name and isinstance(metrics[key], (int, float)):
@@ -40,13 +45,34 @@ def primary_metric(metrics: Mapping[str, Any]) -> tuple[str | None, float | None
     return None, None, None
 
 
-def score_row(task: str, path: str, stops: str, doc: Mapping[str, Any]) -> Score:
-    """One task's row from lm-eval's `results_*.json`."""
+def score_row(
+    task: str, path: str, stops: str, doc: Mapping[str, Any], metric: str | None = None
+) -> Score:
+    """One task's row from lm-eval's `results_*.json` (a group's row is its aggregate)."""
     metrics = (doc.get("results") or {}).get(task) or {}
-    n_doc = (doc.get("n-samples") or {}).get(task) or {}
-    n = n_doc.get("effective", n_doc.get("original"))
-    key, value, err = primary_metric(metrics)
+    key, value, err = primary_metric(metrics, metric)
+    n = n_items(task, doc)
     return Score(task=task, path=path, n=n, metric=key, score=value, stderr=err, stops=stops)
+
+
+def failed_row(task: str, path: str, stops: str, error: str) -> dict[str, Any]:
+    """The row of a task that did not finish (a suite went on without it)."""
+    row = Score(task=task, path=path, n=None, metric=None, score=None, stderr=None, stops=stops)
+    last = error.strip().splitlines()[-1] if error.strip() else "failed"
+    return {**row.to_json(), "error": last[:300]}
+
+
+def n_items(task: str, doc: Mapping[str, Any], depth: int = 0) -> int | None:
+    """Items scored: a task's own count, a group's the sum of its subtasks' (lm-eval keeps
+    `n-samples` per leaf task and the tree in `group_subtasks`)."""
+    n_doc = (doc.get("n-samples") or {}).get(task)
+    if n_doc:
+        n = n_doc.get("effective", n_doc.get("original"))
+        return n if isinstance(n, int) else None
+    children = (doc.get("group_subtasks") or {}).get(task) or []
+    counts = [n_items(c, doc, depth + 1) for c in children] if depth < 8 else []
+    known = [c for c in counts if isinstance(c, int)]
+    return sum(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -90,6 +116,7 @@ def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Diff
         "lm-eval version": lambda m: m.get("lm_eval_version"),
         "option limit": lambda m: (m.get("options") or {}).get("limit"),
         "option num_concurrent": lambda m: (m.get("options") or {}).get("num_concurrent"),
+        "option num_fewshot": lambda m: (m.get("options") or {}).get("num_fewshot"),
         "server restarts during run": lambda m: len(m.get("restarts") or []),
     }
     for fact, get in extra.items():

@@ -10,11 +10,8 @@ done; `tpwarden eval run --resume DIR` reruns only the others, each from its cac
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
-import tarfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -22,29 +19,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import httpx
-import paramiko
-import requests
 from tpwarden.cluster import __version__
 from tpwarden.cluster.bench import manifest as bm
 from tpwarden.cluster.bench.plan import client_base_url
 from tpwarden.cluster.bench.plan import client_image as bench_image
-from tpwarden.cluster.bench.runner import BenchRunner, _untar, container_facts, write_json
+from tpwarden.cluster.bench.runner import BenchRunner, write_json
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
 from tpwarden.cluster.durable import atomic_write_bytes
-from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.eval.catalog import preset_for
+from tpwarden.cluster.eval.client import Watch, run_container
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, TaskPlan, task_plan
 from tpwarden.cluster.eval.presets import (
     CONTAINER_DIR,
     LM_EVAL_VERSION,
     EvalError,
     TaskPreset,
-    preset_for,
     scan_task_yaml,
 )
-from tpwarden.cluster.eval.results import score_row
+from tpwarden.cluster.eval.progress import TaskProgress, TaskWatch, suite_summary
+from tpwarden.cluster.eval.results import failed_row, score_row
 from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec
 
@@ -144,56 +138,6 @@ def client_image(spec: ClusterSpec, override: str | None) -> str:
     return override or eval_settings(spec).get("client_image") or bench_image(spec)
 
 
-def _tar(files: Mapping[str, bytes]) -> bytes:
-    """Files under /bench, with a directory entry for every parent (nested task folders)."""
-    buf = io.BytesIO()
-    now = int(time.time())
-    dirs = {"bench"}
-    for name in files:
-        parts = f"bench/{name}".split("/")[:-1]
-        dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in sorted(dirs):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o777, now
-            tar.addfile(info)
-        for name, data in files.items():
-            info = tarfile.TarInfo(f"bench/{name}")
-            info.size, info.mode, info.mtime = len(data), 0o644, now
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def run_container(
-    gw: DockerGateway, plan: ContainerPlan, files: Mapping[str, bytes], secrets: Mapping[str, str],
-    timeout_s: float,
-) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:  # fmt: skip
-    """Create, fill, start, wait, collect /bench/results (also after a failure: the request
-    cache is what a resume needs), remove."""
-    api = gw.api
-    cid = None
-    try:
-        created = api.create_container(**create_kwargs(plan, {**plan.env, **secrets}, api))
-        cid = created["Id"]
-        api.put_archive(cid, "/", _tar(files))
-        facts = container_facts(api.inspect_container(cid))
-        api.start(cid)
-        rc = int(api.wait(cid, timeout=int(timeout_s)).get("StatusCode", -1))
-        logs = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
-        try:
-            results = _untar(api.get_archive(cid, f"{CONTAINER_DIR}/results")[0])
-        except docker.errors.NotFound:
-            results = {}
-        facts["exit_code"] = rc
-        return rc, logs, results, facts
-    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
-        raise DockerError(f"{gw.node}: eval client {plan.name}: {e}") from None
-    finally:
-        if cid is not None:
-            with contextlib.suppress(TpwardenError):
-                gw.remove(cid, stop_timeout=5)
-
-
 Progress = Callable[[str], None]
 
 
@@ -209,10 +153,13 @@ class EvalRunner:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         restart_wait_s: float = 900.0,
         poll_s: float = 5.0,
+        on_task_progress: Callable[[TaskProgress], None] | None = None,
     ) -> None:
         self.ctl, self.spec, self.runs_dir = ctl, ctl.spec, runs_dir
         self.http = http or httpx.Client(timeout=10.0)
         self.progress = on_progress or (lambda msg: None)
+        # None: the client is waited on without watching its log (as before issue 34)
+        self.on_task_progress = on_task_progress
         self.clock = clock
         self.restart_wait_s, self.poll_s = restart_wait_s, poll_s
 
@@ -244,13 +191,29 @@ class EvalRunner:
         write_json(run_dir / "manifest.json", manifest)
         rows: list[dict[str, Any]] = []
         try:
-            for tp in plans:
-                rows.append(self._task(tp, opts, run_dir, manifest))
+            for position, tp in enumerate(plans, 1):
+                rows.append(self._task_or_failure(tp, opts, run_dir, manifest, position, plans))
                 write_json(run_dir / "table.json", {"kind": "eval", "rows": rows})
+            manifest["summary"] = suite_summary(manifest, rows)
         finally:
             manifest["finished_at"] = self.clock().isoformat()
             write_json(run_dir / "manifest.json", manifest)
         return run_dir, manifest, rows
+
+    def _task_or_failure(
+        self, tp: TaskPlan, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
+        position: int, plans: list[TaskPlan],
+    ) -> dict[str, Any]:  # fmt: skip
+        """With `keep_going` (a suite: one task's failure must not cost the night's others),
+        a task lm-eval failed on becomes a row without a score and the run goes on."""
+        try:
+            return self._task(tp, opts, run_dir, manifest, (position, len(plans)))
+        except EvalError as e:
+            if not opts.keep_going:
+                raise
+            self.progress(f"{tp.task}: failed, going on with the next task")
+            manifest.setdefault("failed", []).append({"task": tp.task, "error": str(e)[-2000:]})
+            return failed_row(tp.task, tp.preset.path.value, tp.stops.describe(), str(e))
 
     def _manifest(
         self, run_id: str, opts: EvalOptions, pre: Mapping[str, Any], plans: list[TaskPlan]
@@ -274,13 +237,15 @@ class EvalRunner:
         }
 
     def _task(
-        self, tp: TaskPlan, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, tp: TaskPlan, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
+        place: tuple[int, int],
+    ) -> dict[str, Any]:  # fmt: skip
         done = run_dir / "results" / f"{tp.task}.json"
         path = tp.preset.path.value
         if done.is_file():
             self.progress(f"{tp.task}: done earlier, kept")
-            return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+            manifest.setdefault("kept", []).append(tp.task)
+            return _row(tp, _load(done))
         run_id = manifest["run_id"]
         plan = container_plan(self.spec, tp, opts.client_image or "", run_id)
         for attempt in range(1, opts.max_resumes + 2):
@@ -291,13 +256,14 @@ class EvalRunner:
                 self._files(tp, opts, run_dir),
                 self._secrets(),
                 opts.task_timeout_s,
+                self._watch(tp, place, attempt, run_dir),
             )
             self._keep(tp, run_dir, attempt, logs, out, facts)
             manifest["attempts"].append(
                 {"task": tp.task, "attempt": attempt, "rc": rc, "at": self.clock().isoformat()}
             )
             if rc == 0 and done.is_file():
-                return score_row(tp.task, path, tp.stops.describe(), _load(done)).to_json()
+                return _row(tp, _load(done))
             restart = self._after_failure(tp.task, attempt, rc, logs)
             manifest["restarts"].append(restart)
             write_json(run_dir / "manifest.json", manifest)
@@ -317,6 +283,22 @@ class EvalRunner:
         if cache.is_file():  # resume: the answers already received are not asked again
             files[f"results/cache/{cache.name}"] = cache.read_bytes()
         return files
+
+    def _watch(
+        self, tp: TaskPlan, place: tuple[int, int], attempt: int, run_dir: Path
+    ) -> Watch | None:
+        """Progress from the client's log: to the callback and to `progress.json`."""
+        report = self.on_task_progress
+        if report is None:
+            return None
+        watch = TaskWatch(tp.task, place[0], place[1], attempt, time.monotonic())
+
+        def on_log(text: str) -> None:
+            p = watch.observe(text, time.monotonic())
+            write_json(run_dir / "progress.json", p.to_json())
+            report(p)
+
+        return on_log
 
     def _secrets(self) -> dict[str, str]:
         key = self.ctl.api_key()  # the same key resolution as the probe
@@ -362,6 +344,11 @@ class EvalRunner:
             return self.http.get(f"{self.spec.api_base}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def _row(tp: TaskPlan, results: Mapping[str, Any]) -> dict[str, Any]:
+    row = score_row(tp.task, tp.preset.path.value, tp.stops.describe(), results, tp.preset.metric)
+    return row.to_json()
 
 
 def _load(path: Path) -> dict[str, Any]:

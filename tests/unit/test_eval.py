@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.eval.catalog import PRESETS, preset_for
+from tpwarden.cluster.eval.client import _tar
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
-    PRESETS,
     ApiPath,
     EvalError,
     max_length,
     plan_stops,
-    preset_for,
     scan_task_yaml,
     stop_limit,
 )
@@ -27,7 +27,7 @@ from tpwarden.cluster.eval.results import (
     primary_metric,
     score_row,
 )
-from tpwarden.cluster.eval.runner import RUN_SH, _tar, container_plan, local_tasks, presets
+from tpwarden.cluster.eval.runner import RUN_SH, container_plan, local_tasks, presets
 from tpwarden.cluster.inventory import load_inventory
 
 TASKS = Path(__file__).parents[1] / "lab" / "eval_tasks"
@@ -98,7 +98,7 @@ def test_a_preset_that_keeps_more_than_the_limit_is_refused():
 def test_each_builtin_task_has_a_path():
     assert PRESETS["mmlu"].path is ApiPath.LOGLIKELIHOOD
     assert PRESETS["kmmlu"].path is ApiPath.LOGLIKELIHOOD
-    assert PRESETS["gsm8k"].path is ApiPath.COMPLETIONS
+    assert PRESETS["gsm8k"].path is ApiPath.CHAT  # the report's path (issue 34; was completions)
     assert PRESETS["kormedmcqa"].path is ApiPath.CHAT
 
 
@@ -306,7 +306,8 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
     results = json.dumps(LM_EVAL_RESULTS).encode()
     calls: list[dict] = []
 
-    def fake_run(gw, plan, files, secrets, timeout_s):
+    def fake_run(gw, plan, files, secrets, timeout_s, watch):
+        assert watch is None  # no progress callback: the client is not watched
         calls.append(dict(files))
         if len(calls) == 1:  # the server went away mid-task: the partial cache comes back
             return 1, "aiohttp ClientConnectorError: Connection refused", {

@@ -531,3 +531,45 @@ def test_restarts_carry_the_incident_dossier_suspect():
     object.__setattr__(rep, "watchdog", wd)
     rows = restart_rows(rep, UTC)
     assert RESTART_HEAD[-1] == "suspect" and rows[0][-1] == summary
+
+
+def test_an_eval_suite_is_listed_with_each_tasks_score_against_the_previous_run(
+    night: dict[str, Any],
+) -> None:
+    # Issue 34: "the morning report lists the suite with per-task scores against the previous
+    # run". The previous run is the latest earlier eval run that scored the task on the same
+    # path (a path change is not a comparison), even one from before the window.
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from tpwarden.cluster.morning import summarize_evals
+    from tpwarden.cluster.morning_html import eval_rows, text_lines
+
+    def run(hours: float, suite, rows):
+        at = datetime.fromtimestamp(T0 + hours * 3600, tz=KST).isoformat()
+        manifest = {"run_id": f"r{hours}", "kind": "eval", "started_at": at, "finished_at": at,
+                    "options": {"suite": suite}, "restarts": []}  # fmt: skip
+        return manifest, {"kind": "eval", "rows": rows}
+
+    older = run(-48, None, [{"task": "gsm8k", "path": "generate/chat", "score": 0.90}])
+    old = run(-24, "field", [
+        {"task": "mmlu", "path": "loglikelihood/completions", "score": 0.870},
+        {"task": "gsm8k", "path": "generate/completions", "score": 0.93},
+    ])  # fmt: skip
+    now = run(1, "field", [
+        {"task": "mmlu", "path": "loglikelihood/completions", "score": 0.879, "n": 14042},
+        {"task": "gsm8k", "path": "generate/chat", "score": 0.945, "n": 1319},
+        {"task": "humaneval", "path": "generate/completions", "score": 0.75, "n": 164},
+    ])  # fmt: skip
+    (ev,) = summarize_evals([now, older, old], since=T0, until=T0 + 2 * 3600)
+    assert ev.suite == "field"
+    prev = {r["task"]: (r["previous"], r["delta_points"]) for r in ev.rows}
+    assert prev["mmlu"] == (0.870, pytest.approx(0.9))
+    assert prev["gsm8k"] == (0.90, pytest.approx(4.5))  # the chat run, not the completions one
+    assert prev["humaneval"] == (None, None)
+    rows = eval_rows(SimpleNamespace(evals=(ev,)), KST)
+    assert rows[0][2] == "field" and rows[0][-2:] == ["0.8700", "+0.9"]
+    rep, _ = _report(night)
+    lines = [x for x in text_lines(replace(rep, evals=(ev,)), KST) if x.startswith("eval ")]
+    assert "(suite field): gsm8k (generate/chat)" in lines[1]
+    assert "score 0.9450 +/- - (previous 0.9000, +4.5 points)" in lines[1]

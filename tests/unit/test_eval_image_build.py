@@ -1,0 +1,203 @@
+"""`eval image build` without a head: the base image's facts (the real script, run by this
+Python), the wheels chosen from the lm-eval venv's metadata less what the base has, the
+Dockerfile and build context, and the head-side flow against a fake Docker API (facts
+container, offline build with no network, a build error, a base without pip). The real build
+on a head is not run here (docs/eval.md says so)."""
+
+from __future__ import annotations
+
+import io
+import json
+import platform
+import subprocess
+import sys
+import tarfile
+
+import docker.errors
+import pytest
+from tpwarden.cluster.eval.image import EVAL_VENV
+from tpwarden.cluster.eval.image_build import (
+    FACTS_SCRIPT,
+    BaseFacts,
+    Dist,
+    build_context,
+    dockerfile,
+    inputs_digest,
+    roots,
+    venv_metadata,
+    wheels_needed,
+)
+from tpwarden.cluster.eval.image_head import build, plan_image, wheel_files
+from tpwarden.cluster.eval.presets import EvalError, EvalInputError
+from tpwarden.cluster.provision.wheelhouse import Target
+
+META = {
+    "lm-eval": Dist(
+        "0.4.13", ("datasets>=2.16", 'aiohttp; extra == "api"', 'torch; extra == "hf"')
+    ),
+    "datasets": Dist("5.2.0", ("pyarrow>=15", "numpy")),
+    "pyarrow": Dist("26.0.1", ()),
+    "numpy": Dist("2.3.0", ()),
+    "aiohttp": Dist("3.14.5", ("yarl",)),
+    "yarl": Dist("1.25.1", ()),
+    "transformers": Dist("4.57.0", ("tokenizers", "numpy")),
+    "tokenizers": Dist("0.22.0", ()),
+}
+TARGET = Target("3.12", "aarch64", "2.39")
+FACTS = BaseFacts("aarch64", "3.12", "2.39", True, "/usr/bin/python3.12", {"numpy": "1.26.4"})
+
+
+def test_the_facts_script_runs_and_parses():
+    out = subprocess.run([sys.executable, "-c", FACTS_SCRIPT], capture_output=True, text=True)
+    facts = BaseFacts.parse("a banner the base prints\n" + out.stdout)
+    assert facts.machine == platform.machine() and facts.executable == sys.executable
+    assert facts.python == "{}.{}".format(*sys.version_info[:2]) and "typer" in facts.installed
+    with pytest.raises(EvalError, match="printed no facts"):
+        BaseFacts.parse("python3: not found")
+
+
+def test_wheels_are_the_closure_less_what_the_base_has():
+    assert [str(r) for r in roots(META)] == ["lm_eval==0.4.13", "transformers", "aiohttp"]
+    base = {"numpy": "1.26.4", "transformers": "4.51.0"}
+    wheels = wheels_needed(META, TARGET, base)
+    assert wheels == {
+        "aiohttp": "3.14.5", "datasets": "5.2.0", "lm-eval": "0.4.13", "pyarrow": "26.0.1",
+        "yarl": "1.25.1",
+    }  # fmt: skip
+    # no torch (the hf extra), nothing the base has, nor its dependencies (tokenizers)
+    assert "tokenizers" in wheels_needed(META, TARGET, {})
+    with pytest.raises(EvalInputError, match="not 0.4.13"):
+        roots({**META, "lm-eval": Dist("0.4.12", ())})
+
+
+def test_the_installed_lm_eval_venv_gives_a_closure_without_torch():
+    if not (EVAL_VENV / "lib").is_dir():
+        pytest.skip(f"{EVAL_VENV} absent (README setup: tools/lm_eval/install.sh)")
+    wheels = wheels_needed(venv_metadata(EVAL_VENV), TARGET, {})
+    assert wheels["lm-eval"] == "0.4.13" and "datasets" in wheels and "tiktoken" in wheels
+    assert "transformers" in wheels and "torch" not in wheels
+
+
+def test_dockerfile_installs_offline_with_the_bases_python_and_names_its_inputs():
+    text = dockerfile("vllm/vllm-openai:v0.33.0", FACTS, "abc123")
+    assert text.startswith("FROM vllm/vllm-openai:v0.33.0\n")
+    assert "/usr/bin/python3.12 -m pip install --no-index" in text
+    assert '"lm_eval[api]==0.4.13" "transformers"' in text
+    assert "ln -s /usr/bin/python3.12 /usr/local/bin/python" in text  # the runner runs `python`
+    assert "python -m lm_eval run --help" in text and "io.tpwarden.eval.inputs=abc123" in text
+    a = inputs_digest("sha256:1", {"x": "1"}, FACTS)
+    assert a != inputs_digest("sha256:2", {"x": "1"}, FACTS)
+    assert a != inputs_digest("sha256:1", {"x": "2"}, FACTS)
+
+
+def test_context_and_pinned_wheel_files(tmp_path):
+    for name in ("yarl-1.25.1-cp312-cp312-manylinux_2_17_aarch64.whl",
+                 "yarl-1.20.0-cp312-cp312-manylinux_2_17_aarch64.whl",
+                 "lm_eval-0.4.13-py3-none-any.whl", "other-1.0-py3-none-any.whl"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"whl")
+    files = wheel_files(tmp_path, {"yarl": "1.25.1", "lm-eval": "0.4.13"})
+    assert [f.name for f in files] == [
+        "lm_eval-0.4.13-py3-none-any.whl",
+        "yarl-1.25.1-cp312-cp312-manylinux_2_17_aarch64.whl",
+    ]
+    with tarfile.open(fileobj=io.BytesIO(build_context("FROM x\n", files))) as tar:
+        assert tar.getnames() == ["Dockerfile", *(f"wheels/{f.name}" for f in files)]
+
+
+class FakeApi:
+    def __init__(self, facts: dict, build_stream: list[dict], images: set[str]):
+        self.facts, self.stream, self.images = facts, build_stream, images
+        self.created: list[dict] = []
+        self.build_kwargs: dict = {}
+
+    def inspect_image(self, ref):
+        if ref not in self.images:
+            raise docker.errors.ImageNotFound(f"No such image: {ref}")
+        return {"Id": f"sha256:{abs(hash(ref))}"}
+
+    def create_container(self, **kw):
+        self.created.append(kw)
+        return {"Id": "f" * 64}
+
+    def start(self, cid):
+        pass
+
+    def wait(self, cid, timeout):
+        return {"StatusCode": 0}
+
+    def logs(self, cid, stdout, stderr):
+        return ("banner\n" + json.dumps(self.facts) + "\n").encode()
+
+    def build(self, fileobj, **kw):
+        self.build_kwargs = {**kw, "context": fileobj.read()}
+        return iter(self.stream)
+
+
+class FakeGw:
+    node = "node1"
+
+    def __init__(self, api):
+        self.api, self.removed = api, []
+
+    def remove(self, cid, stop_timeout):
+        self.removed.append(cid)
+
+
+BASE_FACTS = {"machine": "aarch64", "python": "3.12", "glibc": "2.39", "pip": True,
+              "executable": "/usr/bin/python3.12", "installed": {"numpy": "1.26.4"}}  # fmt: skip
+
+
+def _meta(monkeypatch):
+    monkeypatch.setattr("tpwarden.cluster.eval.image_head.venv_metadata", lambda venv: META)
+
+
+def test_plan_and_build_on_the_head_offline(tmp_path, monkeypatch):
+    _meta(monkeypatch)
+    api = FakeApi(
+        BASE_FACTS, [{"stream": "Step 1/6 : FROM base\n"}, {"stream": "done\n"}], {"base"}
+    )
+    gw = FakeGw(api)
+    plan = plan_image(gw, "base", tmp_path)
+    assert not plan.exists and plan.tag.startswith("tpwarden/eval-client:")
+    assert api.created[0]["network_disabled"] and api.created[0]["entrypoint"] == ["python3"]
+    assert gw.removed == ["f" * 64]  # the facts container is removed
+    fetched = {}
+
+    def fetch(reqs, target, deps):
+        fetched.update(reqs=reqs, key=target.key)
+        for name, version in reqs.items():
+            (deps / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"w")
+        return [], []
+
+    lines: list[str] = []
+    done = build(gw, plan, tmp_path / "cache", fetch=fetch, log=lines.append)
+    assert (
+        done.built
+        and fetched["key"] == "cp312-aarch64-glibc2.39"
+        and "numpy" not in fetched["reqs"]
+    )
+    kw = api.build_kwargs
+    assert kw["network_mode"] == "none" and kw["custom_context"] and kw["tag"] == plan.tag
+    with tarfile.open(fileobj=io.BytesIO(kw["context"])) as tar:
+        names = tar.getnames()
+    assert "Dockerfile" in names and "wheels/lm_eval-0.4.13-py3-none-any.whl" in names
+    assert lines == ["Step 1/6 : FROM base", "done"]
+
+
+def test_build_failures_and_bad_bases_say_why(tmp_path, monkeypatch):
+    _meta(monkeypatch)
+    api = FakeApi(BASE_FACTS, [{"stream": "Step 3/6 : RUN pip\n"}, {"error": "no matching dist"}],
+                  {"base"})  # fmt: skip
+    plan = plan_image(FakeGw(api), "base", tmp_path)
+    with pytest.raises(EvalError, match="no matching dist"):
+        build(FakeGw(api), plan, tmp_path / "c", fetch=lambda r, t, d: ([], []))
+    with pytest.raises(EvalError, match="no wheel for cp312-aarch64.*yarl"):
+        build(FakeGw(api), plan, tmp_path / "c", fetch=lambda r, t, d: ([], ["yarl==1.25.1"]))
+    with pytest.raises(EvalInputError, match="has no pip"):
+        plan_image(FakeGw(FakeApi({**BASE_FACTS, "pip": False}, [], {"base"})), "base", tmp_path)
+    with pytest.raises(EvalInputError, match="not there"):
+        plan_image(FakeGw(FakeApi(BASE_FACTS, [], set())), "base", tmp_path)
+    built = FakeApi(BASE_FACTS, [], {"base"})
+    again = plan_image(FakeGw(built), "base", tmp_path)
+    built.images.add(again.tag)
+    assert plan_image(FakeGw(built), "base", tmp_path).exists  # the same inputs: no rebuild
