@@ -200,7 +200,10 @@ class Watchdog(DaemonIO, RestartPath):
             self._metrics.last_probe.set(self._wall())  # the clock of the probes-stopped alert
             self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
         if self._daily is not None:
-            self._daily.start(self.config.report, self._post_report)
+            try:
+                self._daily.start(self.config.report, self._post_report)
+            except Exception as exc:  # noqa: BLE001 - the report never keeps the watchdog down
+                self._seam_error("report", exc)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
 

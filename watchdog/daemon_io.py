@@ -197,7 +197,10 @@ class DaemonIO:
         if self._cadence is not None:
             self._cadence.interval_s = self.config.interval_s
         if self._daily is not None:
-            self._daily.apply(self.config.report)  # a moved delivery time takes effect now
+            try:
+                self._daily.apply(self.config.report)  # a moved delivery time takes effect now
+            except Exception as exc:  # noqa: BLE001 - the plan is followed all the same
+                self._seam_error("report", exc)
         assert self._state is not None
         self._state = dataclasses.replace(self._state, baseline=None, flat_since=None)
         self._record(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from datetime import time as dtime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -87,7 +87,9 @@ class DailyReport:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._build = build
-        self._scheduler = scheduler or BackgroundScheduler(daemon=True)
+        # its own zone only sets job defaults (each trigger has its zone); UTC spares a tzlocal
+        # lookup on hosts without a configured local zone
+        self._scheduler = scheduler or BackgroundScheduler(daemon=True, timezone=UTC)
         self._wall = wall
         self._post: Callable[[dict[str, Any]], None] | None = None
         self.report: ReportConfig | None = None

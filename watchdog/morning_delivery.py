@@ -25,7 +25,9 @@ def morning_payload(report: ReportConfig, events_path: str, now: float) -> dict[
     zone = parse_tz(report.tz)
     since, until = now - report.window_h * 3600.0, now
     src = Sources(Path(events_path), Path(report.thermal_dir))
-    rep, _records = morning_from_files(src, since=since, until=until)
+    # the summary uses the window's event records only: older ones are left unread, so the
+    # daemon does not hold its whole log (up to 2 x events_max_bytes) in memory once a day
+    rep, _records = morning_from_files(src, since=since, until=until, events_from=since)
     missing: dict[str, str] = {}
     if not Path(events_path).is_file():
         missing["watchdog"] = f"no event log at {events_path}"

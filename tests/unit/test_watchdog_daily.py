@@ -240,6 +240,10 @@ def test_payload_names_window_headline_and_what_the_host_lacks(tmp_path: Path) -
     assert "node1, node2, node3, node4" in doc["missing"]["thermal"]  # no thermal files here
     assert "watchdog" not in doc["missing"]
     assert doc["report"]["watchdog"]["probes"] == 10
+    everything = read_events(wd.config.events_path).events
+    recent = read_events(wd.config.events_path, since=clock.now - 150).events
+    assert len(everything) > len(recent) and {e["kind"] for e in recent} >= {"probe"}
+    assert all(e["ts"] >= clock.now - 150 for e in recent)
     gone = morning_payload(wd.config.report, str(tmp_path / "elsewhere.jsonl"), clock.now)
     assert gone["missing"]["watchdog"].startswith("no event log at ")
     assert gone["message"].endswith("missing: watchdog, thermal")
@@ -323,3 +327,31 @@ def test_a_followed_plan_moves_the_delivery(tmp_path: Path) -> None:
     assert before is not None and before.astimezone(zone).strftime("%H:%M") == "07:30"
     assert after is not None and after.astimezone(zone).strftime("%H:%M") == "06:00"
     assert not sched.running  # stopped with the daemon
+
+
+class BrokenScheduler(BackgroundScheduler):
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no thread for you")
+
+
+def test_a_scheduler_that_cannot_start_never_keeps_the_watchdog_down(tmp_path: Path) -> None:
+    clock = Clock(time.time())
+    report = ReportConfig(deliver_at="07:30")
+    cfg = WatchdogConfig(probe_url="http://127.0.0.1:9", state_dir=str(tmp_path / "wd"),
+                         interval_s=60, report=report)  # fmt: skip
+    daily = DailyReport(lambda r, now: {}, BrokenScheduler(daemon=True), clock)
+    wd = Watchdog(cfg, Prober(clock, 60), Actuator(), clock, StateStore(cfg.state_path),
+                  EventLog(cfg.events_path, clock), Alerter(None, None), daily=daily)  # fmt: skip
+    wd.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            e["kind"] == "probe" for e in read_events(cfg.events_path).events
+        ):
+            time.sleep(0.02)
+    finally:
+        wd.stop()
+    evs = read_events(cfg.events_path).events
+    assert any(e["kind"] == "probe" for e in evs)  # it watches all the same
+    errors = [e for e in evs if e["kind"] == "tick_error"]
+    assert errors and errors[0]["seam"] == "report" and "no thread for you" in errors[0]["error"]
