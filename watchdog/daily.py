@@ -3,8 +3,8 @@
 Why APScheduler here and not the probe's `Cadence`: "07:30 in Asia/Seoul, every day" is a
 wall-clock time in a zone, with its DST days (a 02:30 that does not exist, a 01:30 that happens
 twice), which is what APScheduler's `CronTrigger` computes (`DailyTrigger` guards one of its
-DST defects); the probe cadence is the opposite, a
-monotonic start-to-start interval that a wall-clock scheduler cannot keep (runtime.py says why).
+DST defects); the probe cadence is the opposite, a monotonic start-to-start interval that a
+wall-clock scheduler cannot keep (runtime.py says why).
 
 The scheduler is a `BackgroundScheduler` (its own thread), so the report goes out at its minute
 rather than at the next probe tick (up to `interval_s` later, two minutes by default). Its job
@@ -78,7 +78,7 @@ def daily_trigger(report: ReportConfig) -> DailyTrigger:
 class DailyReport:
     """One scheduler, one cron job: `build(report, now)` then `post(payload)`. Starts nothing
     when built; `start()` schedules (when a report is configured), `apply()` follows a new plan,
-    `shutdown()` ends it. The scheduler is injectable (tests give one with their own executor)."""
+    `shutdown()` ends it. The scheduler is injectable (tests pass their own)."""
 
     def __init__(
         self,
