@@ -18,6 +18,8 @@ its /metrics stays flat, time-scaled. The hang starts right after a successful p
 case), and the detection time is printed against the operator's bound 3 x interval + timeout
 for each interval/timeout pair:
     python bench/watchdog_detection.py --cadence 120/120,120/30 --scale 60
+`--with-report` also runs the daily morning report's scheduler (APScheduler) in the daemon and
+fires its job when the hang starts: the report is built and queued while the loop detects.
 """
 
 from __future__ import annotations
@@ -139,11 +141,18 @@ class _StandIn:
         self.server.shutdown()
 
 
-def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[float, float]:
+def cadence_run(
+    interval_s: float, timeout_s: float, scale: float, with_report: bool = False
+) -> tuple[float, float]:
     """One hang under the real daemon loop; returns (detection s, bound s), both unscaled."""
+    from datetime import UTC, datetime
+
     from tpwarden.watchdog.alert import Alerter
+    from tpwarden.watchdog.config import ReportConfig
     from tpwarden.watchdog.daemon import Watchdog
+    from tpwarden.watchdog.daily import DailyReport
     from tpwarden.watchdog.events import EventLog
+    from tpwarden.watchdog.morning_delivery import morning_payload
     from tpwarden.watchdog.policy_state import PolicyState
     from tpwarden.watchdog.runtime import SteadyClock
     from tpwarden.watchdog.state import StateStore
@@ -158,7 +167,9 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
         metrics_timeout_s=min(10.0 / scale, t),
         model="m",
         metrics_port=0,
+        report=ReportConfig(deliver_at="07:30") if with_report else None,
     )
+    daily = DailyReport(lambda r, now: morning_payload(r, cfg.events_path, now))
     StateStore(cfg.state_path).save(PolicyState(phase=WatchdogPhase.READY))  # a server that was up
     decided = threading.Event()
     marks: dict[str, float] = {}
@@ -180,6 +191,8 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
             if result.outcome is Outcome.OK and "hang" not in marks:
                 server.hang.set()  # right after a good probe: the slowest case to detect
                 marks["hang"] = time.monotonic()
+                if with_report:  # the morning report falls due now
+                    daily.bring_forward(datetime.now(UTC))
             return result
 
     clock = SteadyClock()
@@ -191,6 +204,7 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
         StateStore(cfg.state_path),
         EventLog(cfg.events_path, clock),
         Alerter(),
+        daily=daily if with_report else None,
     )
     bound = 3 * interval_s + timeout_s
     wd.start()
@@ -204,13 +218,14 @@ def cadence_run(interval_s: float, timeout_s: float, scale: float) -> tuple[floa
     return (marks["restart"] - marks["hang"]) * scale, bound
 
 
-def cadence_main(pairs: str, scale: float) -> int:
-    print(f"detection of a real hang under the daemon loop (time scale 1/{scale:g})")
+def cadence_main(pairs: str, scale: float, with_report: bool = False) -> int:
+    extra = ", morning report due at the hang" if with_report else ""
+    print(f"detection of a real hang under the daemon loop (time scale 1/{scale:g}{extra})")
     print(f"{'interval/timeout':>16} {'detected':>10} {'bound 3I+T':>11} {'ratio':>6}")
     worst = 0.0
     for pair in pairs.split(","):
         interval_s, timeout_s = (float(x) for x in pair.split("/"))
-        got, bound = cadence_run(interval_s, timeout_s, scale)
+        got, bound = cadence_run(interval_s, timeout_s, scale, with_report)
         worst = max(worst, got / bound)
         print(f"{pair:>16} {got:9.1f}s {bound:10.0f}s {got / bound:6.3f}")
     ok = worst <= 1.1
@@ -223,8 +238,9 @@ def main() -> None:
         ap = argparse.ArgumentParser(description="daemon-loop detection bench (local stand-in)")
         ap.add_argument("--cadence", required=True, help="interval/timeout pairs, e.g. 120/30")
         ap.add_argument("--scale", type=float, default=60.0, help="time divisor")
+        ap.add_argument("--with-report", action="store_true", help="fire the daily report too")
         a = ap.parse_args()
-        sys.exit(cadence_main(a.cadence, a.scale))
+        sys.exit(cadence_main(a.cadence, a.scale, a.with_report))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base_url")
     ap.add_argument("--model")

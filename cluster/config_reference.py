@@ -3,6 +3,7 @@ documentation cannot drift from what the loader accepts. `python -m tpwarden.clu
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from pathlib import Path
@@ -52,7 +53,7 @@ def _type_name(annotation: Any) -> str:
     text = text.replace("typing.", "")
     for prefix in ("<class '", "'>"):
         text = text.replace(prefix, "")
-    return text.replace("tpwarden.cluster.settings.", "").replace("|", "\\|")
+    return re.sub(r"tpwarden\.cluster\.\w+\.", "", text).replace("|", "\\|")
 
 
 def _plain(annotation: Any) -> str:

@@ -20,7 +20,7 @@ The parser is built the way `vllm/entrypoints/cli/main.py` builds it: a top-leve
 string the subparser accepts, including hidden aliases such as `--no-enable-x` that
 `EnableDisableAction` keeps out of `--help`.
 
-`build_serve_parser()` is also used by check_argv.py beside this file.
+`build_serve_parser()` is also used by tools/vllm/check_argv.py.
 """
 
 from __future__ import annotations

@@ -77,9 +77,11 @@ def morning_from_files(
     until: float | None,
     roles: Mapping[str, str] | None = None,
     zone_roles: Mapping[str, str] | None = None,
+    events_from: float | None = None,
 ) -> tuple[MorningReport, list[dict[str, Any]]]:
-    """The report and the thermal records in its window (for the plot)."""
-    got = read_events(str(src.events))
+    """The report and the thermal records in its window (for the plot). `events_from` leaves
+    older event records unread (a daemon reading its own log keeps its memory small)."""
+    got = read_events(str(src.events), since=events_from)
     records, _stats = read_records(files_in(src.thermal_dir))
     rep = build_morning(
         got.events,

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from tpwarden.cluster.container_settings import ContainerSpec
 from tpwarden.cluster.flag_tables import parse_version
+from tpwarden.cluster.report_settings import ReportSpec
 
 # --- value parsers -------------------------------------------------------------------------
 
@@ -467,6 +468,7 @@ class TpwardenSettings(_Model):
     thermal: ThermalSpec = ThermalSpec()
     bench: BenchSpec = BenchSpec()
     eval: EvalSpec = EvalSpec()
+    report: ReportSpec = ReportSpec()
 
     @field_validator("vllm_version")
     @classmethod

@@ -36,6 +36,7 @@ CATEGORIES: dict[str, tuple[str, str, str]] = {
     "unwritable": ("TpwardenWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
     "tick_errors": ("TpwardenWatchdogTickErrors", "warning", "watchdog-tick-errors"),
     "state_invalid": ("TpwardenWatchdogStateInvalid", "warning", "watchdog-state-file-invalid"),
+    "morning_report": ("TpwardenMorningReport", "info", "morning-how-did-the-night-go"),
     "plan_unusable": (
         "TpwardenWatchdogPlanUnusable",
         "warning",

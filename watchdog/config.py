@@ -31,6 +31,20 @@ def hold_path(state_dir: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReportConfig:
+    """The daily morning report (inventory `tpwarden.report`, issue 31): posted to the alert
+    hooks at `deliver_at` (HH:MM in `tz`), covering the `window_h` hours before. Thermal files
+    are read from `thermal_dir` on the watchdog's host (the head's own agent writes there), and
+    `nodes` names every node, so the report can say whose thermal files it did not have."""
+
+    deliver_at: str
+    tz: str = "UTC"
+    window_h: float = 12.0
+    thermal_dir: str = "/var/log/tpwarden/thermal"  # tpwarden.thermal.dir
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class WatchdogConfig:
     """Everything the probe, the policy and the daemon need. Times are seconds."""
 
@@ -64,6 +78,7 @@ class WatchdogConfig:
     restart_deadline_s: float = RESTART_DEADLINE_S  # a restart still "in progress" after this fails
     events_max_bytes: int = 64 * 1024 * 1024  # events.jsonl rotates to events.jsonl.1 past this
     config_hash: str | None = None  # the applied plan this config was built from
+    report: ReportConfig | None = None  # the daily morning report; None: not delivered
 
     def __post_init__(self) -> None:
         problems = []
@@ -176,6 +191,8 @@ def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> dict[str, Any]:
             continue
         if f.name in SECRET_SETTINGS:
             changes[f.name] = "changed"
+        elif f.name == "report":
+            changes[f.name] = [dataclasses.asdict(v) if v else None for v in (before, after)]
         else:
             changes[f.name] = [list(v) if isinstance(v, tuple) else v for v in (before, after)]
     return changes

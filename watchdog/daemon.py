@@ -28,8 +28,10 @@ from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon_io import DaemonIO
 from tpwarden.watchdog.daemon_restart import RestartPath
+from tpwarden.watchdog.daily import DailyReport
 from tpwarden.watchdog.events import EventLog
 from tpwarden.watchdog.exporter import WatchdogMetrics
+from tpwarden.watchdog.morning_delivery import morning_payload
 from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import (
@@ -47,6 +49,7 @@ from tpwarden.watchdog.state import FileLock, StateStore
 
 log = logging.getLogger(__name__)
 
+REPORT_EVENT_FIELDS = ("incident_id", "headline", "window", "missing")
 TICK_ERRORS_ALERT = 3  # this many failed ticks in a row -> one alert (category tick_errors)
 
 
@@ -96,6 +99,7 @@ class Watchdog(DaemonIO, RestartPath):
         metrics: WatchdogMetrics | None = None,
         policy: Policy | None = None,
         follow: Callable[[], PlanChange | None] | None = None,
+        daily: DailyReport | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -108,6 +112,7 @@ class Watchdog(DaemonIO, RestartPath):
         self._policy = policy or Policy(PolicyConfig.from_config(config))
         self._follow = follow  # returns a PlanChange when the applied plan's hash changed
         self._follow_error: str | None = None
+        self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
         self._lock = FileLock(config.lock_path)
         self._restart_lock = (
             FileLock(config.restart_lock_path) if config.restart_lock_path else None
@@ -157,6 +162,8 @@ class Watchdog(DaemonIO, RestartPath):
         self._commit(state, decisions)
 
     def close(self) -> None:
+        if self._daily is not None:
+            self._daily.shutdown()  # first: a delivery waiting for the tick lock then finds us closed
         with self._tick_lock:
             if self._lock.held:
                 self._record("daemon_stop", pid=os.getpid())
@@ -192,6 +199,11 @@ class Watchdog(DaemonIO, RestartPath):
         if self._metrics is not None:
             self._metrics.last_probe.set(self._wall())  # the clock of the probes-stopped alert
             self._metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        if self._daily is not None:
+            try:
+                self._daily.start(self.config.report, self._post_report)
+            except Exception as exc:  # noqa: BLE001 - the report never keeps the watchdog down
+                self._seam_error("report", exc)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
 
@@ -216,6 +228,16 @@ class Watchdog(DaemonIO, RestartPath):
         else:
             self._failed_ticks = 0
 
+    def _post_report(self, payload: dict[str, Any]) -> None:
+        """The daily report's job hands its payload here (from the scheduler's thread): queued
+        and sent like an alert, under the tick lock, so the event log and the outbox have one
+        writer at a time and an undelivered report is retried with the alerts."""
+        with self._tick_lock:
+            if not self._lock.held:
+                return  # closed while the report was being built
+            self._record("morning_report", **{k: payload.get(k) for k in REPORT_EVENT_FIELDS})
+            self._queue_alert(payload)
+
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
@@ -223,6 +245,8 @@ class Watchdog(DaemonIO, RestartPath):
             self.open()
             self._reap_restart_job()
             self._follow_plan()
+            if self._daily is not None:
+                self._daily.nudge()  # the report's scheduler re-reads the wall clock
             assert self._state is not None
             probe = self._prober.probe()
             if self._metrics is not None:
@@ -350,4 +374,5 @@ def build_watchdog(
         ),
         metrics=WatchdogMetrics(),
         follow=follow,
+        daily=DailyReport(lambda report, now: morning_payload(report, config.events_path, now)),
     )

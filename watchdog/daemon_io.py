@@ -12,6 +12,7 @@ from typing import Any
 
 from tpwarden.cluster.durable import atomic_write_json, read_json
 from tpwarden.watchdog.config import config_changes
+from tpwarden.watchdog.daily import DailyReport
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
 from tpwarden.watchdog.state import load_hold
@@ -21,7 +22,8 @@ log = logging.getLogger("tpwarden.watchdog.daemon")
 
 class DaemonIO:
     """Needs from the host class: config, _events, _store, _metrics, _outbox, _clock,
-    _broken_writes, _follow, _follow_error, _prober, _actuator, _policy, _state, _cadence."""
+    _broken_writes, _follow, _follow_error, _prober, _actuator, _policy, _state, _cadence,
+    _daily."""
 
     _events: Any
     _store: Any
@@ -37,6 +39,7 @@ class DaemonIO:
     _policy: Policy
     _state: PolicyState | None
     _cadence: Any
+    _daily: DailyReport | None
     config: Any
 
     # -- writes that may fail (full disk) and alerts that may not arrive --------------------
@@ -193,6 +196,11 @@ class DaemonIO:
         self._policy = Policy(PolicyConfig.from_config(self.config))
         if self._cadence is not None:
             self._cadence.interval_s = self.config.interval_s
+        if self._daily is not None:
+            try:
+                self._daily.apply(self.config.report)  # a moved delivery time takes effect now
+            except Exception as exc:  # noqa: BLE001 - the plan is followed all the same
+                self._seam_error("report", exc)
         assert self._state is not None
         self._state = dataclasses.replace(self._state, baseline=None, flat_since=None)
         self._record(

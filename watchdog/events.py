@@ -51,15 +51,21 @@ class EventRead:
     skipped_lines: int
 
 
-def read_events(path: str, limit: int | None = None) -> EventRead:
+def read_events(path: str, limit: int | None = None, since: float | None = None) -> EventRead:
     """Every well-formed record of the rotated file and the current one, oldest first (the
-    last `limit` when given), read line by line. Torn or non-object lines are skipped."""
+    last `limit` when given; with `since`, none stamped earlier), read line by line. Torn or
+    non-object lines are skipped."""
     events: deque[dict[str, Any]] = deque(maxlen=limit)
     skipped = 0
     for part in (rotated_path(path), path):
         for rec in iter_jsonl(part):
             if rec is None:
                 skipped += 1
-            else:
+            elif since is None or not _before(rec, since):
                 events.append(rec)
     return EventRead(list(events), skipped)
+
+
+def _before(rec: dict[str, Any], since: float) -> bool:
+    ts = rec.get("ts")
+    return isinstance(ts, int | float) and not isinstance(ts, bool) and ts < since

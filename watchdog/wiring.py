@@ -22,7 +22,7 @@ from tpwarden.cluster.settings import SecretRef, http_url
 from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.cluster.watchdog_plan import PlanFollower, wait_for_applied
 from tpwarden.watchdog.actuator import ControllerActuator, build_actuator
-from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.config import ReportConfig, WatchdogConfig
 from tpwarden.watchdog.probe import Prober
 
 
@@ -105,6 +105,21 @@ def build_config(
         state_dir=sd,
         config_hash=spec.config_hash(),
         alert_webhook=webhook,
+        report=report_config(spec),
+    )
+
+
+def report_config(spec: Any) -> ReportConfig | None:
+    """The daily morning report from `tpwarden.report` (None when `deliver_at` is unset)."""
+    report = getattr(getattr(spec, "settings", None), "report", None)
+    if report is None or report.deliver_at is None:
+        return None
+    return ReportConfig(
+        deliver_at=report.deliver_at,
+        tz=report.tz,
+        window_h=report.window_h,
+        thermal_dir=spec.thermal.dir,
+        nodes=tuple(n.name for n in spec.nodes),
     )
 
 
