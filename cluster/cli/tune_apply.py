@@ -173,3 +173,11 @@ def print_applied(doc: Mapping[str, Any], title: str) -> None:
     console.print(f"{title}: {lines[0]}", highlight=False, markup=False)
     for line in lines[1:]:
         console.print(f"  {line}", highlight=False, markup=False)
+    ap = doc.get("applied") or {}
+    if ap.get("after_run_dir"):
+        console.print(
+            f"  the sweep at k={ap.get('to_k')}: {ap['after_run_dir']} (as --history it gives "
+            "the step fit a second k)",
+            highlight=False,
+            markup=False,
+        )

@@ -4,6 +4,8 @@ predicted against measured per level, and the history lines a later run prints."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tpwarden.cluster.rollout.edit import check_guard, parse_guard, parse_set
 from tpwarden.cluster.tune.apply import (
@@ -135,3 +137,12 @@ def test_last_applied_is_the_latest_run_that_was_rolled_out():
     got = last_applied(docs)
     assert got is not None and got[0] == "20261202T010000Z-sweep"
     assert last_applied(docs[1:2]) is None and last_applied([]) is None
+
+
+def test_docs_state_the_field_reports_guards():
+    """docs/tune.md section 7 quotes these guards: keep the text and the rule in step."""
+    preds, rec = _field_prediction()
+    got = {g.concurrency: g.percent for g in default_guards(preds, rec, SHARED)}
+    assert got == {1: -18.6, 8: -5.4, 32: -5.0}
+    docs = (Path(__file__).parents[2] / "docs" / "tune.md").read_text()
+    assert "c=1 ≥ −18.6 %, c=8 ≥ −5.4 %, c=32 ≥ −5 %" in docs

@@ -107,6 +107,7 @@ def test_apply_rolls_out_the_recommendation_and_records_predicted_vs_measured(in
     out = " ".join(result.output.split())
     assert "recommended k = 3" in out and "this run: k=7 -> k=3" in out
     assert f"c=32: predicted {pred:,.1f} tok/s, measured 171.0" in out
+    assert "the sweep at k=3: runs/after (as --history" in out
 
 
 def test_a_failed_guard_rolls_back_exits_1_and_is_recorded(inv, lab):
