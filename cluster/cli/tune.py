@@ -235,7 +235,8 @@ def _plot(path: Path, a: Analysis) -> None:
 def _last_applied(runs_dir: Path | None, own: str) -> dict[str, Any] | None:
     """The latest earlier tune run whose recommendation was rolled out (not this run)."""
     runs = runs_dir or default_runs_dir()
-    docs = [(rid, d) for rid, d in tune_docs(runs) if str(runs / rid) != own]
+    mine = Path(own).resolve()
+    docs = [(rid, d) for rid, d in tune_docs(runs) if (runs / rid).resolve() != mine]
     last = last_applied(docs)
     return None if last is None else {"run_id": last[0], **last[1]}
 

@@ -218,3 +218,25 @@ def test_k_max_below_the_measured_k_is_refused(inv, lab, tmp_path, monkeypatch):
     save(run, {"levels": [level_json(lv) for lv in _field_levels()]})
     saved = CliRunner().invoke(app, ["tune", "drafter", "--from-run", str(run), "--k-max", "3"])
     assert saved.exit_code == 2 and "below the measured k=7" in saved.output
+
+
+def test_from_run_of_the_applied_run_does_not_list_it_as_the_last_applied(
+    inv, lab, tmp_path, monkeypatch
+):
+    assert _apply(inv).exit_code == 0
+    monkeypatch.chdir(tmp_path)  # the run named by a relative path, the runs dir absolute
+    rel = Path("runs") / lab["run_dir"].name
+    result = CliRunner().invoke(app, ["tune", "drafter", "--from-run", str(rel), "--json"])
+    doc = json.loads(result.stdout)
+    assert doc["applied"]["kept"] is True and doc["last_applied"] is None
+
+
+def test_apply_asks_before_the_restart_and_a_no_restarts_nothing(inv, lab):
+    args = ["tune", "drafter", "-i", str(inv), "--profile", SHARED, "--apply"]
+    result = CliRunner().invoke(app, args, input="n\n")
+    assert result.exit_code == 1, result.output
+    assert "restart the whole server at k=3?" in result.output
+    assert "change: drafter: dflash k=7 -> dflash k=3" in result.output  # shown before asking
+    assert lab["cluster"].restarts == [] and "num_speculative_tokens: 7" in inv.read_text()
+    saved = json.loads((lab["run_dir"] / "tune.json").read_text())
+    assert saved["applied"]["step"] == "declined" and saved["applied"]["rollout_id"] is None
