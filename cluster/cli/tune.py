@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
 from tpwarden.cluster.cli.common import (
@@ -40,10 +39,10 @@ from tpwarden.cluster.cli.tune_apply import (
     print_plan,
     refuse_conflicts,
 )
+from tpwarden.cluster.cli.tune_view import render_table, write_plot
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.durable import atomic_write_bytes
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.rollout.edit import parse_guard
+from tpwarden.cluster.rollout.edit import Guard, parse_guard
 from tpwarden.cluster.tune.acceptance import DraftCounts
 from tpwarden.cluster.tune.history import history_points, last_applied
 from tpwarden.cluster.tune.model import (
@@ -55,7 +54,6 @@ from tpwarden.cluster.tune.model import (
     predict,
     recommend,
 )
-from tpwarden.cluster.tune.plot import tune_png
 from tpwarden.cluster.tune.runner import RecordingRunner, level_json, measure, save, tune_docs
 from tpwarden.cluster.tune.steptime import StepModel, StepPoint
 
@@ -111,50 +109,6 @@ def _from_run(path: Path) -> tuple[list[LevelMeasure], dict[str, Any]]:
         for d in doc["levels"]
     ]
     return levels, doc
-
-
-def _cell(p: Prediction) -> str:
-    mark = "*" if p.measured else ("~" if p.extrapolated else "")
-    e = p.tokens_per_step
-    return (
-        f"{p.aggregate_tok_s:,.1f} ({p.aggregate_lo:,.0f}-{p.aggregate_hi:,.0f}){mark}\n"
-        f"{e.mean:.2f}±{1.96 * e.se:.2f} tok/step · {p.step_ms:,.0f} ms"
-    )
-
-
-def _render(
-    levels: list[LevelMeasure], model: StepModel, preds: list[Prediction], rec: Recommendation
-) -> None:
-    conc = [lv.concurrency for lv in levels]
-    table = Table(title=f"predicted aggregate tok/s per k' (measured at k={levels[0].counts.k})")
-    table.add_column("k'", justify="right")
-    for c in conc:
-        table.add_column(f"c={c}", justify="right")
-    table.add_column("profile score", justify="right")
-    by = {(p.k, p.concurrency): p for p in preds}
-    for k in sorted({p.k for p in preds}):
-        s, lo, hi = rec.scores[k]
-        best = " <- best" if k == rec.k else ""
-        table.add_row(
-            str(k), *(_cell(by[(k, c)]) for c in conc), f"{s:.3f} ({lo:.2f}-{hi:.2f}){best}"
-        )
-    console.print(table)
-    console.print(
-        f"step model ({model.source}): {model.a_ms:.1f} ms + {model.b_ms:.3f} ms x verified "
-        f"tokens + {model.d_ms:.2f} ms x k; misfit {100 * model.rel_rms:.1f}% "
-        "(* measured, ~ extrapolated; bands are 95%)",
-        highlight=False,
-    )
-    for note in model.notes:
-        console.print(f"note: {note}", highlight=False)
-    sure = "" if rec.distinguishable else f" (within the uncertainty of k={rec.runner_up})"
-    console.print(
-        f"recommended k = [bold]{rec.k}[/] for this profile: {rec.score:.3f}x the weighted "
-        f"throughput of k={rec.k_ref}{sure}",
-        highlight=False,
-    )
-    for why in rec.extrapolated:
-        console.print(f"extrapolated: {why}", highlight=False)
 
 
 def _doc(
@@ -213,25 +167,6 @@ def _analyse(
     )
 
 
-def _plot(path: Path, a: Analysis) -> None:
-    """The PNG: predictions per level, the measured points, the rollout's if applied."""
-    measured = [
-        (lv.counts.k, lv.concurrency, lv.aggregate_tok_s)
-        for lv in a.levels
-        if lv.aggregate_tok_s is not None
-    ]
-    ap = a.doc.get("applied") or {}
-    after = [
-        (int(ap["to_k"]), int(j["concurrency"]), float(j["measured_tok_s"]))
-        for j in ap.get("levels") or []
-        if j.get("measured_tok_s") is not None
-    ]
-    title = (
-        f"predicted aggregate tok/s per k' (measured at k={a.rec.k_ref}, recommended k={a.rec.k})"
-    )
-    atomic_write_bytes(path, tune_png(a.preds, measured, after, title), mode=0o644)
-
-
 def _last_applied(runs_dir: Path | None, own: str) -> dict[str, Any] | None:
     """The latest earlier tune run whose recommendation was rolled out (not this run)."""
     runs = runs_dir or default_runs_dir()
@@ -245,7 +180,7 @@ def _finish(a: Analysis, as_json: bool, plot: Path | None, runs_dir: Path | None
     """Plot, the last applied run's prediction against its measurement, the JSON document, and
     exit 1 when a rollout did not keep the recommendation."""
     if plot is not None:
-        _plot(plot, a)
+        write_plot(plot, a.levels, a.preds, a.rec, a.doc.get("applied"))
     past = _last_applied(runs_dir, a.doc["source"])
     applied = a.doc.get("applied")
     ok = applied is None or applied.get("step") in OK_STEPS
@@ -350,7 +285,7 @@ def drafter(
         if saved.get("applied"):
             a.doc["applied"] = saved["applied"]
         if not as_json:
-            _render(a.levels, a.model, a.preds, a.rec)
+            render_table(a.levels, a.model, a.preds, a.rec)
         _finish(a, as_json, plot, runs_dir)
         return
     prof = _profile(profile, lv)
@@ -369,8 +304,28 @@ def drafter(
         plan = dry_run_plan(spec, inventory, lv, guards, k_max) if apply else None
         _dry_run(spec, opts, plan, as_json)
         return
+    a = _live(
+        inventory, spec, opts, prof, past, k_max, runs_dir, guards if apply else None, yes, as_json
+    )
+    _finish(a, as_json, plot, runs_dir)
+
+
+def _live(
+    inventory: Path,
+    spec: Any,
+    opts: BenchOptions,
+    prof: dict[int, float],
+    past: list[StepPoint],
+    k_max: int | None,
+    runs_dir: Path | None,
+    guards: list[Guard] | None,  # None: no --apply
+    yes: bool,
+    as_json: bool,
+) -> Analysis:
+    """Sweep, predict, save tune.json, show the table; with --apply (guards not None) the
+    rollout, all under the rollout and cluster locks."""
     with contextlib.ExitStack() as stack:
-        if apply:
+        if guards is not None:
             current_k(spec)  # no drafter in the inventory: refused before the locks
             stack.enter_context(locked(inventory))
         with Controller(spec) as ctl:
@@ -379,17 +334,18 @@ def drafter(
         a = _analyse(measured, prof, past, k_max, str(run.dir))
         save(run.dir, a.doc)
         if not as_json:
-            _render(a.levels, a.model, a.preds, a.rec)
-        if apply:
-            if a.rec.k_ref != current_k(spec):
-                raise ConfigError(
-                    f"the server runs k={a.rec.k_ref}, the inventory says k={current_k(spec)}",
-                    key="drafter.num_speculative_tokens",
-                    hint="restart on the inventory (tpwarden restart) and tune again",
-                )
-            a.doc["applied"] = apply_recommendation(
-                ApplyInput(inventory, spec, run, opts, runs_dir, a.preds, a.rec, prof, guards,
-                           yes, as_json)
-            )  # fmt: skip
-            save(run.dir, a.doc)
-    _finish(a, as_json, plot, runs_dir)
+            render_table(a.levels, a.model, a.preds, a.rec)
+        if guards is None:
+            return a
+        if a.rec.k_ref != current_k(spec):
+            raise ConfigError(
+                f"the server runs k={a.rec.k_ref}, the inventory says k={current_k(spec)}",
+                key="drafter.num_speculative_tokens",
+                hint="restart on the inventory (tpwarden restart) and tune again",
+            )
+        a.doc["applied"] = apply_recommendation(
+            ApplyInput(inventory, spec, run, opts, runs_dir, a.preds, a.rec, prof, guards, yes,
+                       as_json)
+        )  # fmt: skip
+        save(run.dir, a.doc)
+        return a

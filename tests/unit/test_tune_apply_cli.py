@@ -240,3 +240,45 @@ def test_apply_asks_before_the_restart_and_a_no_restarts_nothing(inv, lab):
     assert lab["cluster"].restarts == [] and "num_speculative_tokens: 7" in inv.read_text()
     saved = json.loads((lab["run_dir"] / "tune.json").read_text())
     assert saved["applied"]["step"] == "declined" and saved["applied"]["rollout_id"] is None
+
+
+def test_sweep_measurer_measures_the_new_config_like_the_tune_sweep(tmp_path, monkeypatch):
+    """The rollout's 'after' port: the tune sweep's own options on the spec it is given, as the
+    rollout's rows, with the new k's per-position counts kept (none where no counter exists)."""
+    from tpwarden.cluster.bench.plan import BenchOptions
+    from tpwarden.cluster.inventory import load_inventory
+    from tpwarden.cluster.tune import runner as tune_runner
+
+    from tests.unit.test_tune_cli import FIX, _outcome
+
+    before = (FIX / "tune" / "v1-layout_k3_ngram_before.prom.txt").read_text()
+    after = (FIX / "tune" / "v1-layout_k3_ngram_after.prom.txt").read_text()
+    seen = {}
+
+    class Runner:
+        def __init__(self, ctl, runs_dir, on_progress=None):
+            seen["runs_dir"] = runs_dir
+            self.pages = []
+
+        def preflight(self):
+            return {"ok": True}
+
+        def run(self, opts, pre):
+            seen["opts"] = opts
+            self.pages = seen["pages"]
+            return BenchRun("r", tmp_path / "after", "sweep", {}, [_outcome(1)])
+
+    monkeypatch.setattr(tune_runner, "Controller", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(tune_runner, "RecordingRunner", Runner)
+    opts = BenchOptions(kind="sweep", levels=(1,), num_prompts=3, output_len=16)
+    spec = load_inventory(ROOT / "inventory.example.yml")
+    m = tune_runner.SweepMeasurer(opts, tmp_path / "runs")
+    seen["pages"] = [before, after]
+    got = m(spec, "after")
+    assert seen["opts"] is opts and seen["runs_dir"] == tmp_path / "runs"
+    assert got.config_hash == spec.config_hash() and got.run_dir == str(tmp_path / "after")
+    assert set(got.rows) == {1} and got.rows[1]["aggregate"] > 0
+    assert m.levels is not None and m.levels[0].counts.accepted_per_pos == (2600, 1500, 800)
+    idle = ROOT / "tests/fixtures/real/metrics/v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt"
+    seen["pages"] = [idle.read_text()] * 2  # k'=0: the server has no drafter, no counters
+    assert m(spec, "after").rows[1]["aggregate"] > 0 and m.levels is None
