@@ -2,7 +2,7 @@
 
 One answer assembled from the watchdog's event log (probes, decisions, restarts), the thermal
 agents' samples (through the one thermal report, ``watchdog.thermal.report``) and the bench
-runs that started in the window. Pure: records in, a frozen report out; reading files lives in
+runs (and `tune drafter` runs: morning_tune) that started in the window. Pure: records in, a frozen report out; reading files lives in
 ``morning_io``, HTML and plots in ``morning_html``. Counts here are counts of records, so a test
 can recompute each one from the raw files.
 """
@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tpwarden.cluster.morning_tune import TuneSummary
 from tpwarden.watchdog.thermal.report import FieldReport, build_report, report_to_json
 
 ANSWERING = ("ok", "busy")  # probe verdicts that mean the server answered or made progress
@@ -92,6 +93,7 @@ class MorningReport:
     bench: tuple[BenchSummary, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
     evals: tuple[EvalSummary, ...] = ()
+    tunes: tuple[TuneSummary, ...] = ()  # `tune drafter` runs (morning_tune)
 
     @property
     def hours(self) -> float:
@@ -318,6 +320,7 @@ def build_morning(
     zone_roles: Mapping[str, str] | None = None,
     operator_restarts: Iterable[Mapping[str, Any]] = (),
     skipped_lines: int = 0,
+    tune_runs: Iterable[TuneSummary] = (),
 ) -> MorningReport:
     """Everything in the window [since, until]; without bounds, the data's own extent."""
     events = list(events)
@@ -337,6 +340,7 @@ def build_morning(
     return MorningReport(
         since=lo, until=hi, watchdog=wd, thermal=thermal, bench=summarize_bench(runs, lo, hi), notes=tuple(notes),
         evals=summarize_evals(runs, lo, hi),
+        tunes=tuple(sorted((t for t in tune_runs if _in(t.started_at, lo, hi)), key=lambda t: t.started_at)),
     )  # fmt: skip
 
 
@@ -373,5 +377,6 @@ def morning_to_json(rep: MorningReport) -> dict[str, Any]:
         "throttle_episodes": rep.throttle_episodes,
         "bench": [asdict(b) for b in rep.bench],
         "eval": [asdict(e) for e in rep.evals],
+        "tune": [asdict(t) for t in rep.tunes],
         "notes": list(rep.notes),
     }

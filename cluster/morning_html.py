@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from tpwarden.cluster.morning import MorningReport, headline
+from tpwarden.cluster.morning_tune import tune_line
 from tpwarden.watchdog.thermal.localtime import local, span_text
 
 DASH = "-"
@@ -116,6 +117,13 @@ def eval_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
     return rows
 
 
+TUNE_HEAD = ["started", "run", "tuning"]
+
+
+def tune_rows(rep: MorningReport, tz: tzinfo) -> list[list[str]]:
+    return [[local(t.started_at, tz, "%H:%M"), t.run_id, tune_line(t)] for t in rep.tunes]
+
+
 def gap_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
     out = []
     for a, b in rep.watchdog.probe_gaps:
@@ -181,6 +189,8 @@ def morning_html(rep: MorningReport, tz: tzinfo, plot_png: bytes | None = None) 
         _table(BENCH_HEAD, bench_rows(rep, tz)),
         "<h2>Evaluations in the window</h2>",
         _table(EVAL_HEAD, eval_rows(rep, tz)),
+        "<h2>Draft-length tuning in the window</h2>",
+        _table(TUNE_HEAD, tune_rows(rep, tz)),
     ]
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
@@ -255,4 +265,5 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
             f"n={items} score {score} +/- {err} (previous {prev}, {delta} points); thinking "
             f"{thinking}, {restarts} server restart(s) resumed"
         )
+    out += [f"tune {at} {run}: {line}" for at, run, line in tune_rows(rep, tz)]
     return out

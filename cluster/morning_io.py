@@ -1,5 +1,5 @@
 """Files in for the morning report: the watchdog's event log, cluster control's restart log,
-the thermal agents' JSON lines and the bench run directories. Nothing here decides anything;
+the thermal agents' JSON lines and the bench run directories (with the tune runs' tune.json). Nothing here decides anything;
 ``morning.build_morning`` does."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from tpwarden.cluster.durable import read_jsonl
 from tpwarden.cluster.morning import MorningReport, build_morning, iso_ts
+from tpwarden.cluster.morning_tune import TuneSummary, tune_summary
 from tpwarden.node.thermal.writer import read_records
 from tpwarden.watchdog.events import read_events
 from tpwarden.watchdog.thermal.export import files_in
@@ -55,6 +56,24 @@ def load_runs(runs_dir: Path | None) -> list[tuple[dict[str, Any], dict[str, Any
     return out
 
 
+def load_tunes(runs_dir: Path | None) -> list[TuneSummary]:
+    """Every run directory with a `tune.json` (a `tune drafter` run) whose manifest says when it
+    started; half-written ones are skipped."""
+    if runs_dir is None or not runs_dir.is_dir():
+        return []
+    out = []
+    for d in sorted(p for p in runs_dir.iterdir() if (p / "tune.json").is_file()):
+        try:
+            manifest = json.loads((d / "manifest.json").read_text())
+            doc = json.loads((d / "tune.json").read_text())
+        except (OSError, ValueError):
+            continue
+        started = iso_ts(manifest.get("started_at"))
+        if started is not None and isinstance(doc, dict):
+            out.append(tune_summary(str(manifest.get("run_id") or d.name), started, doc))
+    return out
+
+
 def operator_restarts(path: Path | None) -> list[dict[str, Any]]:
     """Cluster control's restart records made by people; the watchdog's own restarts are in
     its event log already (with their cause), so they are left out here."""
@@ -93,6 +112,7 @@ def morning_from_files(
         zone_roles=zone_roles,
         operator_restarts=operator_restarts(src.control_events),
         skipped_lines=got.skipped_lines,
+        tune_runs=load_tunes(src.runs_dir),
     )
     window = [r for r in records if rep.since <= r.get("ts", -1) <= rep.until]
     return rep, window

@@ -73,7 +73,7 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
-    per node and zone role with margin to critical, throttle episodes, gaps, bench and eval runs.
+    per node and zone role with margin to critical, throttle episodes, gaps, bench, eval and tune runs.
     Exit 1 when a source could not be read (a node's thermal files, the event log)."""
 
     if (inventory is None) == (from_dir is None):
@@ -163,10 +163,11 @@ def report(
 
 
 def _empty(rep: MorningReport, records: Sequence[Any]) -> bool:
-    """Nothing at all in the window: no probe, restart, alert, thermal sample, bench or eval."""
+    """Nothing at all in the window: no probe, restart, alert, thermal sample, bench, eval or
+    tune run."""
     wd = rep.watchdog
     return not (records or wd.probes or wd.restarts or wd.alerts or wd.holds or rep.bench
-                or rep.evals or rep.thermal.nodes)  # fmt: skip
+                or rep.evals or rep.tunes or rep.thermal.nodes)  # fmt: skip
 
 
 def check_output_path(path: Path, option: str) -> None:

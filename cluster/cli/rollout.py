@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -41,12 +41,14 @@ from tpwarden.cluster.rollout.layout import Files, shown, spec_with
 from tpwarden.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
 from tpwarden.cluster.rollout.sequence import (
     TERMINAL,
+    Measurement,
     Rollout,
     RolloutPorts,
     RolloutRecord,
     RolloutStore,
     rollback_to,
 )
+from tpwarden.cluster.spec import ClusterSpec
 
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back.",
@@ -55,12 +57,12 @@ app = typer.Typer(
 
 
 @contextlib.contextmanager
-def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[None]:
+def rollout_locks(inventory: Path, what: str, via: str = "direct") -> Iterator[None]:
     """One rollout at a time (the rollout lock), and for a direct one also the cluster lock
     (no operator restart or watchdog restart meanwhile). `--via watchdog` leaves the cluster
     lock free: the watchdog's own restart is what that rollout waits for."""
     spec, who = load(inventory), operator_identity()
-    rollout_lock = os.path.join(str(_store(inventory).root), "rollout.lock")
+    rollout_lock = os.path.join(str(rollout_store(inventory).root), "rollout.lock")
     os.makedirs(os.path.dirname(rollout_lock), mode=0o700, exist_ok=True)
     with one_actor(rollout_lock, f"{what} by {who}"):
         if via == "watchdog":
@@ -70,11 +72,22 @@ def _cluster_lock(inventory: Path, what: str, via: str = "direct") -> Iterator[N
             yield
 
 
-def _store(inventory: Path) -> RolloutStore:
+def rollout_store(inventory: Path) -> RolloutStore:
     return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
 
 
 def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = False) -> RolloutPorts:
+    return ports_for(inventory, bench_measurer(bench, str(inventory)), via, as_json)
+
+
+def ports_for(
+    inventory: Path,
+    measure: Callable[[ClusterSpec, str], Measurement] | None,
+    via: str = "direct",
+    as_json: bool = False,
+) -> RolloutPorts:
+    """The real ports (cluster control, the leased watchdog hold, `measure`), with progress on
+    stdout, or on stderr when stdout carries --json. Also `tune drafter --apply`'s."""
     spec = load(inventory)
 
     def on_event(kind: str, data: dict) -> None:
@@ -91,7 +104,7 @@ def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = Fal
     return RolloutPorts(
         ControllerCluster(),
         LeasedHolder(WatchdogHolder(spec)),  # lapses within 10 min if this process dies
-        bench_measurer(bench, str(inventory)),
+        measure,
         on_event=on_event,
         via=via,
     )
@@ -151,8 +164,8 @@ def rollout(
         if not dry_run:
             # Before reading current.json: a second rollout is refused naming the first,
             # rather than mistaking a running rollout for an interrupted one.
-            one_actor_at_a_time.enter_context(_cluster_lock(inventory, "tpwarden rollout", via))
-        store = _store(inventory)
+            one_actor_at_a_time.enter_context(rollout_locks(inventory, "tpwarden rollout", via))
+        store = rollout_store(inventory)
         guards = [parse_guard(g) for g in guard]
         current = store.current()
         if resume or abort:
@@ -160,7 +173,7 @@ def rollout(
                 raise ConfigError("no interrupted rollout to resume or abort")
             ro = Rollout(store, _ports(inventory, bench, current.via, as_json))
             result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
-            raise typer.Exit(_render(result, as_json))
+            raise typer.Exit(render_record(result, as_json))
         if current and current.step not in TERMINAL:
             err_console.print(
                 f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
@@ -202,7 +215,7 @@ def rollout(
             )
             raise typer.Exit(0)
         if as_json:
-            raise typer.Exit(_render(ro.run(record, guards), as_json))
+            raise typer.Exit(render_record(ro.run(record, guards), as_json))
         console.print(diff, highlight=False, markup=False)
         for line in record.summary:
             console.print(f"change: {line}", highlight=False, markup=False)
@@ -218,14 +231,14 @@ def rollout(
             raise typer.Exit(0)
         if not yes and not typer.confirm("restart the whole server on the new config?"):
             raise typer.Exit(1)
-        raise typer.Exit(_render(ro.run(record, guards)))
+        raise typer.Exit(render_record(ro.run(record, guards)))
 
 
 @app.command("history")
 @handle_errors
 def history(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False) -> None:
     """Every finished rollout and rollback, with its revision ids and outcome."""
-    entries = _store(inventory).history()
+    entries = rollout_store(inventory).history()
     if as_json:
         print(json.dumps(entries, indent=1))
         return
@@ -261,15 +274,15 @@ def rollback(
     if as_json and not yes:
         raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
     if revision is not None:
-        _store(inventory).revision_files(
+        rollout_store(inventory).revision_files(
             revision, str(inventory)
         )  # an unknown name: refused before any lock
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
     ports = _ports(inventory, "none", as_json=as_json)
-    with _cluster_lock(inventory, "tpwarden rollback"):
-        result = rollback_to(_store(inventory), ports, str(inventory), revision)
-    raise typer.Exit(_render(result, as_json, "rollback"))
+    with rollout_locks(inventory, "tpwarden rollback"):
+        result = rollback_to(rollout_store(inventory), ports, str(inventory), revision)
+    raise typer.Exit(render_record(result, as_json, "rollback"))
 
 
 def _files_diff(inventory: str, old: Files, new: Files) -> str:
@@ -279,7 +292,7 @@ def _files_diff(inventory: str, old: Files, new: Files) -> str:
     )
 
 
-def _render(record: RolloutRecord, as_json: bool = False, command: str = "rollout") -> int:
+def render_record(record: RolloutRecord, as_json: bool = False, command: str = "rollout") -> int:
     code = 0 if record.step == "done" else 1
     if as_json:
         emit_json(command, {"ok": code == 0, "dry_run": False, "record": record.__dict__})

@@ -1,22 +1,23 @@
 """`tpwarden tune drafter`: measure at the current draft length, predict every k', recommend one
-per load profile (issue 33; the model is docs/tune.md). Rendering only; the work is in
-cluster.tune.
+per load profile, and with --apply prove it with one guarded rollout (issue 33; the model is
+docs/tune.md). Rendering only; the work is in cluster.tune, the rollout in cli.tune_apply.
 
 tpwarden tune drafter -i inventory.yml --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3
+tpwarden tune drafter -i inventory.yml --profile c1:0.2,c8:0.5,c32:0.3 --apply --plot k.png
 tpwarden tune drafter --from-run runs/20260101T000000Z-sweep --profile c32:1 --json
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
-from tpwarden.cluster.bench.runner import load_run
+from tpwarden.cluster.bench.runner import default_runs_dir, load_run
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -27,9 +28,23 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.cli.tune_apply import (
+    OK_STEPS,
+    ApplyInput,
+    apply_recommendation,
+    current_k,
+    dry_run_plan,
+    locked,
+    print_applied,
+    print_plan,
+    refuse_conflicts,
+)
+from tpwarden.cluster.cli.tune_view import render_table, write_plot
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.rollout.edit import Guard, parse_guard
 from tpwarden.cluster.tune.acceptance import DraftCounts
-from tpwarden.cluster.tune.history import history_points
+from tpwarden.cluster.tune.history import history_points, last_applied
 from tpwarden.cluster.tune.model import (
     LevelMeasure,
     Prediction,
@@ -39,7 +54,7 @@ from tpwarden.cluster.tune.model import (
     predict,
     recommend,
 )
-from tpwarden.cluster.tune.runner import RecordingRunner, level_json, measure, save
+from tpwarden.cluster.tune.runner import RecordingRunner, level_json, measure, save, tune_docs
 from tpwarden.cluster.tune.steptime import StepModel, StepPoint
 
 app = typer.Typer(help="Choose the drafter's draft length from measurement.", no_args_is_help=True)
@@ -79,7 +94,7 @@ def _history(paths: list[Path]) -> list[StepPoint]:
     return points
 
 
-def _from_run(path: Path) -> tuple[list[LevelMeasure], str]:
+def _from_run(path: Path) -> tuple[list[LevelMeasure], dict[str, Any]]:
     try:
         doc = json.loads((path / "tune.json").read_text())
     except FileNotFoundError:
@@ -93,51 +108,7 @@ def _from_run(path: Path) -> tuple[list[LevelMeasure], str]:
         )
         for d in doc["levels"]
     ]
-    return levels, str(path)
-
-
-def _cell(p: Prediction) -> str:
-    mark = "*" if p.measured else ("~" if p.extrapolated else "")
-    e = p.tokens_per_step
-    return (
-        f"{p.aggregate_tok_s:,.1f} ({p.aggregate_lo:,.0f}-{p.aggregate_hi:,.0f}){mark}\n"
-        f"{e.mean:.2f}±{1.96 * e.se:.2f} tok/step · {p.step_ms:,.0f} ms"
-    )
-
-
-def _render(
-    levels: list[LevelMeasure], model: StepModel, preds: list[Prediction], rec: Recommendation
-) -> None:
-    conc = [lv.concurrency for lv in levels]
-    table = Table(title=f"predicted aggregate tok/s per k' (measured at k={levels[0].counts.k})")
-    table.add_column("k'", justify="right")
-    for c in conc:
-        table.add_column(f"c={c}", justify="right")
-    table.add_column("profile score", justify="right")
-    by = {(p.k, p.concurrency): p for p in preds}
-    for k in sorted({p.k for p in preds}):
-        s, lo, hi = rec.scores[k]
-        best = " <- best" if k == rec.k else ""
-        table.add_row(
-            str(k), *(_cell(by[(k, c)]) for c in conc), f"{s:.3f} ({lo:.2f}-{hi:.2f}){best}"
-        )
-    console.print(table)
-    console.print(
-        f"step model ({model.source}): {model.a_ms:.1f} ms + {model.b_ms:.3f} ms x verified "
-        f"tokens + {model.d_ms:.2f} ms x k; misfit {100 * model.rel_rms:.1f}% "
-        "(* measured, ~ extrapolated; bands are 95%)",
-        highlight=False,
-    )
-    for note in model.notes:
-        console.print(f"note: {note}", highlight=False)
-    sure = "" if rec.distinguishable else f" (within the uncertainty of k={rec.runner_up})"
-    console.print(
-        f"recommended k = [bold]{rec.k}[/] for this profile: {rec.score:.3f}x the weighted "
-        f"throughput of k={rec.k_ref}{sure}",
-        highlight=False,
-    )
-    for why in rec.extrapolated:
-        console.print(f"extrapolated: {why}", highlight=False)
+    return levels, doc
 
 
 def _doc(
@@ -159,6 +130,94 @@ def _doc(
         "predictions": [p.to_json() for p in preds],
         "recommendation": rec.to_json(),
     }
+
+
+def _check_k_max(k_max: int | None, k: int) -> None:
+    """The measured k is the reference every k' is scored against: it is always predicted."""
+    if k_max is not None and k_max < k:
+        raise ConfigError(
+            f"--k-max {k_max} is below the measured k={k}",
+            key="--k-max",
+            hint=f"give {k} or more (k' from 0 to --k-max are predicted)",
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    levels: list[LevelMeasure]
+    model: StepModel
+    preds: list[Prediction]
+    rec: Recommendation
+    doc: dict[str, Any]
+
+
+def _analyse(
+    levels: list[LevelMeasure],
+    profile: dict[int, float],
+    past: list[StepPoint],
+    k_max: int | None,
+    source: str,
+) -> Analysis:
+    _check_k_max(k_max, levels[0].counts.k)
+    model = fit(levels, past)
+    preds = predict(levels, model, k_max)
+    rec = recommend(preds, profile, k_ref=levels[0].counts.k)
+    return Analysis(
+        levels, model, preds, rec, _doc(levels, profile, past, model, preds, rec, source)
+    )
+
+
+def _last_applied(runs_dir: Path | None, own: str) -> dict[str, Any] | None:
+    """The latest earlier tune run whose recommendation was rolled out (not this run)."""
+    runs = runs_dir or default_runs_dir()
+    mine = Path(own).resolve()
+    docs = [(rid, d) for rid, d in tune_docs(runs) if (runs / rid).resolve() != mine]
+    last = last_applied(docs)
+    return None if last is None else {"run_id": last[0], **last[1]}
+
+
+def _finish(a: Analysis, as_json: bool, plot: Path | None, runs_dir: Path | None) -> None:
+    """Plot, the last applied run's prediction against its measurement, the JSON document, and
+    exit 1 when a rollout did not keep the recommendation."""
+    if plot is not None:
+        write_plot(plot, a.levels, a.preds, a.rec, a.doc.get("applied"))
+    past = _last_applied(runs_dir, a.doc["source"])
+    applied = a.doc.get("applied")
+    ok = applied is None or applied.get("step") in OK_STEPS
+    if as_json:
+        emit_json("tune drafter", {"ok": ok, **a.doc, "last_applied": past})
+    else:
+        if applied:
+            print_applied(a.doc, "this run")
+        if past:
+            print_applied(past, f"last applied ({past['run_id']})")
+        if plot is not None:
+            console.print(f"plot: {plot}", highlight=False, markup=False)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _dry_run(spec: Any, opts: BenchOptions, plan: dict[str, Any] | None, as_json: bool) -> None:
+    lv = opts.levels
+    containers = [client_plan(spec, opts, c, i, "dry-run").to_json() for i, c in enumerate(lv)]
+    if as_json:
+        emit_json(
+            "tune drafter", {"ok": True, "dry_run": True, "containers": containers, "apply": plan}
+        )
+        return
+    for c in containers:
+        console.print(" ".join(c.get("command") or []), highlight=False, markup=False)
+    if plan is not None:
+        print_plan(plan)
+
+
+def _check_options(
+    apply: bool, from_run: bool, guard: list[str], yes: bool, dry_run: bool, as_json: bool
+) -> None:
+    if apply:
+        refuse_conflicts(from_run=from_run, as_json=as_json, yes=yes, dry_run=dry_run)
+    elif guard or yes:
+        raise ConfigError("--guard and --yes go with --apply", key="--guard" if guard else "--yes")
 
 
 @app.command("drafter")
@@ -183,6 +242,24 @@ def drafter(
             "--from-run", help="Predict from an earlier tune run's tune.json; run nothing."
         ),
     ] = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Roll the recommendation out (guarded rollout, kept or rolled back) and record "
+            "predicted against measured.",
+        ),
+    ] = False,
+    guard: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--guard", help="With --apply: keep only if e.g. 'c=32 aggregate >= -5%' (repeatable)."
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --apply: do not ask.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a PNG of the predictions here.")
+    ] = None,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
     client_image: Annotated[str | None, typer.Option(help="Bench client image.")] = None,
@@ -192,45 +269,83 @@ def drafter(
 ) -> None:
     """Sweep at the current k, record per-position acceptance per level, predict tokens per
     step, step time and throughput for every k' from 0 (no drafter) up, and recommend the k'
-    that maximises the profile's weighted gain. Nothing is restarted (no --apply yet).
+    that maximises the profile's weighted gain. With --apply, roll the recommendation out
+    through the guarded rollout (tpwarden rollout) and report predicted against measured.
 
     Example: tpwarden tune drafter -i inventory.yml --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3
     """
+    _check_options(apply, from_run is not None, guard or [], yes, dry_run, as_json)
+    guards = [parse_guard(g) for g in guard or []]
     lv = _levels(levels)
-    if from_run is not None:
-        measured, source = _from_run(from_run)
-        lv = tuple(m.concurrency for m in measured)
-    prof = _profile(profile, lv)
     past = _history(history or [])
-    if from_run is None:
-        opts = BenchOptions(
-            kind="sweep",
-            levels=lv,
-            prompts=DEFAULT_PROMPTS,
-            output_len=output_len,
-            num_prompts=num_prompts,
-            client_image=client_image,
-        )
-        spec = load(inventory)
-        if dry_run:
-            plans = [client_plan(spec, opts, c, i, "dry-run").to_json() for i, c in enumerate(lv)]
-            if as_json:
-                emit_json("tune drafter", {"ok": True, "dry_run": True, "containers": plans})
-            else:
-                for p in plans:
-                    console.print(" ".join(p.get("command") or []), highlight=False)
-            return
+    if from_run is not None:
+        measured, saved = _from_run(from_run)
+        prof = _profile(profile, tuple(m.concurrency for m in measured))
+        a = _analyse(measured, prof, past, k_max, str(from_run))
+        if saved.get("applied"):
+            a.doc["applied"] = saved["applied"]
+        if not as_json:
+            render_table(a.levels, a.model, a.preds, a.rec)
+        _finish(a, as_json, plot, runs_dir)
+        return
+    prof = _profile(profile, lv)
+    opts = BenchOptions(
+        kind="sweep",
+        levels=lv,
+        prompts=DEFAULT_PROMPTS,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        client_image=client_image,
+    )
+    spec = load(inventory)
+    if spec.serving.drafter is not None:  # refused before the sweep, not after it
+        _check_k_max(k_max, spec.serving.drafter.num_speculative_tokens)
+    if dry_run:
+        plan = dry_run_plan(spec, inventory, lv, guards, k_max) if apply else None
+        _dry_run(spec, opts, plan, as_json)
+        return
+    a = _live(
+        inventory, spec, opts, prof, past, k_max, runs_dir, guards if apply else None, yes, as_json
+    )
+    _finish(a, as_json, plot, runs_dir)
+
+
+def _live(
+    inventory: Path,
+    spec: Any,
+    opts: BenchOptions,
+    prof: dict[int, float],
+    past: list[StepPoint],
+    k_max: int | None,
+    runs_dir: Path | None,
+    guards: list[Guard] | None,  # None: no --apply
+    yes: bool,
+    as_json: bool,
+) -> Analysis:
+    """Sweep, predict, save tune.json, show the table; with --apply (guards not None) the
+    rollout, all under the rollout and cluster locks."""
+    with contextlib.ExitStack() as stack:
+        if guards is not None:
+            current_k(spec)  # no drafter in the inventory: refused before the locks
+            stack.enter_context(locked(inventory))
         with Controller(spec) as ctl:
             runner = RecordingRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(m))
             run, measured = measure(runner, opts, runner.preflight())
-        source = str(run.dir)
-    model = fit(measured, past)
-    preds = predict(measured, model, k_max)
-    rec = recommend(preds, prof, k_ref=measured[0].counts.k)
-    doc = _doc(measured, prof, past, model, preds, rec, source)
-    if from_run is None:
-        save(Path(source), doc)
-    if as_json:
-        emit_json("tune drafter", {"ok": True, **doc})
-        return
-    _render(measured, model, preds, rec)
+        a = _analyse(measured, prof, past, k_max, str(run.dir))
+        save(run.dir, a.doc)
+        if not as_json:
+            render_table(a.levels, a.model, a.preds, a.rec)
+        if guards is None:
+            return a
+        if a.rec.k_ref != current_k(spec):
+            raise ConfigError(
+                f"the server runs k={a.rec.k_ref}, the inventory says k={current_k(spec)}",
+                key="drafter.num_speculative_tokens",
+                hint="restart on the inventory (tpwarden restart) and tune again",
+            )
+        a.doc["applied"] = apply_recommendation(
+            ApplyInput(inventory, spec, run, opts, runs_dir, a.preds, a.rec, prof, guards, yes,
+                       as_json)
+        )  # fmt: skip
+        save(run.dir, a.doc)
+        return a

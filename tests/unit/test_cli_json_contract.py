@@ -97,6 +97,7 @@ def test_a_usage_error_with_json_is_enveloped_too():
         ["plan", "-i", GOOD, "--json"],
         ["inventory", "check", "-i", GOOD, "--json"],
         ["bench", "sweep", "-i", GOOD, "--dry-run", "--json"],
+        ["tune", "drafter", "-i", GOOD, "--dry-run", "--apply", "--json"],
     ],
 )
 def test_success_documents_validate(argv):
