@@ -1,7 +1,7 @@
 """The head's dataset cache (`tpwarden.eval.hf_cache`, mounted as HF_HOME in the eval client)
 through the head's SSH session: read its index, load a datasets archive into it.
 
-The archive is checked here before a byte is sent (cluster/eval/datasets.read_archive), streamed
+The archive is checked here before a byte is sent (`tpwarden.cluster.eval.datasets.read_archive`), streamed
 by SFTP to a hidden name in the cache folder, unpacked there with the head's `tar`, removed; the
 index is merged and replaced atomically. The folder must be writable by the SSH user.
 """
