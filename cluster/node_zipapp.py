@@ -59,14 +59,19 @@ class NodeApp:
     on_node: frozenset[str] = frozenset()
 
 
-# pynvml: the NVML bindings the provisioned nodes have (imported lazily by the apps);
+# pynvml (nvidia-ml-py, one pure-Python file) is bundled: the collector runs under the node's
+# system python3, which has only the standard library (issue 28 item 7: nothing by hand);
 # psutil: optional, /proc/meminfo stands in (cluster.memory).
-_NODE_PYTHON = frozenset({"pynvml", "psutil"})
+_NODE_PYTHON = frozenset({"psutil"})
+_PYNVML = Bundled(name="pynvml")
 
-COLLECTOR = NodeApp(entry="tpwarden.node.collector", on_node=_NODE_PYTHON)
+COLLECTOR = NodeApp(entry="tpwarden.node.collector", bundled=(_PYNVML,), on_node=_NODE_PYTHON)
 THERMAL_AGENT = NodeApp(
     entry="tpwarden.node.thermal.app",
-    bundled=(Bundled(name="prometheus_client", skip=frozenset({"twisted", "django", "aiohttp"})),),
+    bundled=(
+        _PYNVML,
+        Bundled(name="prometheus_client", skip=frozenset({"twisted", "django", "aiohttp"})),
+    ),
     on_node=_NODE_PYTHON,
 )
 
@@ -160,8 +165,12 @@ def node_closure(app: NodeApp) -> dict[str, Path]:
 
 def _bundled_files(package: Bundled) -> Iterator[tuple[str, bytes]]:
     spec = importlib.util.find_spec(package.name)
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or (not spec.submodule_search_locations and not spec.origin):
         raise NodeZipappError(f"{package.name}: not installed here, cannot bundle it")
+    if not spec.submodule_search_locations:  # a single-file module (pynvml.py)
+        assert spec.origin is not None
+        yield f"{package.name}.py", Path(spec.origin).read_bytes()
+        return
     root = Path(next(iter(spec.submodule_search_locations)))
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)

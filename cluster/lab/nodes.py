@@ -4,13 +4,14 @@ Each node's root is an overlay (the cached Debian rootfs below, a per-node upper
 node costs a few MiB and starts in about a second. Per node: its own hostname, machine-id, SSH
 host key (generated at every ``lab up``), sshd on 127.0.0.1N:22 (root, lab key only),
 /etc/tpwarden, /var/lib/tpwarden, a 16 MiB tmpfs at /var/log/tpwarden, fake ACPI zones at
-/sys/class/thermal, its GPU state dir and the NVML stand-in, the real pynvml module, the host's
-Docker engine socket and docker CLI, and the lab models dir at the same path as on the host.
+/sys/class/thermal, its GPU state dir and the NVML stand-in (no pynvml: a node's python3 has
+only the standard library, as on a fresh real node; tpwarden bundles or provisions what it
+needs), the host's Docker engine socket and docker CLI, and the lab models dir at the same path
+as on the host.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import uuid
@@ -25,7 +26,6 @@ LOG_FS_SIZE = "16m"
 READY_TIMEOUT_S = 120
 STOP_GRACE_S = 30
 NVML_TARGET = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-PYNVML_TARGET = "usr/local/lib/python3.11/dist-packages/pynvml.py"
 NODE_DOCKER_CLI = "/usr/local/bin/docker"
 DOCKER_SOCKET = Path("/run/docker.sock")
 
@@ -37,7 +37,6 @@ class NodeAssets:
     lower: Path  # the cached node rootfs
     client_pubkey: str
     docker_cli: Path
-    pynvml: Path
     nvml_lib: Path | None  # None: the NVML stub is not built (hook: see lab.py)
 
 
@@ -45,14 +44,10 @@ def find_assets(lower: Path, paths: LabPaths, nvml_lib: Path | None) -> NodeAsse
     cli = shutil.which("docker")
     if cli is None:
         raise LabError("no docker CLI on this host (the nodes reuse it as their docker client)")
-    spec = importlib.util.find_spec("pynvml")
-    if spec is None or spec.origin is None:
-        raise LabError("pynvml (nvidia-ml-py) is not installed in this Python")
     return NodeAssets(
         lower=lower,
         client_pubkey=paths.key.with_suffix(".pub").read_text(),
         docker_cli=Path(os.path.realpath(cli)),
-        pynvml=Path(spec.origin),
         nvml_lib=nvml_lib,
     )
 
@@ -129,7 +124,9 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
     (root / "root/.ssh").chmod(0o700)
     for sub in ("etc/tpwarden", "var/lib/tpwarden", "var/log/tpwarden"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    _copy(assets.pynvml, root / PYNVML_TARGET)
+    (root / "usr/local/lib/python3.11/dist-packages/pynvml.py").unlink(
+        missing_ok=True
+    )  # older labs
     if assets.nvml_lib is not None:
         _copy(assets.nvml_lib, root / NVML_TARGET)
     sensord.boot_sensors(node)  # idle readings; a clock cap does not survive a boot

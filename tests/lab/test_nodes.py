@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -100,7 +101,14 @@ print("reset", n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOC
 
 
 def test_pynvml_reads_the_stand_in_and_caps_clocks(lab):
-    done = lab.ssh("node2", ["python3", "-c", NVML_SCRIPT])
+    # the node's python3 has no pynvml (as on a fresh real node): this test brings the real one
+    import pynvml
+
+    bundle = lab.paths.node("node2").merged / "tmp" / "tpwarden-test-pynvml"
+    bundle.mkdir(parents=True, exist_ok=True)
+    shutil.copy(pynvml.__file__, bundle / "pynvml.py")
+    script = f"import sys; sys.path.insert(0, '/tmp/tpwarden-test-pynvml')\n{NVML_SCRIPT}"
+    done = lab.ssh("node2", ["python3", "-c", script])
     assert done.rc == 0, done.stderr
     got = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines())
     assert 20 <= int(got["temp"]) <= 110

@@ -44,6 +44,7 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
     }
     assert sorted(node_zipapp_files(COLLECTOR)) == [
         "__main__.py",
+        "pynvml.py",  # bundled: the node's system python3 has only the standard library
         "tpwarden/__init__.py",
         "tpwarden/cluster/__init__.py",
         "tpwarden/cluster/durable.py",

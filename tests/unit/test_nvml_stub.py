@@ -262,3 +262,36 @@ def test_empty_lock_answer_behaves_as_the_driver(stub_dir: Path, state_file: Pat
     state_file.write_text(STATE + "lock_clocks_answer=\n")
     out = run_pynvml(stub_dir, state_file, LOCK_AND_RESET)
     assert out == {"lock": "SUCCESS", "reset": "SUCCESS", "sm": 2411}  # locked, then reset
+
+
+NODE_PROBE = ROOT / "playbooks" / "roles" / "baseline" / "files" / "node_probe.py"
+
+
+def _probe_nvml(env_extra: dict[str, str]) -> dict:
+    """The provisioning probe's NVML check, run by a bare python3 (-I -S: no site-packages,
+    so no pynvml), as on a node before anything is installed (issue 28 item 7)."""
+    code = (
+        "import importlib.util, json\n"
+        f"spec = importlib.util.spec_from_file_location('node_probe', {str(NODE_PROBE)!r})\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "print(json.dumps(mod.nvml()))\n"
+    )
+    env = {"PATH": os.environ["PATH"], **env_extra}
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], env=env,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_provisioning_probe_reads_nvml_without_pynvml(stub_dir: Path, state_file: Path) -> None:
+    seen = _probe_nvml(
+        {"LD_LIBRARY_PATH": str(stub_dir), "TPWARDEN_LAB_GPU_STATE": str(state_file)}
+    )
+    assert seen == {"ok": True, "count": 1, "names": ["NVIDIA GB10"],
+                    "driver": seen["driver"], "error": None}  # fmt: skip
+    assert seen["driver"]  # the stub's driver version string
+    no_driver = _probe_nvml({"LD_LIBRARY_PATH": str(stub_dir),
+                             "TPWARDEN_LAB_GPU_STATE": "/nonexistent/state"})  # fmt: skip
+    assert no_driver == {"ok": False, "count": 0, "error": "nvmlInit: Driver Not Loaded"}
+    no_library = _probe_nvml({"LD_LIBRARY_PATH": "/nonexistent"})
+    assert not no_library["ok"] and "libnvidia-ml.so.1 not loadable" in no_library["error"]

@@ -1,6 +1,6 @@
 """tpwarden node probe: facts the playbooks need, as one JSON document on stdout.
 
-Runs with the node's own python3 (standard library, plus pynvml if installed). Copied to the
+Runs with the node's own python3, standard library only (NVML through ctypes). Copied to the
 node by Ansible's script module and run from there; parameters come from the environment (no
 command line built from variables):
 
@@ -34,37 +34,55 @@ def disk(paths):
     return out
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"  # what the NVIDIA driver installs (and pynvml loads)
+NVML_SUCCESS = 0
+NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE (nvml.h)
+DRIVER_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+
+
 def nvml():
+    """GPU count, names and driver version from the driver's NVML library itself, through
+    ctypes: provisioning checks the GPU before it installs anything, so this needs no pynvml
+    on the node (nothing by hand: the nodes' system python3 has only the standard library)."""
+    import ctypes
+
     try:
-        import pynvml
-    except ImportError as e:
-        return {"ok": False, "count": 0, "error": f"pynvml not importable: {e}"}
+        lib = ctypes.CDLL(NVML_LIBRARY)
+    except OSError as e:
+        return {"ok": False, "count": 0, "error": f"{NVML_LIBRARY} not loadable: {e}"}
+    lib.nvmlErrorString.restype = ctypes.c_char_p
+
+    def check(rc, call):
+        if rc != NVML_SUCCESS:
+            raise RuntimeError(f"{call}: {lib.nvmlErrorString(rc).decode(errors='replace')}")
+
     try:
-        pynvml.nvmlInit()
-    except Exception as e:  # noqa: BLE001 - reported, never a traceback
-        return {"ok": False, "count": 0, "error": f"nvmlInit: {e}"}
+        check(lib.nvmlInit_v2(), "nvmlInit")
+    except (RuntimeError, AttributeError) as e:
+        return {"ok": False, "count": 0, "error": str(e)}
     try:
-        count = pynvml.nvmlDeviceGetCount()
+        count = ctypes.c_uint(0)
+        check(lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount")
         names = []
-        for i in range(count):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            check(lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)), "GetHandleByIndex")
+            name = ctypes.create_string_buffer(NAME_BUFFER)
+            check(lib.nvmlDeviceGetName(handle, name, NAME_BUFFER), "nvmlDeviceGetName")
+            names.append(name.value.decode(errors="replace"))
+        driver = ctypes.create_string_buffer(DRIVER_BUFFER)
+        check(lib.nvmlSystemGetDriverVersion(driver, DRIVER_BUFFER), "GetDriverVersion")
         return {
-            "ok": count > 0,
-            "count": count,
+            "ok": count.value > 0,
+            "count": count.value,
             "names": names,
-            "driver": driver,
-            "error": None if count else "NVML sees no GPU",
+            "driver": driver.value.decode(errors="replace"),
+            "error": None if count.value else "NVML sees no GPU",
         }
-    except Exception as e:  # noqa: BLE001
+    except (RuntimeError, AttributeError) as e:
         return {"ok": False, "count": 0, "error": f"{type(e).__name__}: {e}"}
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+        lib.nvmlShutdown()
 
 
 def time_sync():
