@@ -148,7 +148,14 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
                 state = _json(lab, HEAD, f"{sd}/state.json").get("policy") or {}
                 return state.get("phase") == "ready"
 
-            poll(follows_and_ready, 120, "node1's watchdog to follow the plan, ready")
+            try:
+                poll(follows_and_ready, 120, "node1's watchdog to follow the plan, ready")
+            except AssertionError:
+                journal = lab.ssh(HEAD, ["journalctl", "-u", UNIT, "-n", "80", "--no-pager"])
+                state = _cat(lab, HEAD, f"{sd}/state.json")[-1500:]
+                raise AssertionError(
+                    f"node1's watchdog not ready; state: {state}; journal: {journal.stdout}"
+                ) from None
 
             # 3. hang the API: node1's watchdog restarts it, over SSH with its own key
             t_fault = time.time()
