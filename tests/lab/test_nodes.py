@@ -104,10 +104,11 @@ def test_pynvml_reads_the_stand_in_and_caps_clocks(lab):
     # the node's python3 has no pynvml (as on a fresh real node): this test brings the real one
     import pynvml
 
-    bundle = lab.paths.node("node2").merged / "tmp" / "tpwarden-test-pynvml"
+    # under /var/lib (the node's /tmp is a tmpfs of its own, not the overlay seen from here)
+    bundle = lab.paths.node("node2").merged / "var" / "lib" / "tpwarden-test-pynvml"
     bundle.mkdir(parents=True, exist_ok=True)
     shutil.copy(pynvml.__file__, bundle / "pynvml.py")
-    script = f"import sys; sys.path.insert(0, '/tmp/tpwarden-test-pynvml')\n{NVML_SCRIPT}"
+    script = f"import sys; sys.path.insert(0, '/var/lib/tpwarden-test-pynvml')\n{NVML_SCRIPT}"
     done = lab.ssh("node2", ["python3", "-c", script])
     assert done.rc == 0, done.stderr
     got = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines())
