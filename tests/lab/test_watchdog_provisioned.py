@@ -265,6 +265,7 @@ def day_one_commands() -> list[str]:
     return out
 
 
+@pytest.mark.timeout(1500)  # 18 commands: provision, a sweep, a measured rollout, a rollback
 def test_day_one_walkthrough_runs_as_written(lab, provisioned, head_inventory, tmp_path):
     """Issue 28 item 8: docs/real-cluster.md, run. The install lines are the README's (run by
     tests/lab/test_provision_wheel.py); every other line is a `tpwarden` command, run in the
