@@ -76,6 +76,11 @@ THERMAL_AGENT = NodeApp(
 )
 
 
+# The collector's file name on the node (`NodeSession.run_script` keeps the local name); the
+# nodes' SSH gate (tpwarden.node.ssh_gate.COLLECTOR_NAME) runs a python3 script only by it.
+COLLECTOR_FILE = "tpwarden-collector.pyz"
+
+
 class BuiltZipapp(NamedTuple):
     path: Path
     sha256: str
@@ -209,3 +214,24 @@ def build_node_zipapp(app: NodeApp, dest: str | Path) -> BuiltZipapp:
     path.write_bytes(data)
     path.chmod(0o600)
     return BuiltZipapp(path, hashlib.sha256(data).hexdigest())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tpwarden.cluster.node_zipapp digest``: the JSON provisioning writes for
+    the nodes' SSH gate (`tpwarden.node.ssh_gate`): the sha256 of the collector this install
+    builds."""
+    import json
+    import tempfile
+
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["digest"]:
+        print("usage: python -m tpwarden.cluster.node_zipapp digest", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="tpwarden-") as tmp:
+        built = build_node_zipapp(COLLECTOR, Path(tmp) / COLLECTOR_FILE)
+    print(json.dumps({"collector_sha256": [built.sha256]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

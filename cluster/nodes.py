@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from tpwarden.cluster.docker_gw import DockerGateway
 from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
-from tpwarden.cluster.node_zipapp import COLLECTOR, build_node_zipapp
+from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
 from tpwarden.cluster.settings import SshSpec
 from tpwarden.cluster.spec import NodeSpec
 from tpwarden.cluster.ssh import NodeSession, SshPool
@@ -95,7 +95,7 @@ class NodeConnector:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
         with self._collector_lock:
             if self._collector is None:
-                dest = Path(self._tmp.name) / "tpwarden-collector.pyz"
+                dest = Path(self._tmp.name) / COLLECTOR_FILE
                 self._collector = build_node_zipapp(COLLECTOR, dest).path
         extra = ["--nvml-lib", self.nvml_lib] if self.nvml_lib else []
         result = self.session(node).run_script(

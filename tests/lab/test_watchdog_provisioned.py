@@ -119,13 +119,17 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
     ips = tuple(f"{node_ip(n)} " for n in NODE_NAMES)
     ours = {ln for ln in lab.known_hosts.read_text().splitlines() if ln.startswith(ips)}
     assert len(ours) >= len(NODE_NAMES) and ours <= known, known
-    # the key opens every node from node1, host key checked against that file only
+    # the key opens every node from node1, host key checked against that file only, for what
+    # the watchdog runs; its forced command (the SSH gate) refuses a shell command (issue 29)
     for node in NODE_NAMES:
         argv = ["ssh", "-i", f"{WD_DIR}/id_ed25519", "-o", f"UserKnownHostsFile={WD_DIR}/known_hosts",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                f"root@{node_ip(node)}", "hostname"]  # fmt: skip
-        done = lab.ssh(HEAD, argv, timeout_s=30)
+                f"root@{node_ip(node)}"]  # fmt: skip
+        done = lab.ssh(HEAD, [*argv, "test", "-d", "/etc/tpwarden"], timeout_s=30)
         assert done.rc == 0, (node, done.stdout, done.stderr)
+        shell = lab.ssh(HEAD, [*argv, "hostname"], timeout_s=30)
+        assert shell.rc == 126 and shell.stdout == "", (node, shell.stdout, shell.stderr)
+        assert "tpwarden-ssh-gate: refused: 'hostname'" in shell.stderr, (node, shell.stderr)
     unit = lab.ssh(HEAD, ["systemctl", "cat", UNIT]).stdout
     assert f"--ssh-key {WD_DIR}/id_ed25519" in unit.replace('"', "")
 
@@ -196,6 +200,13 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
             again = _json(lab, HEAD, f"{sd}/applied.json")
             assert (again.get("action"), again.get("by")) == ("restart", WATCHDOG_WHO), again
             assert again.get("config_hash") == spec.config_hash()
+            # ... through the SSH gate: node2's auth log has the Docker API stream it let pass
+            gate_log = lab.ssh("node2", ["journalctl", "--no-pager", "-o", "cat",
+                                         "-t", "tpwarden-ssh-gate", "--since",
+                                         f"@{int(t_fault) - 5}"], timeout_s=60)  # fmt: skip
+            assert "allowed from" in gate_log.stdout, gate_log.stdout[-2000:] + gate_log.stderr
+            assert "docker system dial-stdio" in gate_log.stdout, gate_log.stdout[-2000:]
+            assert "refused" not in gate_log.stdout, gate_log.stdout[-2000:]
             here = tmp_path / "control" / "events.jsonl"
             assert not _restarts_in(here.read_text() if here.exists() else "")
         finally:

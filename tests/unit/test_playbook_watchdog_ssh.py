@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import base64
 import glob
+import json
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
+from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
+from tpwarden.node.ssh_gate import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 HOST_KEYS = sorted(glob.glob("/etc/ssh/ssh_host_*_key.pub"))
+VENV = str(Path(sys.executable).parent.parent)  # this tpwarden's venv stands for the nodes'
 
 pytestmark = pytest.mark.skipif(not HOST_KEYS, reason="this machine has no SSH host keys")
 
@@ -39,6 +44,9 @@ def _setup(tmp_path: Path) -> Path:
                 "ansible_user": "root",
                 "tpwarden_watchdog_ssh_dir": str(tmp_path / "wd"),
                 "tpwarden_watchdog_key_options": "restrict,port-forwarding",
+                "tpwarden_venv": VENV,
+                "tpwarden_watchdog_ssh_gate": True,
+                "tpwarden_watchdog_ssh_gate_config": str(tmp_path / "ssh-gate.json"),
                 "tpwarden_watchdog_ssh_from": "",
                 "tpwarden_watchdog_authorized_keys": str(tmp_path)
                 + "/{{ inventory_hostname }}/authorized_keys",
@@ -79,6 +87,12 @@ def _run(tmp_path: Path, *extra: str) -> dict[str, int]:
     return {host: int(n) for host, n in recap.items()}
 
 
+def _options(tmp_path: Path) -> str:
+    """The forced command (the SSH gate, run by the node's venv) before the other options."""
+    gate = f"{VENV}/bin/python -I -m tpwarden.node.ssh_gate {tmp_path / 'ssh-gate.json'}"
+    return f'command="{gate}",restrict,port-forwarding'
+
+
 def _authorized(tmp_path: Path, node: str) -> list[str]:
     lines = (tmp_path / node / "authorized_keys").read_text().splitlines()
     return [ln for ln in lines if "tpwarden-watchdog@" in ln]
@@ -97,9 +111,15 @@ def test_identity_is_made_once_authorized_everywhere_and_known_hosts_is_the_node
     pub = (wd / "id_ed25519.pub").read_text().strip()
     assert pub.startswith("ssh-ed25519 ") and pub.endswith(" tpwarden-watchdog@node1")
     for node in ("node1", "node2"):
-        assert _authorized(tmp_path, node) == [f"restrict,port-forwarding {pub}"]
+        assert _authorized(tmp_path, node) == [f"{_options(tmp_path)} {pub}"]
         path = tmp_path / node / "authorized_keys"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # the gate's config: the sha256 of the collector this tpwarden builds, as the watchdog does
+    with tempfile.TemporaryDirectory() as tmp:
+        built = build_node_zipapp(COLLECTOR, Path(tmp) / COLLECTOR_FILE)
+    gate = json.loads((tmp_path / "ssh-gate.json").read_text())
+    assert gate == {"collector_sha256": [built.sha256]}
+    assert load_config(str(tmp_path / "ssh-gate.json")).collector_sha256 == {built.sha256}
     # every node's host keys as read from the node, under the address the watchdog connects to
     keys = [" ".join(Path(p).read_text().split()[:2]) for p in HOST_KEYS]
     entries = [ln for ln in (wd / "known_hosts").read_text().splitlines() if ln and ln[0] != "#"]
@@ -117,7 +137,19 @@ def test_identity_is_made_once_authorized_everywhere_and_known_hosts_is_the_node
     new = (wd / "id_ed25519.pub").read_text().strip()
     assert new != pub
     for node in ("node1", "node2"):
-        assert _authorized(tmp_path, node) == [f"restrict,port-forwarding {new}"]
+        assert _authorized(tmp_path, node) == [f"{_options(tmp_path)} {new}"]
+
+
+def test_from_is_one_more_comma_separated_option(tmp_path: Path) -> None:
+    """sshd reads the options as one field: `from=` joins the others with a comma, no space."""
+    _setup(tmp_path)
+    inv = yaml.safe_load((tmp_path / "inventory.yml").read_text())
+    inv["all"]["vars"]["tpwarden_watchdog_ssh_from"] = "10.0.0.5,127.0.0.0/8"
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    _run(tmp_path)
+    pub = (tmp_path / "wd" / "id_ed25519.pub").read_text().strip()
+    expected = f'{_options(tmp_path)},from="10.0.0.5,127.0.0.0/8" {pub}'
+    assert _authorized(tmp_path, "node2") == [expected]
 
 
 def test_no_identity_when_the_watchdog_runs_on_no_node(tmp_path: Path) -> None:

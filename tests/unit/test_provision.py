@@ -244,8 +244,9 @@ def test_thermal_unit_passes_listen_address_alert_margin_and_zone_roles():
     template = (PLAYBOOKS / "roles/units/templates/tpwarden-thermal.service.j2").read_text()
     text = env.from_string(template).render(
         ansible_managed="managed", inventory_hostname="node2", groups={"head": ["node1"]},
-        tpwarden_cfg=cfg, tpwarden_venv="/opt/tpwarden/venv",
+        tpwarden_cfg=cfg, tpwarden_venv="/opt/tpwarden/venv", tpwarden_thermal_user="agent",
     )  # fmt: skip
+    assert "User=agent" in text.splitlines()
     (exec_start,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
     argv = shlex.split(exec_start.removeprefix("ExecStart="))  # each argument double-quoted
     assert argv[argv.index("--metrics-host") + 1] == "10.0.0.5"
@@ -271,7 +272,7 @@ def _render_unit(name: str, cfg: dict, **values: object) -> str:
     return env.from_string(template).render(
         ansible_managed="managed", inventory_hostname="node1", groups={"head": ["node1"]},
         tpwarden_cfg=cfg, tpwarden_venv="/opt/tpwarden/venv", tpwarden_etc="/etc/tpwarden",
-        **values,
+        tpwarden_thermal_user=_defaults()["tpwarden_thermal_user"], **values,
     )  # fmt: skip
 
 

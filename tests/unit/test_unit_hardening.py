@@ -61,6 +61,7 @@ def render_units(dest: Path) -> dict[str, Path]:
             ansible_managed="managed", inventory_hostname="node1", groups={"head": ["node1"]},
             tpwarden_cfg=cfg, tpwarden_venv=str(venv), tpwarden_etc="/etc/tpwarden",
             tpwarden_watchdog_ssh_dir="/etc/tpwarden/watchdog",
+            tpwarden_thermal_user=defaults["tpwarden_thermal_user"],
         )  # fmt: skip
         units[name] = dest / f"{name}.service"
         units[name].write_text(text)
@@ -112,3 +113,5 @@ def test_thermal_agent_has_no_capabilities_and_can_still_read_meminfo(tmp_path: 
     assert not any(ln.startswith("ProcSubset=") for ln in lines)
     # the log dir stays in place (a log volume, the lab's tmpfs): a root unit's LogsDirectory=
     assert "LogsDirectory=tpwarden/thermal" in lines and "DynamicUser=yes" not in lines
+    # its own unprivileged user (issue 29), made by provisioning
+    assert "User=tpwarden-thermal" in lines and "Group=tpwarden-thermal" in lines
