@@ -98,6 +98,12 @@ def test_agents_run_and_write_samples(lab, provisioned):
         poll(lambda n=n: is_active(n, "tpwarden-thermal.service"), 60, f"{n}'s thermal agent")
     for n in NODE_NAMES:
         poll(lambda n=n: sizes(n) > first[n], 30, f"{n}'s agent to write a sample")
+    for n in NODE_NAMES:  # as its own unprivileged user (issue 29), its samples that user's
+        pid = lab.ssh(n, ["systemctl", "show", "-p", "MainPID", "--value", "tpwarden-thermal"])
+        owner = lab.ssh(n, ["stat", "-c", "%U", f"/proc/{pid.stdout.strip()}"])
+        assert owner.stdout.strip() == "tpwarden-thermal", (n, pid.stdout, owner.stderr)
+        files = lab.ssh(n, ["find", "/var/log/tpwarden/thermal", "-type", "f", "-printf", "%u\n"])
+        assert set(files.stdout.split()) == {"tpwarden-thermal"}, (n, files.stdout)
     poll(lambda: is_active("node1", "tpwarden-watchdog.service"), 60, "the head's watchdog")
     for n in NODE_NAMES[1:]:
         has = lab.ssh(n, ["systemctl", "cat", "tpwarden-watchdog.service"], timeout_s=10)
