@@ -24,7 +24,7 @@ as `NodeSession.wrap_sudo` adds it for a non-root SSH user):
 
 An interactive login, a shell command, port-less ``ssh node`` and everything else is refused.
 This bounds what a copy of the key can *run*; it is not a sandbox: the Docker API and SFTP are
-what a restart needs, and both act with the SSH user's rights (docs/network-exposure.md).
+what a restart needs, and both act with the SSH user's rights (docs/network.md).
 
 Standard library only: it runs before anything else on every SSH call of the watchdog.
 """
