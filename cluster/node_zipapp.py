@@ -20,7 +20,9 @@ import functools
 import hashlib
 import importlib.util
 import io
+import json
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -220,9 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tpwarden.cluster.node_zipapp digest``: the JSON provisioning writes for
     the nodes' SSH gate (`tpwarden.node.ssh_gate`): the sha256 of the collector this install
     builds."""
-    import json
-    import tempfile
-
     args = sys.argv[1:] if argv is None else argv
     if args != ["digest"]:
         print("usage: python -m tpwarden.cluster.node_zipapp digest", file=sys.stderr)

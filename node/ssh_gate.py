@@ -12,12 +12,12 @@ as `NodeSession.wrap_sudo` adds it for a non-root SSH user):
 
 * ``docker system dial-stdio``: the Docker Engine API over the SSH channel (stop, remove, start
   and inspect the server's container, read its logs);
-* the collector: ``python3 /tmp/tpwarden.XXXXXXXX/tpwarden-collector.pyz ARGS`` when the file's
+* the collector: ``python3 DIR/tpwarden-collector.pyz ARGS`` (DIR: the temp dir below) when its
   sha256 is the collector that this node's own tpwarden builds (the config's
   ``collector_sha256``, written by provisioning): pre-flight, the clock cap, the incident
   dossier. Any other script is refused, so the key cannot run code of its own;
-* the steps around it (`NodeSession.run_script`, `put_atomic`): ``mktemp -d
-  /tmp/tpwarden.XXXXXXXX``, ``rm -rf -- /tmp/tpwarden.XXXXXXXX``, ``test -d DIR``,
+* the steps around it (`NodeSession.run_script`, `put_atomic`): making and removing that temp
+  dir (``mktemp -d`` with the template ``/tmp/tpwarden.`` and eight X), ``test -d DIR``,
   ``mkdir -p -m 0700 DIR`` and ``mv -f DIR/.NAME.HEX.tmp DIR/NAME``;
 * SFTP (the ``sftp`` subsystem, run as this system's ``sftp-server``): reading state and boot
   records, writing the server's key file and the uploaded collector.
@@ -39,6 +39,7 @@ import re
 import shlex
 import stat
 import sys
+import syslog
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,8 +173,6 @@ def decide(
 
 def _log(message: str) -> None:
     try:
-        import syslog
-
         syslog.openlog("tpwarden-ssh-gate", syslog.LOG_PID, syslog.LOG_AUTH)
         syslog.syslog(syslog.LOG_NOTICE, message)
     except OSError:
