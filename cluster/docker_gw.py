@@ -167,6 +167,7 @@ def create_kwargs(
         environment=[f"{k}={v}" for k, v in env.items()],
         labels=dict(plan.labels),
         host_config=host_config,
+        stop_timeout=plan.stop_timeout_s,
         detach=True,
     )
 
@@ -455,8 +456,10 @@ class DockerGateway:
             raise DockerError(f"{self.node}: container {plan.name} vanished after start")
         return info
 
-    def remove(self, container: str, stop_timeout: int = 10) -> bool:
-        """Stop (SIGTERM, then SIGKILL after `stop_timeout`) and remove. False if absent."""
+    def remove(self, container: str, stop_timeout: int | None = None) -> bool:
+        """Stop (SIGTERM, then SIGKILL after `stop_timeout`, by default the container's own
+        StopTimeout: the serving containers carry tpwarden.container.stop_timeout_s) and
+        remove. False if absent."""
         with _translate(self.node, f"remove {container}"):
             try:
                 info = self.api.inspect_container(container)
@@ -466,7 +469,10 @@ class DockerGateway:
                 with contextlib.suppress(docker.errors.APIError):
                     self.api.unpause(container)
             with contextlib.suppress(docker.errors.NotFound):
-                self.api.stop(container, timeout=stop_timeout)
+                if stop_timeout is None:  # the daemon applies the container's StopTimeout
+                    self.api.stop(container)
+                else:
+                    self.api.stop(container, timeout=stop_timeout)
             try:
                 self.api.remove_container(container, force=True)
             except docker.errors.NotFound:

@@ -87,6 +87,7 @@ class ContainerPlan:
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[tuple[str, UlimitSpec], ...] = ()
     privileged: bool = False
+    stop_timeout_s: int = 2  # docker's StopTimeout: SIGTERM, then SIGKILL after this
     secret_files: tuple[SecretFile, ...] = ()
     # KEY_WRAPPER where the API key file is mounted: put before the argv that runs vLLM
     key_wrapper: tuple[str, ...] = ()
@@ -155,6 +156,7 @@ class ContainerPlan:
             "cap_add": list(self.cap_add),
             "ulimits": {name: str(limit) for name, limit in self.ulimits},
             "privileged": self.privileged,
+            "stop_timeout_s": self.stop_timeout_s,
             "restart_policy": self.restart_policy,
             "labels": dict(self.labels),
         }
@@ -350,6 +352,7 @@ def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> Container
         cap_add=tuple(opts.cap_add),
         ulimits=tuple(sorted(opts.ulimits.items())),
         privileged=opts.privileged,
+        stop_timeout_s=opts.stop_timeout_s,
         secret_files=secret_files,
         key_wrapper=KEY_WRAPPER if secret_files else (),
     )

@@ -136,6 +136,7 @@ _LATER_SETTINGS: tuple[tuple[str, Any], ...] = (
     ("container.ulimits", {}),
     ("container.mounts", []),
     ("container.privileged", False),
+    ("container.stop_timeout_s", 2),
     ("container.secrets_dir", "/run/tpwarden"),
     ("container", {}),  # no container option set: the hash of before they existed
 )

@@ -169,6 +169,7 @@ def test_the_hash_covers_each_option_and_is_unchanged_without_them():
         {"mounts": [{"source": "/a", "target": "/b", "read_only": False}]},
         {"privileged": True},
         {"secrets_dir": "/var/lib/tpwarden/run"},
+        {"stop_timeout_s": 30},
     ):
         digest = _spec(options, base).config_hash()
         assert digest not in seen, options
@@ -226,6 +227,34 @@ def test_without_options_the_create_request_is_as_before():
     for key in ("Devices", "CapAdd", "Ulimits", "Privileged"):
         assert key not in kwargs["host_config"]
     assert kwargs["command"] == list(plan.command)  # a worker: no key, no wrapper
+
+
+def test_the_container_carries_its_stop_timeout_which_remove_uses():
+    """docker's StopTimeout, set at create: the gateway's remove() then stops without its own
+    timeout, so the daemon applies the container's (2 s by default, issue 30: a restart no
+    longer waits out vLLM's 11-14 s shutdown on every rank)."""
+    assert (
+        create_kwargs(plan_cluster(good_spec()).for_node("node2"), {}, FakeAPI())[  # type: ignore[arg-type]
+            "stop_timeout"
+        ]
+        == 2
+    )
+    plan = plan_cluster(_spec({"stop_timeout_s": 30})).for_node("node1")
+    assert create_kwargs(plan, {}, FakeAPI())["stop_timeout"] == 30  # type: ignore[arg-type]
+    assert plan.to_json()["stop_timeout_s"] == 30
+
+    stopped: list[tuple[str, dict[str, Any]]] = []
+
+    class Api(FakeAPI):
+        def stop(self, container: str, **kw: Any) -> None:
+            stopped.append((container, kw))
+
+        def remove_container(self, container: str, force: bool) -> None:
+            pass
+
+    gw = DockerGateway("node1", Api())  # type: ignore[arg-type]
+    assert gw.remove("srv") and gw.remove("job", stop_timeout=5)
+    assert stopped == [("srv", {}), ("job", {"timeout": 5})]
 
 
 def test_the_api_key_is_a_mounted_file_never_env_or_argv(monkeypatch):
