@@ -11,6 +11,7 @@ the node.
     python3 collector.pyz reset           (root: reset locked clocks, record the answer)
     python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
     python3 collector.pyz paths /models/a /models/b
+    python3 collector.pyz --path /models/a cap 2000   (any action: its paths checked too)
     python3 collector.pyz dossier --pid 4242 [--pid ...] [--pyspy /opt/tpwarden/venv/bin/py-spy]
                           (root: an incident dossier's node part, tpwarden.node.dossier)
 
@@ -214,6 +215,10 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
     """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
     ap = argparse.ArgumentParser(prog="tpwarden-collector")
     ap.add_argument("--nvml-lib", default=os.environ.get("TPWARDEN_NVML_LIB"))
+    ap.add_argument(
+        "--path", action="append", default=[], dest="also_paths",
+        help="also check this path (any action; pre-flight's one call per node)",
+    )  # fmt: skip
     sub = ap.add_subparsers(dest="action", required=True)
     sub.add_parser("show")
     cap = sub.add_parser("cap")
@@ -239,6 +244,8 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
         "error": None,
         "time_unix_s": time.time(),
     }
+    if args.also_paths:
+        doc["paths"] = check_paths(args.also_paths)
     if args.action == "ports":
         doc["ports"] = check_ports(args.ports, args.host)
     elif args.action == "paths":

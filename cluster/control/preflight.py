@@ -11,6 +11,8 @@ another value recorded, an SM clock above the cap) is a notice, printed and kept
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpwarden.cluster.control.clocks import cap_notices, gpu_problems
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import Emit, PreflightReport
@@ -45,7 +47,15 @@ def preflight(
                 f"{node.name}: image {s.image} is not present (docker pull/load "
                 f"it on the node first)"
             )
-        found = nodes.collector(node, ["paths", *paths]).get("paths", {})
+        # One collector run per node where it can be (each is an upload and a python3 start
+        # over SSH): the GPU check carries the paths.
+        gpu_check = s.gpus == "all" or bool(s.gpu_clock_cap_mhz)
+        doc: dict[str, Any] = {}
+        if gpu_check:
+            args = ["cap", str(s.gpu_clock_cap_mhz)] if s.gpu_clock_cap_mhz else ["show"]
+            with_paths = [arg for p in paths for arg in ("--path", p)]
+            doc = nodes.collector(node, [*with_paths, *args], sudo=bool(s.gpu_clock_cap_mhz))
+        found = (doc or nodes.collector(node, ["paths", *paths])).get("paths", {})
         for p in paths:
             if not found.get(p, {}).get("exists"):
                 problems.append(f"{node.name}: {p} does not exist")
@@ -57,9 +67,7 @@ def preflight(
                 info = busy.get(str(port), {})
                 if not info.get("free", False):
                     problems.append(f"{node.name}: port {host}:{port} is {info.get('reason')}")
-        if s.gpus == "all" or s.gpu_clock_cap_mhz:
-            args = ["cap", str(s.gpu_clock_cap_mhz)] if s.gpu_clock_cap_mhz else ["show"]
-            doc = nodes.collector(node, args, sudo=bool(s.gpu_clock_cap_mhz))
+        if gpu_check:
             problems.extend(gpu_problems(node.name, doc))
             for note in cap_notices(node.name, doc, s.gpu_clock_cap_mhz):
                 notices.append(note)

@@ -248,7 +248,16 @@ class FakeNodes:
         self.gate(node.name)
         with self._lock:
             self.collector_calls.append((node.name, tuple(args), sudo))
-        return self.collect(node, args, sudo)
+        # the collector's global `--path P` (any action): the scripted `paths` answer, merged
+        also_paths: list[str] = []
+        rest = list(args)
+        while rest[:1] == ["--path"]:
+            also_paths.append(rest[1])
+            rest = rest[2:]
+        doc = self.collect(node, rest, sudo)
+        if also_paths:
+            doc["paths"] = self.collect(node, ["paths", *also_paths], sudo).get("paths", {})
+        return doc
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tpwarden.cluster.control.plan import plan_down, plan_up
 from tpwarden.cluster.control.preflight import preflight
@@ -31,9 +33,13 @@ def test_healthy_nodes_pass_and_every_check_is_asked() -> None:
     report, events = _run(nodes)
     assert report.ok and report.problems == ()
     assert [(e.kind, e.message) for e in events] == [("preflight", "checking 4 node(s)")]
-    asked = {(n, a[0]) for n, a, _ in nodes.collector_calls}
-    assert {(n.name, "paths") for n in SPEC.nodes} <= asked
-    assert {(n.name, "cap") for n in SPEC.nodes} <= asked  # the inventory caps at 2000 MHz
+    # one collector run per node for the GPUs and the paths (the inventory caps at 2000 MHz)
+    model, drafter = SPEC.serving.model.path, SPEC.serving.drafter.path
+    cap = ("--path", model, "--path", drafter, "cap", "2000")
+    for n in SPEC.nodes:
+        assert [
+            a for name, a, _ in nodes.collector_calls if name == n.name and a[0] != "ports"
+        ] == [cap]
     ports = sorted(a for n, a, _ in nodes.collector_calls if a[0] == "ports")
     assert ports == [
         ("ports", "--host", "127.0.0.1", "8000"),
@@ -174,3 +180,18 @@ def test_an_unstored_record_and_a_violated_cap_are_notices_not_refusals() -> Non
     )
     printed = sorted(e.message for e in events if e.node)
     assert printed == [f"notice: {n}" for n in report.facts["notices"]]
+
+
+def test_the_real_collector_checks_paths_beside_any_action(tmp_path, capsys) -> None:
+    """`--path` on the real collector (node/collector.py): pre-flight's one run per node."""
+    from tpwarden.node.collector import main
+
+    there = tmp_path / "model"
+    there.mkdir()
+    missing = str(tmp_path / "drafter")
+    args = ["--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--path", str(there)]
+    main([*args, "--path", missing, "show"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["action"] == "show" and "gpus" in doc
+    assert doc["paths"][str(there)]["exists"] is True
+    assert doc["paths"][missing]["exists"] is False
