@@ -152,6 +152,19 @@ def test_from_is_one_more_comma_separated_option(tmp_path: Path) -> None:
     assert _authorized(tmp_path, "node2") == [expected]
 
 
+def test_check_mode_on_a_node_without_tpwarden_yet_passes_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """`provision --check` before the first install: no venv to read the collector's digest
+    from; nothing is written (the gate's config included) and nothing fails."""
+    _setup(tmp_path)
+    inv = yaml.safe_load((tmp_path / "inventory.yml").read_text())
+    inv["all"]["vars"]["tpwarden_venv"] = str(tmp_path / "no-venv-yet")
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    _run(tmp_path, "--check")
+    assert not (tmp_path / "ssh-gate.json").exists() and not (tmp_path / "wd").exists()
+
+
 def test_no_identity_when_the_watchdog_runs_on_no_node(tmp_path: Path) -> None:
     _setup(tmp_path)
     inv = yaml.safe_load((tmp_path / "inventory.yml").read_text())
