@@ -17,12 +17,10 @@ Results are our own frozen dataclasses; docker/requests/paramiko errors become `
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
-import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,7 +31,23 @@ import paramiko
 import requests
 from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
 from docker.types import DeviceRequest, Mount, Ulimit
-from tpwarden.cluster.errors import DockerError, NodeUnreachable
+from tpwarden.cluster.docker_job import (
+    WATCH_POLL_S,
+    ContainerJob,
+    JobResult,
+    Watch,
+    container_facts,
+    tar_files,
+    untar_files,
+)
+from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
+from tpwarden.cluster.labels import (
+    LABEL_CLUSTER,
+    LABEL_COMPONENT,
+    LABEL_CONFIG_HASH,
+    LABEL_NODE,
+    LABEL_ROLE,
+)
 
 if TYPE_CHECKING:
     from tpwarden.cluster.launch import ContainerPlan
@@ -41,12 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LABEL_CLUSTER = "io.tpwarden.cluster"
-LABEL_COMPONENT = "io.tpwarden.component"
-LABEL_NODE = "io.tpwarden.node"
-LABEL_ROLE = "io.tpwarden.role"
-LABEL_RANK = "io.tpwarden.rank"
-LABEL_HASH = "io.tpwarden.config-hash"
 _BOOTSTRAP_API_VERSION = "1.41"
 
 
@@ -78,7 +86,7 @@ class ContainerInfo:
 
     @property
     def config_hash(self) -> str | None:
-        return self.labels.get(LABEL_HASH)
+        return self.labels.get(LABEL_CONFIG_HASH)
 
     @property
     def role(self) -> str | None:
@@ -191,16 +199,6 @@ class OneShotResult:
     exit_code: int
     stdout: str
     stderr: str
-
-
-def _tar(files: Mapping[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name.lstrip("/"))
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class _VerifiedSSHAdapter(SSHHTTPAdapter):
@@ -416,7 +414,7 @@ class DockerGateway:
                 host_config=host_config,
             )
             try:
-                self.api.put_archive(created["Id"], "/", _tar(job.files))
+                self.api.put_archive(created["Id"], "/", tar_files(job.files))
                 self.api.start(created["Id"])
                 code = self._wait_exit(created["Id"], job.timeout_s)
                 out = self.api.logs(created["Id"], stdout=True, stderr=False)
@@ -425,6 +423,36 @@ class DockerGateway:
                 with contextlib.suppress(docker.errors.APIError):
                     self.api.remove_container(created["Id"], force=True)
         return OneShotResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def run_to_completion(
+        self, job: ContainerJob, sleep: Callable[[float], None] = time.sleep
+    ) -> JobResult:
+        """Create (`create_kwargs` of the plan), put the files in, start, wait, read the logs,
+        fetch the results folder (also after a failure: an eval resume needs its request
+        cache), and remove the container in every case (timeout, error, interrupt). Docker,
+        HTTP and SSH errors become DockerError naming the node and the job."""
+        api = self.api
+        cid = None
+        try:
+            with _job_errors(self.node, f"{job.role} {job.plan.name}"):
+                cid = api.create_container(**create_kwargs(job.plan, job.env, api))["Id"]
+                if job.files:
+                    api.put_archive(cid, "/", tar_files(job.files, job.files_dir, job.dir_mode))
+                facts = container_facts(api.inspect_container(cid))
+                started = time.monotonic()
+                api.start(cid)
+                rc = wait_watching(api, cid, job.timeout_s, job.watch, job.poll_s, sleep, job.role)
+                elapsed = time.monotonic() - started
+                logs = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
+                try:
+                    results = untar_files(api.get_archive(cid, job.results_dir)[0])
+                except docker.errors.NotFound:
+                    results = {}
+        finally:
+            if cid is not None:
+                with contextlib.suppress(TpwardenError):
+                    self.remove(cid, stop_timeout=5)
+        return JobResult(rc, logs, results, {**facts, "exit_code": rc}, elapsed)
 
     def _wait_exit(self, container: str, timeout_s: float) -> int:
         """Poll until the container exits (short requests: no HTTP read held open over SSH for
@@ -505,6 +533,37 @@ class DockerGateway:
         with _translate(self.node, f"exec in {container}"):
             ex = self.api.exec_create(container, list(argv), environment=dict(env or {}))
             self.api.exec_start(ex["Id"], detach=True)
+
+
+def wait_watching(
+    api: Any, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
+    sleep: Callable[[float], None] = time.sleep, role: str = "eval client",
+) -> int:  # fmt: skip
+    """The container's exit code. Without `watch`, one blocking wait; with it, poll the state
+    and hand `watch` the log written since the last poll (`since`: docker keeps the whole log,
+    and tqdm's bar is one ever-growing line)."""
+    if watch is None:
+        return int(api.wait(cid, timeout=int(timeout_s)).get("StatusCode", -1))
+    deadline = time.monotonic() + timeout_s
+    since = int(time.time()) - 1
+    while time.monotonic() < deadline:
+        if not (api.inspect_container(cid).get("State") or {}).get("Running"):
+            return int(api.wait(cid, timeout=60).get("StatusCode", -1))
+        now = int(time.time())
+        watch(api.logs(cid, stdout=True, stderr=True, since=since).decode("utf-8", "replace"))
+        since = now
+        sleep(poll_s)
+    raise DockerError(f"{role} {cid[:12]} still running after {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def _job_errors(node: str, what: str) -> Iterator[None]:
+    """A client job's docker-py / requests / paramiko errors -> DockerError (all of them, as
+    the bench and eval clients always had it; `_translate` tells unreachable nodes apart)."""
+    try:
+        yield
+    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
+        raise DockerError(f"{node}: {what}: {e}") from None
 
 
 @contextlib.contextmanager

@@ -17,16 +17,16 @@ from typing import Any
 from tpwarden.cluster.container_settings import DeviceSpec, UlimitSpec
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import FlagTable, resolve
+from tpwarden.cluster.labels import (
+    LABEL_CLUSTER,
+    LABEL_COMPONENT,
+    LABEL_CONFIG_HASH,
+    LABEL_NODE,
+    LABEL_RANK,
+    LABEL_ROLE,
+)
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
-
-LABEL_PREFIX = "io.tpwarden."
-LABEL_CLUSTER = LABEL_PREFIX + "cluster"
-LABEL_COMPONENT = LABEL_PREFIX + "component"
-LABEL_NODE = LABEL_PREFIX + "node"
-LABEL_ROLE = LABEL_PREFIX + "role"
-LABEL_RANK = LABEL_PREFIX + "rank"
-LABEL_CONFIG_HASH = LABEL_PREFIX + "config-hash"
 
 HF_TOKEN_MOUNT = "/run/secrets/hf_token"
 API_KEY_MOUNT = "/run/tpwarden/api_key"

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from tpwarden.cluster.labels import LABEL_BENCH_RUN, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
+from tpwarden.cluster.launch import ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 # package data, so an installed tpwarden has it too (it lived in the checkout's bench/ before)
 DEFAULT_PROMPTS = Path(__file__).with_name("prompts") / "ko-mixed-20.jsonl"
 CONTAINER_DIR = "/bench"
-LABEL_RUN = "io.tpwarden.bench-run"
 
 
 class BenchError(TpwardenError):
@@ -208,7 +208,7 @@ def client_plan(
             LABEL_CLUSTER: spec.name,
             LABEL_COMPONENT: "bench",
             LABEL_NODE: node.name,
-            LABEL_RUN: run_id,
+            LABEL_BENCH_RUN: run_id,
         },
     )
 

@@ -13,22 +13,16 @@ and the client container's inspect facts).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
-import tarfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import httpx
-import paramiko
-import requests
 from tpwarden.cluster import __version__
 from tpwarden.cluster.bench import manifest as bm
 from tpwarden.cluster.bench.parse import (
@@ -51,9 +45,10 @@ from tpwarden.cluster.bench.plan import (
     sharegpt_json,
 )
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
+from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.docker_job import ContainerJob
 from tpwarden.cluster.durable import atomic_write_text
-from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
 
 log = logging.getLogger(__name__)
@@ -246,51 +241,6 @@ class BenchRunner:
         return LevelOutcome(level, result, raw, delta.to_json() if delta else None, facts)
 
 
-def _tar(files: Mapping[str, bytes], top: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        d = tarfile.TarInfo(top)
-        d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
-        tar.addfile(d)
-        for name, data in files.items():
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _untar(chunks: Any) -> dict[str, bytes]:
-    buf = io.BytesIO(b"".join(chunks))
-    out: dict[str, bytes] = {}
-    with tarfile.open(fileobj=buf, mode="r") as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                f = tar.extractfile(member)
-                if f is not None:
-                    out[Path(member.name).name] = f.read()
-    return out
-
-
-def container_facts(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Pure: what the engine says about the client container (for the run dir and tests)."""
-    hc = attrs.get("HostConfig") or {}
-    cfg = attrs.get("Config") or {}
-    return {
-        "name": (attrs.get("Name") or "").lstrip("/"),
-        "image": cfg.get("Image"),
-        "network_mode": hc.get("NetworkMode"),
-        "device_requests": hc.get("DeviceRequests"),
-        "devices": hc.get("Devices"),
-        "runtime": hc.get("Runtime"),
-        "mounts": [
-            {"source": m.get("Source"), "target": m.get("Target"), "read_only": m.get("ReadOnly")}
-            for m in hc.get("Mounts") or []
-        ],
-        "labels": cfg.get("Labels") or {},
-        "cmd": cfg.get("Cmd"),
-    }
-
-
 def run_client(
     gw: DockerGateway,
     plan: ContainerPlan,
@@ -298,34 +248,19 @@ def run_client(
     secret_env: Mapping[str, str],
     timeout_s: float,
 ) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:
-    """Create, fill, start, wait, collect, remove: (exit code, logs, result files, facts).
-    The container is removed whatever happens."""
-    api = gw.api
-    cid = None
-    try:
-        env = {**plan.env, **secret_env}
-        created = api.create_container(**create_kwargs(plan, env, api))
-        cid = created["Id"]
-        if files:
-            api.put_archive(cid, "/", _tar(files, CONTAINER_DIR.strip("/")))
-        facts = container_facts(api.inspect_container(cid))
-        api.start(cid)
-        status = api.wait(cid, timeout=int(timeout_s))
-        rc = int(status.get("StatusCode", -1))
-        logs = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
-        try:
-            stream, _ = api.get_archive(cid, f"{CONTAINER_DIR}/results")
-            results = _untar(stream)
-        except docker.errors.NotFound:
-            results = {}
-        facts["exit_code"] = rc
-        return rc, logs, results, facts
-    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
-        raise DockerError(f"{gw.node}: bench client {plan.name}: {e}") from None
-    finally:
-        if cid is not None:
-            with contextlib.suppress(TpwardenError):
-                gw.remove(cid, stop_timeout=5)
+    """Create, fill, start, wait, collect, remove (`DockerGateway.run_to_completion`):
+    (exit code, logs, result files, facts). The container is removed whatever happens."""
+    job = ContainerJob(
+        plan=plan,
+        env={**plan.env, **secret_env},
+        role="bench client",
+        timeout_s=timeout_s,
+        results_dir=f"{CONTAINER_DIR}/results",
+        files=files,
+        files_dir=CONTAINER_DIR,
+    )
+    done = gw.run_to_completion(job)
+    return done.exit_code, done.logs, done.results, done.facts
 
 
 def load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -39,11 +39,11 @@ from tpwarden.cluster.eval.presets import (
 )
 from tpwarden.cluster.eval.progress import TaskProgress, TaskWatch, suite_summary
 from tpwarden.cluster.eval.results import failed_row, score_row
-from tpwarden.cluster.launch import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE, ContainerPlan, Mount
+from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_EVAL_RUN, LABEL_NODE
+from tpwarden.cluster.launch import ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
-LABEL_RUN = "io.tpwarden.eval-run"
 # A file, not an inline `sh -c` string: no quoting of JSON argv through a shell (the field
 # report lost an hour to a heredoc in an ssh one-liner). Local task YAMLs name their data
 # files relative to their folder, so lm-eval runs there.
@@ -129,7 +129,7 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
             LABEL_CLUSTER: spec.name,
             LABEL_COMPONENT: "eval",
             LABEL_NODE: spec.head.name,
-            LABEL_RUN: run_id,
+            LABEL_EVAL_RUN: run_id,
         },
     )
 

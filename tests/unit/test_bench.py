@@ -26,7 +26,8 @@ from tpwarden.cluster.bench.plan import (
     client_plan,
     sharegpt_json,
 )
-from tpwarden.cluster.bench.runner import compare_rows, container_facts
+from tpwarden.cluster.bench.runner import compare_rows
+from tpwarden.cluster.docker_job import container_facts
 from tpwarden.cluster.inventory import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"

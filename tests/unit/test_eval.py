@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.docker_job import tar_files
 from tpwarden.cluster.eval.catalog import PRESETS, preset_for
-from tpwarden.cluster.eval.client import _tar
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
     ApiPath,
@@ -186,7 +186,8 @@ def test_the_tar_has_parent_directories_for_nested_task_files():
     import io
     import tarfile
 
-    data = _tar({"run.sh": RUN_SH, "tasks/sub/a.yaml": b"x", "results/cache/t_rank0.db": b"y"})
+    files = {"run.sh": RUN_SH, "tasks/sub/a.yaml": b"x", "results/cache/t_rank0.db": b"y"}
+    data = tar_files(files, "/bench", dir_mode=0o777)
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
     assert {"bench/tasks", "bench/tasks/sub", "bench/results/cache"} <= set(names)
 

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.docker_gw import wait_watching
 from tpwarden.cluster.errors import DockerError
-from tpwarden.cluster.eval.client import wait_watching
 from tpwarden.cluster.eval.progress import (
     Sample,
     TaskWatch,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.inventory import load_inventory, parse_inventory
-from tpwarden.cluster.launch import LABEL_CONFIG_HASH, LABEL_ROLE, plan_cluster
+from tpwarden.cluster.labels import LABEL_CONFIG_HASH, LABEL_ROLE
+from tpwarden.cluster.launch import plan_cluster
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
