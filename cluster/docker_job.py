@@ -107,3 +107,23 @@ def container_facts(attrs: Mapping[str, Any]) -> dict[str, Any]:
         "labels": cfg.get("Labels") or {},
         "cmd": cfg.get("Cmd"),
     }
+
+
+def folder_job(
+    plan: ContainerPlan, secrets: Mapping[str, str], role: str, folder: str,
+    files: Mapping[str, bytes], timeout_s: float, *, dir_mode: int = 0o755,
+    watch: Watch | None = None,
+) -> ContainerJob:  # fmt: skip
+    """The bench and eval clients' job shape: `files` put under `folder`, `folder`/results
+    fetched, the plan's env plus the secrets."""
+    return ContainerJob(
+        plan=plan,
+        env={**plan.env, **secrets},
+        role=role,
+        timeout_s=timeout_s,
+        results_dir=f"{folder}/results",
+        files=files,
+        files_dir=folder,
+        dir_mode=dir_mode,
+        watch=watch,
+    )

@@ -46,7 +46,7 @@ from tpwarden.cluster.bench.plan import (
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.docker_gw import DockerGateway
-from tpwarden.cluster.docker_job import ContainerJob
+from tpwarden.cluster.docker_job import folder_job
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
@@ -250,15 +250,7 @@ def run_client(
 ) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:
     """Create, fill, start, wait, collect, remove (`DockerGateway.run_to_completion`):
     (exit code, logs, result files, facts). The container is removed whatever happens."""
-    job = ContainerJob(
-        plan=plan,
-        env={**plan.env, **secret_env},
-        role="bench client",
-        timeout_s=timeout_s,
-        results_dir=f"{CONTAINER_DIR}/results",
-        files=files,
-        files_dir=CONTAINER_DIR,
-    )
+    job = folder_job(plan, secret_env, "bench client", CONTAINER_DIR, files, timeout_s)
     done = gw.run_to_completion(job)
     return done.exit_code, done.logs, done.results, done.facts
 

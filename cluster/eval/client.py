@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpwarden.cluster.docker_gw import DockerGateway
-from tpwarden.cluster.docker_job import ContainerJob, Watch
+from tpwarden.cluster.docker_job import Watch, folder_job
 from tpwarden.cluster.eval.presets import CONTAINER_DIR
 from tpwarden.cluster.launch import ContainerPlan
 
@@ -21,16 +21,8 @@ def run_container(
 ) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:  # fmt: skip
     """(exit code, logs, /bench/results files, container facts). The folders under /bench are
     world-writable (0777): lm-eval writes its results and request cache there."""
-    job = ContainerJob(
-        plan=plan,
-        env={**plan.env, **secrets},
-        role="eval client",
-        timeout_s=timeout_s,
-        results_dir=f"{CONTAINER_DIR}/results",
-        files=files,
-        files_dir=CONTAINER_DIR,
-        dir_mode=0o777,
-        watch=watch,
+    job = folder_job(
+        plan, secrets, "eval client", CONTAINER_DIR, files, timeout_s, dir_mode=0o777, watch=watch
     )
     done = gw.run_to_completion(job)
     return done.exit_code, done.logs, done.results, done.facts
