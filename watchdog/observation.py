@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpwarden.watchdog.probe import MetricsSnapshot, ProbeResult
+from tpwarden.watchdog.probe_types import MetricsSnapshot, ProbeResult
 
 
 @dataclass(frozen=True)

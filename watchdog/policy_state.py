@@ -12,7 +12,7 @@ from typing import Any
 
 from tpwarden.watchdog.config import RESTART_DEADLINE_S, WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
-from tpwarden.watchdog.probe import MetricsSnapshot
+from tpwarden.watchdog.probe_types import MetricsSnapshot
 
 
 class WatchdogPhase(enum.StrEnum):

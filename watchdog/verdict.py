@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tpwarden.watchdog.observation import Observation
-from tpwarden.watchdog.probe import COUNTERS, MetricsSnapshot, Outcome, is_healthy
+from tpwarden.watchdog.probe_types import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 
 PolicyStateT = TypeVar("PolicyStateT", bound=Any)
 

@@ -60,3 +60,19 @@ def test_inventory_check_loads_neither_the_lab_nor_docker():
     mods = _modules(["inventory", "check", "-i", str(ROOT / "inventory.example.yml")])
     assert "tpwarden.cluster.inventory" in mods  # it did run
     assert not [m for m in mods if m.startswith(("tpwarden.cluster.lab", "docker", "requests"))]
+
+
+def test_completing_a_watchdog_option_reads_state_without_httpx():
+    """`tpwarden watchdog h<TAB>` loads the watchdog command module (and with it the state file's
+    types) but not httpx: the probe's plain types live in `tpwarden.watchdog.probe_types`."""
+    mods = _modules(
+        [],
+        _TPWARDEN_COMPLETE="complete_bash",
+        COMP_WORDS="tpwarden watchdog h",
+        COMP_CWORD="2",
+    )
+    assert "tpwarden.watchdog.state" in mods  # the path that used to reach httpx did run
+    assert "tpwarden.watchdog.probe_types" in mods
+    assert "tpwarden.watchdog.probe" not in mods
+    assert not [m for m in mods if m.split(".")[0] == "httpx"]
+    assert not _heavy(mods), _heavy(mods)
