@@ -4,10 +4,13 @@ the thermal agents' JSON lines and the bench run directories (with the tune runs
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,30 @@ from tpwarden.cluster.morning_tune import TuneSummary, tune_summary
 from tpwarden.node.thermal.writer import read_records
 from tpwarden.watchdog.events import read_events
 from tpwarden.watchdog.thermal.export import files_in
+
+# The sample night `tpwarden report --sample` shows (package data, written by
+# tools/sample_night.py): 20 minutes of a 4-node cluster from 22:00 KST, 2026-12-02.
+SAMPLE_NIGHT = "sample-night.tar.gz"
+SAMPLE_TZ = "Asia/Seoul"
+SAMPLE_HEAD = "node1"
+SAMPLE_ZONE_ROLES = {"0": "SoC", "1": "P-cores", "3": "E-cores", "5": "GPU zone"}
+
+
+def unpack_sample(dest: Path) -> Path:
+    """The sample night's files under ``dest`` (laid out as --from-dir reads them). Only
+    regular files with plain relative names are written."""
+    data = resources.files("tpwarden.cluster").joinpath("data", SAMPLE_NIGHT).read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if not member.isfile() or member.name.startswith("/") or ".." in parts:
+                raise ValueError(f"{SAMPLE_NIGHT}: unexpected entry {member.name!r}")
+            target = dest.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file
+            target.write_bytes(source.read())
+    return dest
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,14 @@ from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.morning import MorningReport, headline, morning_to_json
 from tpwarden.cluster.morning_html import morning_html, text_lines
-from tpwarden.cluster.morning_io import Sources, morning_from_files
+from tpwarden.cluster.morning_io import (
+    SAMPLE_HEAD,
+    SAMPLE_TZ,
+    SAMPLE_ZONE_ROLES,
+    Sources,
+    morning_from_files,
+    unpack_sample,
+)
 from tpwarden.watchdog.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
@@ -71,13 +78,27 @@ def report(
     html: Annotated[Path | None, typer.Option("--html", help="Write one HTML page here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample",
+            help="The sample night shipped with tpwarden (4 nodes, a heat fault, a hang and the "
+            "watchdog's restart, a bench and an eval run), in its zone unless --tz: see the "
+            "page, the plot and the JSON without a cluster.",
+        ),
+    ] = False,
 ) -> None:
     """How the night went: uptime and restarts with causes, watchdog decisions, thermal peaks
     per node and zone role with margin to critical, throttle episodes, gaps, bench, eval and tune runs.
     Exit 1 when a source could not be read (a node's thermal files, the event log)."""
 
-    if (inventory is None) == (from_dir is None):
-        raise ConfigError("give exactly one of --inventory/-i and --from-dir", key="--from-dir")
+    if [inventory is not None, from_dir is not None, sample].count(True) != 1:
+        raise ConfigError(
+            "give exactly one of --inventory/-i, --from-dir and --sample", key="--from-dir"
+        )
+    if sample:
+        tz = tz or SAMPLE_TZ
+        head = head or SAMPLE_HEAD
     if from_dir is not None and not from_dir.is_dir():
         raise ConfigError(f"{from_dir}: not a directory", key="--from-dir")
     for option, out in (("--html", html), ("--plot", plot)):
@@ -91,9 +112,11 @@ def report(
         raise ConfigError(str(exc), key="--since/--until/--tz") from None
     if t_since is not None and t_until is None:
         t_until = now  # only --since: the window ends now
-    roles_map = _zone_roles(zone_role)
+    roles_map = _zone_roles(zone_role) or (dict(SAMPLE_ZONE_ROLES) if sample else {})
     problems: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="tpwarden-report-") as tmp:
+        if sample:
+            from_dir = unpack_sample(Path(tmp) / "sample")
         if from_dir is not None:
             src = Sources.from_dir(from_dir)
             roles = {head: "head"} if head else None  # others: the role their agent recorded
