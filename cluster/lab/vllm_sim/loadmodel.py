@@ -8,15 +8,27 @@ Fitted to the field report (brief.md), TP=4 GB10 nodes, GLM-5.3-Flash NVFP4 + DF
   shape: k=3 vs k=7 single stream -10 %, 8 streams ~equal, 32 streams +18 %.
 * prefill: ``t(n) = 0.00629 * n**0.778`` seconds for n prompt tokens (32k -> 20.5 s,
   128k -> 60.3 s, a 200-token prompt -> 0.39 s); charged chunk by chunk.
+
+Scriptable for tests (read once at import; unset = the fitted defaults above):
+``VLLM_SIM_STEP_T0``, ``VLLM_SIM_STEP_T1``, ``VLLM_SIM_STEP_V0``, ``VLLM_SIM_STEP_V1`` (seconds)
+and ``VLLM_SIM_ACCEPT_Q1``, ``VLLM_SIM_ACCEPT_DECAY`` (the acceptance curve's Q1 and D).
 """
 
 from __future__ import annotations
 
+import os
 import random
 
-T0, T1 = 0.1735, 0.00275
-V0, V1 = 0.0003, 0.000953
-Q1, D = 0.5464, 0.624  # k=7 -> 2.40 tokens/step (acc 20 %), k=3 -> 2.10 (acc 37 %)
+
+def _env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return default if raw is None or not raw.strip() else float(raw)
+
+
+T0, T1 = _env("VLLM_SIM_STEP_T0", 0.1735), _env("VLLM_SIM_STEP_T1", 0.00275)
+V0, V1 = _env("VLLM_SIM_STEP_V0", 0.0003), _env("VLLM_SIM_STEP_V1", 0.000953)
+# k=7 -> 2.40 tokens/step (acc 20 %), k=3 -> 2.10 (acc 37 %)
+Q1, D = _env("VLLM_SIM_ACCEPT_Q1", 0.5464), _env("VLLM_SIM_ACCEPT_DECAY", 0.624)
 PREFILL_C, PREFILL_P = 0.00629, 0.778
 
 
