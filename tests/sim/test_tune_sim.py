@@ -27,16 +27,20 @@ LEVELS = (1, 8, 32)
 TOKENS = 64
 MIN_MARGIN = 0.03
 REPEATS = 2  # each level run twice, the faster kept: a loaded machine only ever slows a run
-# T(B, k) = 0.2 + 0.01*B*(1+k) s (a draft token costs what a stream token costs);
-# acceptance of position i = 0.9 * 0.6**i
+# T(B, k) = 0.3 + 0.02*B*(1+k) s: a draft token costs what a stream token costs, the step
+# model's own assumption when one k was measured (steptime.py; a dearer draft token is not
+# identifiable from one k). Acceptance of position i = 0.5 * 0.95**i, sampled per step (the
+# simulator's "expected" mode keeps the mean but not the per-position curve). By the load
+# model's formula: single-stream best k=3 by 16 %, mixed best k=3 by 10 %, high-concurrency
+# best k=0 by 10 %: clear of what a loaded machine blurs.
 SIM_ENV = {
-    "VLLM_SIM_STEP_SCALE": "0.1",
-    "VLLM_SIM_STEP_T0": "0.2",
-    "VLLM_SIM_STEP_T1": "0.01",
+    "VLLM_SIM_STEP_SCALE": "0.05",
+    "VLLM_SIM_STEP_T0": "0.3",
+    "VLLM_SIM_STEP_T1": "0.02",
     "VLLM_SIM_STEP_V0": "0",
-    "VLLM_SIM_STEP_V1": "0.01",
-    "VLLM_SIM_ACCEPT_Q1": "0.9",
-    "VLLM_SIM_ACCEPT_DECAY": "0.6",
+    "VLLM_SIM_STEP_V1": "0.02",
+    "VLLM_SIM_ACCEPT_Q1": "0.5",
+    "VLLM_SIM_ACCEPT_DECAY": "0.95",
 }
 PROFILES = {
     "single-stream": "c1:1",
