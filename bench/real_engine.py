@@ -31,13 +31,13 @@ from pathlib import Path
 import psutil
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import ControlEvent
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.event_log import read_events
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab.lab import engine_kind
 from tpwarden.cluster.lab.paths import LabPaths
 from tpwarden.watchdog.actuator import build_actuator
 from tpwarden.watchdog.daemon import build_watchdog
-from tpwarden.watchdog.events import read_events
 from tpwarden.watchdog.policy_state import WatchdogPhase
 from tpwarden.watchdog.wiring import build_config
 

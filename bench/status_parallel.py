@@ -12,7 +12,7 @@ import statistics
 import time
 
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 
 
 def main() -> None:

@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import generate_latest  # noqa: E402
+from tpwarden.cluster.reports.thermal.fakes import FakeGpuSampler, build_fake_sysfs  # noqa: E402
 from tpwarden.node.thermal.agent import ThermalAgent  # noqa: E402
 from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector  # noqa: E402
 from tpwarden.node.thermal.writer import DurableWriter  # noqa: E402
 from tpwarden.node.thermal.zones import SysfsZoneReader  # noqa: E402
-from tpwarden.watchdog.thermal.fakes import FakeGpuSampler, build_fake_sysfs  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 

@@ -31,11 +31,11 @@ import threading
 import time
 
 import httpx
+from tpwarden.cluster.vllm.probe import Outcome, Prober
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import Observation
 from tpwarden.watchdog.policy import Policy, detection_window_s
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
-from tpwarden.watchdog.probe import Outcome, Prober
 
 
 def load_worker(cfg: WatchdogConfig, model: str, prompt_words: int, stop: threading.Event) -> None:
@@ -147,11 +147,11 @@ def cadence_run(
     """One hang under the real daemon loop; returns (detection s, bound s), both unscaled."""
     from datetime import UTC, datetime
 
+    from tpwarden.cluster.event_log import EventLog
     from tpwarden.watchdog.alert import Alerter
     from tpwarden.watchdog.config import ReportConfig
     from tpwarden.watchdog.daemon import Watchdog
     from tpwarden.watchdog.daily import DailyReport
-    from tpwarden.watchdog.events import EventLog
     from tpwarden.watchdog.morning_delivery import morning_payload
     from tpwarden.watchdog.policy_state import PolicyState
     from tpwarden.watchdog.runtime import SteadyClock

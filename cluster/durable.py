@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 StrPath = str | os.PathLike[str]
 
@@ -227,3 +231,16 @@ def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
 def read_jsonl(path: StrPath) -> list[dict[str, Any]]:
     """Every complete record of a JSON-lines file (`scan_jsonl` without the count)."""
     return scan_jsonl(path)[0]
+
+
+def move_aside(path: str, error: object) -> str | None:
+    """Rename an invalid file to `<path>.invalid-<ts>` (kept for a post-mortem, never read
+    again); returns where it went, or None when it could not be moved."""
+    aside = f"{path}.invalid-{int(time.time())}"
+    log.error("%s is invalid (%s); moving it to %s", path, error, aside)
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.error("cannot move %s aside: %s", path, exc)
+        return None
+    return aside

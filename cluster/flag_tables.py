@@ -1,6 +1,6 @@
 """The flag tables of `vllm serve`: which options the vLLM that will run accepts. The one loader.
 
-A table lists every option string of the real parser (cluster/dump_serve_flags.py writes it).
+A table lists every option string of the real parser (cluster/vllm/dump_serve_flags.py writes it).
 Which one applies to an inventory (`table_for`), first found wins:
 
 1. the table read from the serving image itself (`tpwarden flags fetch`, also run by

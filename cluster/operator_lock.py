@@ -14,6 +14,7 @@ share, the watchdog hold that goes with it, and the record of an intentional `do
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
 import time
@@ -21,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.watchdog.state import FileLock, WatchdogLocked
 
 DOWN_HOLD_S = 7 * 24 * 3600.0  # the longest hold the watchdog accepts; `up` ends it sooner
 
@@ -139,3 +139,61 @@ class LeasedHolder:
     def release(self) -> None:
         self._stop_renewing()
         self._inner.release()
+
+
+class WatchdogLocked(TpwardenError):
+    """Another watchdog already holds this lock."""
+
+
+class FileLock:
+    """Non-blocking exclusive flock; the file records the holder's pid for diagnostics."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, note: str = "") -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise WatchdogLocked(
+                f"{self.path} is held by another watchdog ({holder or 'unknown'})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid={os.getpid()} {note}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    @contextlib.contextmanager
+    def holding(self, note: str = "") -> Iterator[None]:
+        self.acquire(note)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def lock_holder(path: str) -> str | None:
+    """Who holds `path` (its recorded note) or None when nobody does. Never blocks."""
+    lock = FileLock(path)
+    if not os.path.exists(path):
+        return None
+    try:
+        lock.acquire("probe")
+    except WatchdogLocked as exc:
+        return str(exc)
+    lock.release()
+    return None

@@ -1,6 +1,6 @@
 """The typed cluster spec: what the inventory says, validated once.
 
-`tpwarden.cluster.inventory.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`:
+`tpwarden.cluster.inventory.load.load_inventory()` turns an Ansible inventory into a frozen `ClusterSpec`:
 the `tpwarden` settings (`tpwarden.cluster.settings`, pydantic, strict) and the per-host facts
 (address, SSH user, `vllm_host_ip`) as `NodeSpec`s.
 """

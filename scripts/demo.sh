@@ -67,7 +67,7 @@ step "3/9 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow i
 run plan -i "$INV" | tail -n 4
 run up -i "$INV" --replace --timeout "$BOOT_WAIT"
 
-step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
+step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory.load import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
 setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null 9>&- &  # 9: the lab lock stays with this script
 echo $! >"$WD/pid"
@@ -80,7 +80,7 @@ step "5/9 Fault: the worker rank on node3 is lost (its container paused). /healt
 run lab fault pause node3
 "$PY" - "$INV" <<'EOF'
 import sys, httpx
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 base = load_inventory(sys.argv[1]).api_base
 print(f"   GET {base}/health -> {httpx.get(base + '/health', timeout=5).status_code}")
 try:

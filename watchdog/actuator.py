@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.errors import ProbeError, TpwardenError
-from tpwarden.cluster.incident import capture
-from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.cluster.reports.incident import capture
+from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.runtime import RestartJobOverdue
 
@@ -44,7 +44,7 @@ class ControllerActuator:
     * `boot_progress()` reads the head's container log (`Controller.boot_progress()`) and gives
       the policy a `BootReading` (`boot_reading`).
     * `collect_evidence()`: last log lines of every node and a `/metrics` snapshot.
-    * `collect_dossier(reason)`: which rank hung, and where (`tpwarden.cluster.incident`,
+    * `collect_dossier(reason)`: which rank hung, and where (`tpwarden.cluster.reports.incident`,
       bounded to 10 s for all nodes); the daemon stores it with the restart.
     * `server_started_at()`: when the head's container started (fencing: a restart made by
       someone else since the failures began is not repeated).

@@ -14,20 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.hold import hold_path
 
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
-MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
 # The RESTARTING phase ends by this deadline whatever happened to the restart (the actuator
 # waits up to 1800 s for the restart job; past this the policy counts it as a failed restart).
 RESTART_DEADLINE_S = 1900.0
-
-
-def hold_path(state_dir: str) -> str:
-    """Where a watchdog with this state directory reads its operator hold (its format:
-    `state.hold_document`). Here, not in state.py, because state.py imports the policy, which
-    imports this module."""
-    return os.path.join(state_dir, "hold.json")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,12 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tpwarden.cluster.event_log import EventLog
+from tpwarden.cluster.operator_lock import FileLock
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
 from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon_io import DaemonIO
 from tpwarden.watchdog.daemon_restart import RestartPath
 from tpwarden.watchdog.daily import DailyReport
-from tpwarden.watchdog.events import EventLog
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.morning_delivery import morning_payload
 from tpwarden.watchdog.observation import BootReading, Observation
@@ -43,9 +45,8 @@ from tpwarden.watchdog.policy_state import (
     WatchdogPhase,
     decision_name,
 )
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
 from tpwarden.watchdog.runtime import Cadence, SteadyClock, bounded
-from tpwarden.watchdog.state import FileLock, StateStore
+from tpwarden.watchdog.state import StateStore
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import os
 from typing import Any
 
 from tpwarden.cluster.durable import atomic_write_json, read_json
+from tpwarden.cluster.hold import load_hold
 from tpwarden.watchdog.config import config_changes
 from tpwarden.watchdog.daily import DailyReport
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
-from tpwarden.watchdog.state import load_hold
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
 

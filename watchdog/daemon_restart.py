@@ -19,15 +19,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tpwarden.cluster.operator_lock import WatchdogLocked
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.policy_state import Restart
 from tpwarden.watchdog.runtime import CallTimedOut
-from tpwarden.watchdog.state import WatchdogLocked
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
 
 CLOCK_STEP_NOTE_S = 60.0  # wall and steady clocks apart by more than this: a step, recorded
-# The dossier bounds itself (tpwarden.cluster.incident, 10 s for all nodes); this is the net.
+# The dossier bounds itself (tpwarden.cluster.reports.incident, 10 s for all nodes); this is the net.
 DOSSIER_CALL_TIMEOUT_S = 15.0
 
 

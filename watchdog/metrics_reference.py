@@ -23,6 +23,12 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
+from tpwarden.cluster.reports.thermal.fakes import (
+    FakeGpuSampler,
+    FakeReading,
+    build_fake_sysfs,
+    gb10_sample,
+)
 from tpwarden.node.memory import NodeMemory
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.alerts import AlertPolicy
@@ -30,12 +36,6 @@ from tpwarden.node.thermal.metrics import ThermalCollector
 from tpwarden.node.thermal.zones import SysfsZoneReader
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.monitoring_files import rules_path
-from tpwarden.watchdog.thermal.fakes import (
-    FakeGpuSampler,
-    FakeReading,
-    build_fake_sysfs,
-    gb10_sample,
-)
 
 JOB_THERMAL, JOB_WATCHDOG = "tpwarden-thermal", "tpwarden-watchdog"
 _SAMPLE_LABELS = frozenset({"le", "quantile"})  # added by the histogram/summary format

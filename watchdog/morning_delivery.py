@@ -1,5 +1,5 @@
 """What the daily delivery posts (issue 31 item 6): the morning report of the window that ends
-now, built by the same code as `tpwarden report` (`tpwarden.cluster.morning_io`) from what the
+now, built by the same code as `tpwarden report` (`tpwarden.cluster.reports.morning_io`) from what the
 watchdog's host has: its own event log, and the thermal files in `thermal.dir` (the head's own
 agent writes there; other nodes' files are on their nodes). What it did not have is named in
 `missing`, never silently left out."""
@@ -10,10 +10,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tpwarden.cluster.morning import headline, morning_to_json
-from tpwarden.cluster.morning_io import Sources, morning_from_files
+from tpwarden.cluster.reports.morning import headline, morning_to_json
+from tpwarden.cluster.reports.morning_io import Sources, morning_from_files
+from tpwarden.cluster.reports.thermal.localtime import local_iso, parse_tz, span_text
 from tpwarden.watchdog.config import ReportConfig
-from tpwarden.watchdog.thermal.localtime import local_iso, parse_tz, span_text
 
 CATEGORY = "morning_report"
 NOT_HERE = "bench and eval runs and operator restarts are recorded on the control machine"

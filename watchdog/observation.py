@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpwarden.watchdog.probe_types import MetricsSnapshot, ProbeResult
+from tpwarden.cluster.hold import OperatorHold
+from tpwarden.cluster.vllm.probe_types import MetricsSnapshot, ProbeResult
 
 
 @dataclass(frozen=True)
@@ -18,14 +19,6 @@ class BootReading:
     phase: str
     progress: float = 0.0
     failed: bool = False  # the boot is over without success (e.g. the head container exited)
-
-
-@dataclass(frozen=True)
-class OperatorHold:
-    until: float
-    reason: str
-    by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `tpwarden down`)
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from tpwarden.cluster.hold import OperatorHold
 from tpwarden.watchdog.config import WatchdogConfig
-from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy_state import (
     Alert,
     CountFailure,

@@ -10,9 +10,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tpwarden.cluster.vllm.probe_types import MetricsSnapshot
 from tpwarden.watchdog.config import RESTART_DEADLINE_S, WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
-from tpwarden.watchdog.probe_types import MetricsSnapshot
 
 
 class WatchdogPhase(enum.StrEnum):

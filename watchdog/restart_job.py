@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from tpwarden.cluster.applied import read_applied
+from tpwarden.cluster.control.applied import read_applied
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.ssh_identity import SshIdentity
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
 
 

@@ -11,8 +11,9 @@ import os
 from typing import Any
 
 from tpwarden.cluster.durable import read_json
-from tpwarden.watchdog.config import hold_path
-from tpwarden.watchdog.state import StateStore, lock_holder, read_hold
+from tpwarden.cluster.hold import hold_path, read_hold
+from tpwarden.cluster.operator_lock import lock_holder
+from tpwarden.watchdog.state import StateStore
 
 
 def state_document(state_dir: str, now: float) -> dict[str, Any]:

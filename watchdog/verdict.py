@@ -10,8 +10,8 @@ import enum
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from tpwarden.cluster.vllm.probe_types import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 from tpwarden.watchdog.observation import Observation
-from tpwarden.watchdog.probe_types import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 
 PolicyStateT = TypeVar("PolicyStateT", bound=Any)
 

@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpwarden.cluster.applied import AppliedPlan, local_paths, read_applied
+from tpwarden.cluster.control.applied import AppliedPlan, local_paths, read_applied
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.operator_lock import cluster_lock_path
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.settings import SecretRef, http_url
-from tpwarden.cluster.ssh_identity import SshIdentity
-from tpwarden.cluster.watchdog_plan import PlanFollower, wait_for_applied
+from tpwarden.cluster.ssh.identity import SshIdentity
+from tpwarden.cluster.vllm.probe import Prober
 from tpwarden.watchdog.actuator import ControllerActuator, build_actuator
 from tpwarden.watchdog.config import ReportConfig, WatchdogConfig
-from tpwarden.watchdog.probe import Prober
+from tpwarden.watchdog.plan import PlanFollower, wait_for_applied
 
 
 def _read_text(path: str) -> str:

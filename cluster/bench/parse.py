@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.vllm.metrics import sum_by_sample
 
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",

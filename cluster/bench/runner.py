@@ -44,9 +44,9 @@ from tpwarden.cluster.bench.plan import (
     run_id_for,
     sharegpt_json,
 )
+from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.job import folder_job
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.docker_gw import DockerGateway
-from tpwarden.cluster.docker_job import folder_job
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ContainerPlan

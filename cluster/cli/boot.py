@@ -1,6 +1,6 @@
 """CLI for `tpwarden boot`: the boot progress bar, boot reports and notes, and `--from-file`
 (judge a vLLM log copied from anywhere). `up`, `restart` and `status` reuse the renderers.
-Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boot`.
+Rendering lives here and only here; the verdict comes from `tpwarden.cluster.boot.progress`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from tpwarden.cluster.boot import BootNote, BootProgress, read_boot_log
+from tpwarden.cluster.boot.progress import BootNote, BootProgress, read_boot_log
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,

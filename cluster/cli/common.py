@@ -139,6 +139,6 @@ def error_line(message: str) -> Text:
 
 def load(inventory: Path, *, flag_table: bool = False):  # -> ClusterSpec
     """`flag_table`: also refuse an inventory no `vllm serve` flag table fits (check, plan)."""
-    from tpwarden.cluster.inventory import load_inventory  # not for --help or TAB (issue 30)
+    from tpwarden.cluster.inventory.load import load_inventory  # not for --help or TAB (issue 30)
 
     return load_inventory(inventory, flag_table=flag_table)

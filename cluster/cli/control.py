@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.cli.boot import BootView, boot, print_notes, report_boot
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
@@ -30,6 +30,7 @@ from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller, operator_identity
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.control.status_model import ClusterStatus
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.operator_lock import (
     LeasedHolder,
@@ -38,9 +39,8 @@ from tpwarden.cluster.operator_lock import (
     mark_down,
     one_actor,
 )
+from tpwarden.cluster.reports.status_view import REASON_MIN, status_view
 from tpwarden.cluster.rollout.ports import WatchdogHolder
-from tpwarden.cluster.status import ClusterStatus
-from tpwarden.cluster.status_view import REASON_MIN, status_view
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True

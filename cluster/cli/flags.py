@@ -1,7 +1,7 @@
 """`tpwarden flags`: the `vllm serve` flag table of the serving image.
 
 `fetch` runs the image's own vLLM argument parser in a throwaway container on the head and
-caches the table on this machine by image ID (tpwarden.cluster.flag_fetch); `inventory check` and
+caches the table on this machine by image ID (tpwarden.cluster.vllm.flag_fetch); `inventory check` and
 `plan` then check every rendered flag against it. `provision` fetches it too, after its run
 (`after_provision`). `show` says which table applies to the inventory, without touching a node.
 """
@@ -23,10 +23,10 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.control.nodes import NodeConnector
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.flag_fetch import FetchResult, fetch_table
-from tpwarden.cluster.nodes import NodeConnector
 from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.cluster.vllm.flag_fetch import FetchResult, fetch_table
 
 app = typer.Typer(
     help="The `vllm serve` flag table, read from the serving image.", no_args_is_help=True

@@ -110,7 +110,7 @@ def capture_now(
     """Take a dossier of the running server now, restarting nothing (stacks, process states,
     kernel log, GPU facts of every rank). Nothing is stored."""
     from tpwarden.cluster.control.controller import Controller  # not for --help or TAB
-    from tpwarden.cluster.incident import capture
+    from tpwarden.cluster.reports.incident import capture
 
     spec = load(inventory)
     with Controller(spec) as ctl:

@@ -24,7 +24,7 @@ from tpwarden.cluster.cli.common import (
     load,
 )
 from tpwarden.cluster.durable import atomic_write_text
-from tpwarden.cluster.prometheus_config import PromOptions, build_config, render_yaml
+from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
 
 app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_args_is_help=True)
 

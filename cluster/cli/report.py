@@ -1,5 +1,5 @@
 """`tpwarden report`: the morning report. Parses options, reads files, renders; the facts come
-from `tpwarden.cluster.morning` (pure) and the thermal part from the one thermal report."""
+from `tpwarden.cluster.reports.morning` (pure) and the thermal part from the one thermal report."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.morning import MorningReport, headline, morning_to_json
-from tpwarden.cluster.morning_html import morning_html, text_lines
-from tpwarden.cluster.morning_io import (
+from tpwarden.cluster.reports.morning import MorningReport, headline, morning_to_json
+from tpwarden.cluster.reports.morning_html import morning_html, text_lines
+from tpwarden.cluster.reports.morning_io import (
     SAMPLE_HEAD,
     SAMPLE_TZ,
     SAMPLE_ZONE_ROLES,
@@ -34,11 +34,11 @@ from tpwarden.cluster.morning_io import (
     morning_from_files,
     unpack_sample,
 )
-from tpwarden.watchdog.thermal import (
+from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from tpwarden.watchdog.thermal.localtime import local_iso, parse_tz, parse_window, span_text
-from tpwarden.watchdog.thermal.plot import figure_png, thermal_figure
+from tpwarden.cluster.reports.thermal.localtime import local_iso, parse_tz, parse_window, span_text
+from tpwarden.cluster.reports.thermal.plot import figure_png, thermal_figure
 
 OptPath = Annotated[Path | None, typer.Option()]
 
@@ -128,7 +128,7 @@ def report(
             roles = {n.name: n.role for n in spec.nodes}
             roles_map = {**spec.thermal.zone_roles, **roles_map}
 
-            from tpwarden.cluster.watchdog_remote import watchdog_events  # deferred: SSH, -i only
+            from tpwarden.watchdog.remote import watchdog_events  # deferred: SSH, -i only
 
             (Path(tmp) / "watchdog").mkdir()
             events, unread = watchdog_events(spec, Path(tmp) / "watchdog")

@@ -1,7 +1,7 @@
 """`tpwarden thermal ...`: the thermal agent on one node and the morning report.
 
 Mounted by the lead as ``tpwarden thermal``. This layer parses options, renders tables and
-sets exit codes; the work lives in ``tpwarden.watchdog.thermal``.
+sets exit codes; the work lives in ``tpwarden.cluster.reports.thermal``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
-from tpwarden.cluster.ssh import SshPool
-from tpwarden.node.thermal.app import AgentOptions, run_agent
-from tpwarden.watchdog.thermal.remote import (
+from tpwarden.cluster.reports.thermal.remote import (
     LiveRow,
     StatusRow,
     apply_plan,
@@ -38,6 +36,8 @@ from tpwarden.watchdog.thermal.remote import (
     read_units,
     status_row,
 )
+from tpwarden.cluster.ssh.gateway import SshPool
+from tpwarden.node.thermal.app import AgentOptions, run_agent
 
 log = logging.getLogger("tpwarden.thermal")
 

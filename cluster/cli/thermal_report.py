@@ -1,6 +1,6 @@
 """`tpwarden thermal report`: peaks, margins to critical, throttle episodes and gaps over the
 thermal agents' files, in the operator's time zone. The facts come from
-``tpwarden.watchdog.thermal.report`` (the one thermal report; `tpwarden report` reuses it)."""
+``tpwarden.cluster.reports.thermal.report`` (the one thermal report; `tpwarden report` reuses it)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,18 @@ from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, load, plain
 from tpwarden.cluster.cli.report import _zone_roles
 from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
-from tpwarden.watchdog.thermal import (
+from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from tpwarden.watchdog.thermal.export import report_from_dir, write_csv, write_plot
-from tpwarden.watchdog.thermal.localtime import local, local_iso, parse_tz, parse_window, span_text
-from tpwarden.watchdog.thermal.report import report_to_json
+from tpwarden.cluster.reports.thermal.export import report_from_dir, write_csv, write_plot
+from tpwarden.cluster.reports.thermal.localtime import (
+    local,
+    local_iso,
+    parse_tz,
+    parse_window,
+    span_text,
+)
+from tpwarden.cluster.reports.thermal.report import report_to_json
 
 
 @app.command()

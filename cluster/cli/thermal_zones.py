@@ -17,12 +17,12 @@ from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain, positive
 from tpwarden.cluster.cli.thermal_common import app
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.node.thermal.writer import read_records
-from tpwarden.watchdog.thermal import (
+from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from tpwarden.watchdog.thermal.export import files_in
-from tpwarden.watchdog.thermal.survey import survey
+from tpwarden.cluster.reports.thermal.export import files_in
+from tpwarden.cluster.reports.thermal.survey import survey
+from tpwarden.node.thermal.writer import read_records
 
 
 def _c(v: float | None) -> str:

@@ -38,9 +38,8 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
-from tpwarden.watchdog.events import EventLog, read_events
-from tpwarden.watchdog.state import write_hold, write_release
+from tpwarden.cluster.event_log import EventLog, read_events
+from tpwarden.cluster.hold import MAX_HOLD_S, hold_path, write_hold, write_release
 from tpwarden.watchdog.state_doc import state_document
 
 app = typer.Typer(
@@ -142,7 +141,7 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # only `watchdog run` needs the daemon, SSH and Docker (not --help, TAB or status)
-    from tpwarden.cluster.ssh_identity import SshIdentity
+    from tpwarden.cluster.ssh.identity import SshIdentity
     from tpwarden.watchdog.daemon import build_watchdog
     from tpwarden.watchdog.wiring import watched_plan
 

@@ -72,7 +72,7 @@ def run_where_the_watchdog_is(
     its exit code ours); returns only when the watchdog runs here."""
     if state_dir is not None:
         return
-    from tpwarden.cluster.watchdog_remote import (  # deferred: SSH only when remote
+    from tpwarden.watchdog.remote import (  # deferred: SSH only when remote
         NODE_TPWARDEN,
         run_on_watchdog_host,
         watchdog_place,

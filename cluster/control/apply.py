@@ -8,11 +8,11 @@ import os
 import posixpath
 from collections.abc import Mapping
 
+from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.plan import Action, ControlPlan, Drift
 from tpwarden.cluster.control.results import Emit, NodeOutcome
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 

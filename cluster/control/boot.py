@@ -11,15 +11,15 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from tpwarden.cluster.boot import BootProgress, BootTracker
-from tpwarden.cluster.boot_history import BootHistory, phase_durations
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.history import BootHistory, phase_durations
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootProgress, BootTracker
+from tpwarden.cluster.containers.gateway import ContainerInfo, LogStream
 from tpwarden.cluster.control.logs import last_log_lines
+from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.results import BootResult, Emit
-from tpwarden.cluster.docker_gw import ContainerInfo, LogStream
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import plan_cluster
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.spec import ClusterSpec
 
 Observed = Mapping[str, list[ContainerInfo] | TpwardenError]

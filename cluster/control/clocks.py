@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.results import ClockResult
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import annotate_gpus, read_cap
 

@@ -4,7 +4,7 @@
 `tpwarden.cluster.control.plan`), checks (`preflight`), applies (`apply`),
 follows the boot (`boot`), gathers status (`status`), reads logs
 (`logs`) and sets clocks (`clocks`). It reaches the nodes through a `Nodes`
-connector (`tpwarden.cluster.nodes`) and reads time from an injected wall clock, so each part
+connector (`tpwarden.cluster.control.nodes`) and reads time from an injected wall clock, so each part
 runs in unit tests against a fake. It never prints: it returns typed results
 (`results`) and reports progress through an `on_event` callback.
 """
@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from tpwarden.cluster.applied import (
+from tpwarden.cluster.boot.history import BootHistory
+from tpwarden.cluster.boot.progress import BootProgress
+from tpwarden.cluster.containers.gateway import ContainerInfo, DockerGateway
+from tpwarden.cluster.control.applied import (
     AppliedPlan,
     local_paths,
     plan_for,
@@ -30,13 +33,12 @@ from tpwarden.cluster.applied import (
     write_head,
     write_local,
 )
-from tpwarden.cluster.applied import revision as applied_revision
-from tpwarden.cluster.boot import BootProgress
-from tpwarden.cluster.boot_history import BootHistory
+from tpwarden.cluster.control.applied import revision as applied_revision
 from tpwarden.cluster.control.apply import apply_plan, resolve_secrets
 from tpwarden.cluster.control.boot import BootFollower
 from tpwarden.cluster.control.clocks import set_clocks
 from tpwarden.cluster.control.logs import follow_logs, last_log_lines, tail_logs
+from tpwarden.cluster.control.nodes import NodeConnector, Nodes, is_local
 from tpwarden.cluster.control.plan import ControlPlan, Drift, plan_down, plan_restart, plan_up
 from tpwarden.cluster.control.preflight import preflight
 from tpwarden.cluster.control.results import (
@@ -50,14 +52,12 @@ from tpwarden.cluster.control.results import (
 )
 from tpwarden.cluster.control.server import ServerEndpoint
 from tpwarden.cluster.control.status import gather_status
-from tpwarden.cluster.docker_gw import ContainerInfo, DockerGateway
+from tpwarden.cluster.control.status_model import ClusterStatus, ServerStatus
 from tpwarden.cluster.durable import JsonlLog, default_state_dir
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
-from tpwarden.cluster.nodes import NodeConnector, Nodes, is_local
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
-from tpwarden.cluster.ssh import NodeSession, SshPool
-from tpwarden.cluster.status import ClusterStatus, ServerStatus
+from tpwarden.cluster.ssh.gateway import NodeSession, SshPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -7,9 +7,9 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from tpwarden.cluster.docker_gw import LogStream
+from tpwarden.cluster.containers.gateway import LogStream
+from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 

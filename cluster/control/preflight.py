@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from tpwarden.cluster.control.clocks import cap_notices, gpu_problems
+from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import Emit, PreflightReport
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 PREFLIGHT_TIMEOUT_S = 120.0

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tpwarden.cluster.boot import BootProgress
+from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.plan import ControlPlan
 
 log = logging.getLogger(__name__)

@@ -8,13 +8,13 @@ import time
 from collections.abc import Mapping
 
 import httpx
+from tpwarden.cluster.control.nodes import Nodes
+from tpwarden.cluster.control.status_model import ServerStatus, server_gauges
 from tpwarden.cluster.errors import ProbeError, TpwardenError
-from tpwarden.cluster.metrics_text import sum_by_sample
-from tpwarden.cluster.nodes import Nodes
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.spec import ClusterSpec
-from tpwarden.cluster.status import ServerStatus, server_gauges
-from tpwarden.watchdog.probe import is_healthy, probe_completion
+from tpwarden.cluster.vllm.metrics import sum_by_sample
+from tpwarden.cluster.vllm.probe import is_healthy, probe_completion
 
 
 class ServerEndpoint:

@@ -1,6 +1,6 @@
 """`tpwarden status` gathered: every node's container and GPUs and the server's answers, in
 parallel, each bounded by the command's timeout. A node that fails is a row that says why,
-never an exception; the verdict is derived by the pure `tpwarden.cluster.status`."""
+never an exception; the verdict is derived by the pure `tpwarden.cluster.control.status_model`."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
-from tpwarden.cluster.nodes import Nodes, daemon_call
-from tpwarden.cluster.spec import ClusterSpec, NodeSpec
-from tpwarden.cluster.status import (
+from tpwarden.cluster.control.nodes import Nodes, daemon_call
+from tpwarden.cluster.control.status_model import (
     ClusterStatus,
     NodeStatus,
     ServerStatus,
     derive_verdict,
     node_memory,
 )
+from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import annotate_gpus
 
 # The server part's own cap: /health must make it into a status even when the probe hangs.

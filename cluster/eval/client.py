@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpwarden.cluster.docker_gw import DockerGateway
-from tpwarden.cluster.docker_job import Watch, folder_job
+from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.job import Watch, folder_job
 from tpwarden.cluster.eval.presets import CONTAINER_DIR
 from tpwarden.cluster.launch import ContainerPlan
 

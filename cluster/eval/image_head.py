@@ -17,7 +17,7 @@ import docker.errors
 import paramiko
 import requests
 from packaging.utils import canonicalize_name
-from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.errors import DockerError, TpwardenError
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,

@@ -1,5 +1,5 @@
 """The lab's Prometheus: Debian's /usr/bin/prometheus (2.42) with the scrape config that
-`tpwarden prometheus config` generates for the lab inventory (cluster/prometheus_config.py).
+`tpwarden prometheus config` generates for the lab inventory (watchdog/prometheus_config.py).
 
 Listens on loopback (LISTEN_DEFAULT; ``TPWARDEN_LAB_PROMETHEUS_LISTEN`` or ``lab up
 --prometheus-listen`` change it), stores under ``<lab root>/prometheus/data``, scrapes and
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import host
 from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
-from tpwarden.cluster.prometheus_config import PromOptions, build_config, render_yaml
+from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
 
 BINARY = "/usr/bin/prometheus"
 LISTEN_DEFAULT = "127.0.0.1:9090"

@@ -1,6 +1,6 @@
 """A minimal SSH client for the lab's own checks, verifying host keys with the lab known_hosts.
 
-(The toolkit's gateway is cluster/ssh.py; the lab keeps its own tiny one so that bringing the
+(The toolkit's gateway is cluster/ssh/gateway.py; the lab keeps its own tiny one so that bringing the
 world up does not depend on the code under test.)
 """
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.inventory_plain import export_resolved
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.inventory.plain import export_resolved
 from tpwarden.cluster.provision import repack as provision_repack
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.inventory.load import parse_inventory
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.rollout.yaml_edit import set_value, yaml_text
 from tpwarden.cluster.spec import ClusterSpec

@@ -21,10 +21,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpwarden.cluster.ansible_inventory import resolve
 from tpwarden.cluster.durable import atomic_write_bytes
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.ansible import resolve
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.rollout.edit import Change
 from tpwarden.cluster.rollout.yaml_edit import set_value
 from tpwarden.cluster.spec import ClusterSpec

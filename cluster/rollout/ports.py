@@ -11,15 +11,14 @@ from typing import Any
 
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import ApplyResult
 from tpwarden.cluster.durable import atomic_write_json, json_bytes
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.hold import hold_document, hold_path, release_document
 from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
 from tpwarden.cluster.spec import ClusterSpec
-from tpwarden.watchdog.config import hold_path
-from tpwarden.watchdog.state import hold_document, release_document
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class ControllerCluster:
 
 class WatchdogHolder:
     """Time-limited hold of the watchdog for the rollout's duration, written where a watchdog
-    reads it (`config.hold_path`, in `state.hold_document`'s format) on this machine and on the
+    reads it (`hold.hold_path`, in `hold.hold_document`'s format) on this machine and on the
     head node, wherever the watchdog's state directory exists. Released at the end (or it
     expires on its own)."""
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
-from tpwarden.cluster.metrics_text import sum_by_sample
 from tpwarden.cluster.tune.acceptance import DraftCounts
+from tpwarden.cluster.vllm.metrics import sum_by_sample
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

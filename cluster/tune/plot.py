@@ -1,7 +1,7 @@
 """`tune drafter --plot FILE`: predicted aggregate throughput per draft length k', one panel per
 load level, with the 95 % band, the point measured at the current k and, after `--apply`, the
 point the rollout measured at the new k. Matplotlib (Agg, imported when a plot is asked for) as
-in `watchdog.thermal.plot`; no file I/O here (`tune_png` returns bytes)."""
+in `reports.thermal.plot`; no file I/O here (`tune_png` returns bytes)."""
 
 from __future__ import annotations
 

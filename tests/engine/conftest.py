@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults, sshc
 from tpwarden.cluster.lab import lab as lablib
 from tpwarden.cluster.lab.paths import NODE_NAMES, LabPaths, node_ip

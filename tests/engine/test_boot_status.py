@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.lab import faults
-from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.engine
 

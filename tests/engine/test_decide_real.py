@@ -21,7 +21,7 @@ from tpwarden.cluster.cli import app
 from tpwarden.cluster.decide.client import LogprobClient, ServerRejected, max_logprobs_from_args
 from tpwarden.cluster.decide.core import Decider, Item
 from tpwarden.cluster.decide.labels import LabelMissing, SplitLabel
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.engine

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import pytest
-from tpwarden.cluster.boot_rules import parse_line
+from tpwarden.cluster.boot.rules import parse_line
 from tpwarden.cluster.lab import engine, images
 from tpwarden.cluster.lab.paths import LabPaths
 

@@ -7,12 +7,12 @@ import time
 import uuid
 
 import pytest
-from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.errors import HostKeyError
 from tpwarden.cluster.launch import ContainerPlan, Mount
 from tpwarden.cluster.settings import SecretRef
-from tpwarden.cluster.ssh import SshPool
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.gateway import SshPool
 
 
 def _plan(image: str, cluster: str, name: str) -> ContainerPlan:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import CommandFailed, HostKeyError, NodeUnreachable
-from tpwarden.cluster.ssh import CommandTimeout, SshPool
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.gateway import CommandTimeout, SshPool
 
 
 def _target(sshd, node: str = "node1") -> SshTarget:

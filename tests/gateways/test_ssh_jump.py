@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
 from tpwarden.cluster.spec import NodeSpec
-from tpwarden.cluster.ssh import SshPool
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.gateway import SshPool
 
 from .conftest import SSHD, _free_port, _keygen, _wait_listening
 

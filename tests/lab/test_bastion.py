@@ -8,9 +8,9 @@ import os
 import pytest
 import yaml
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.control.status_model import Verdict
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab.paths import HEAD, node_ip
-from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
 

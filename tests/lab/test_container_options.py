@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import plan_cluster
 
 pytestmark = pytest.mark.lab

@@ -9,11 +9,11 @@ import time
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import Action, Drift
+from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab.sensors import write_gpu_state
-from tpwarden.cluster.status import Verdict
 
 pytestmark = pytest.mark.lab
 

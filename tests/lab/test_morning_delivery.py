@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.watchdog.config import ReportConfig
 
 from tests.lab.test_watchdog_scenarios import events, kinds, make_watchdog

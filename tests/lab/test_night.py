@@ -22,7 +22,7 @@ from tpwarden.cluster.bench.runner import BenchRunner
 from tpwarden.cluster.cli import app as tpwarden_app
 from tpwarden.cluster.cli.thermal import app as thermal_app
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab.client_image import CLIENT_LATEST
 from tpwarden.cluster.lab.paths import HEAD

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from tpwarden.cluster.cli.thermal import app as thermal_app
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab import prometheus as labprom
-from tpwarden.cluster.prometheus_config import default_rules_path
+from tpwarden.watchdog.prometheus_config import default_rules_path
 from typer.testing import CliRunner
 
 from tests.lab.waiting import poll

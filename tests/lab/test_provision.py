@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import host, nodes, rootfs
 from tpwarden.cluster.lab.paths import NODE_NAMES
 

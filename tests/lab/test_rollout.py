@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 
 pytestmark = pytest.mark.lab

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 
 pytestmark = pytest.mark.lab
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"

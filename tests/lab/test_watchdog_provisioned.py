@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab import faults
 from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES, node_ip
-from tpwarden.cluster.watchdog_remote import NODE_TPWARDEN
 from tpwarden.watchdog.actuator import WATCHDOG_WHO
+from tpwarden.watchdog.remote import NODE_TPWARDEN
 
 from .test_provision import provision
 from .waiting import poll

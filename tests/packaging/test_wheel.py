@@ -56,7 +56,7 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"tpwarden", wheel.name.split("-py3")[0] + ".dist-info"}, tops
-    assert "tpwarden/cluster/inventory.py" in names
+    assert "tpwarden/cluster/inventory/load.py" in names
     assert "tpwarden/watchdog/policy.py" in names
     # the rooms: control, bench, rollout and provision are packages; the node side is its own
     for package in ("cluster/control", "cluster/bench", "cluster/rollout", "cluster/provision"):
@@ -65,7 +65,7 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert "tpwarden/cluster/bench/prompts/ko-mixed-20.jsonl" in names  # bench's default prompts
     assert "tpwarden/cluster/data/vllm_serve_flags_0.33.0.json" in names
     # `tpwarden flags fetch` copies the dump script into the serving image's container
-    assert "tpwarden/cluster/dump_serve_flags.py" in names
+    assert "tpwarden/cluster/vllm/dump_serve_flags.py" in names
     assert "tpwarden/watchdog/monitoring/tpwarden-rules.yml" in names  # monitoring_files
     assert "tpwarden/watchdog/monitoring/grafana-night.json" in names
     # the lab is a development tool (a source checkout's editable install sees cluster/lab/):
@@ -84,7 +84,7 @@ def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(
     probe = (
         "import importlib.util as u, watchdog.observers, watchdog.events\n"
         "print(u.find_spec('tpwarden.watchdog.policy').origin)\n"
-        "print(u.find_spec('tpwarden.cluster.inventory').origin)\n"
+        "print(u.find_spec('tpwarden.cluster.inventory.load').origin)\n"
     )
     origins = _run([py, "-c", probe]).split()
     assert all("site-packages/tpwarden/" in o for o in origins), origins

@@ -1,4 +1,4 @@
-"""A fake `tpwarden.cluster.nodes.Nodes`: containers in dicts, scripted collector answers.
+"""A fake `tpwarden.cluster.control.nodes.Nodes`: containers in dicts, scripted collector answers.
 
 Cluster control's parts take a `Nodes`; these tests hand them `FakeNodes` instead of SSH and
 Docker (as pyinfra tests its operations on a fake host). Fan-out is the real one, so deadlines
@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tpwarden.cluster.docker_gw import ContainerInfo
+from tpwarden.cluster.containers.gateway import ContainerInfo
+from tpwarden.cluster.control.nodes import fan_out
 from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import ContainerPlan, plan_cluster
-from tpwarden.cluster.nodes import fan_out
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import LockAnswer, make_record
 

@@ -16,22 +16,22 @@ from zoneinfo import ZoneInfo
 
 from tpwarden.cluster.bench.runner import write_json
 from tpwarden.cluster.durable import append_jsonl
-from tpwarden.cluster.morning_io import SAMPLE_ZONE_ROLES
+from tpwarden.cluster.event_log import EventLog
+from tpwarden.cluster.reports.morning_io import SAMPLE_ZONE_ROLES
+from tpwarden.cluster.reports.thermal.fakes import (
+    FakeGpuSampler,
+    build_fake_sysfs,
+    gb10_sample,
+    set_zone_temps,
+)
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.writer import DurableWriter
 from tpwarden.node.thermal.zones import SysfsZoneReader
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import Watchdog
-from tpwarden.watchdog.events import EventLog
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.state import StateStore
-from tpwarden.watchdog.thermal.fakes import (
-    FakeGpuSampler,
-    build_fake_sysfs,
-    gb10_sample,
-    set_zone_temps,
-)
 
 KST = ZoneInfo("Asia/Seoul")
 T0 = datetime(2026, 12, 2, 22, 0, tzinfo=KST).timestamp()  # 22:00 KST

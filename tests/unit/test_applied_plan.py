@@ -9,19 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tpwarden.cluster.applied import AppliedPlan, plan_for, read_applied, revision, write_local
 from tpwarden.cluster.control import controller as control_mod
+from tpwarden.cluster.control.applied import (
+    AppliedPlan,
+    plan_for,
+    read_applied,
+    revision,
+    write_local,
+)
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.inventory_plain import export_resolved
-from tpwarden.cluster.watchdog_plan import PlanFollower
+from tpwarden.cluster.event_log import read_events
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.inventory.plain import export_resolved
+from tpwarden.cluster.vllm.probe import ProbeResult
 from tpwarden.watchdog import restart_job as restart_job_mod
 from tpwarden.watchdog import wiring
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import PlanChange
-from tpwarden.watchdog.events import read_events
-from tpwarden.watchdog.probe import ProbeResult
+from tpwarden.watchdog.plan import PlanFollower
 
 from .test_watchdog_daemon import OK, REFUSED, make
 
@@ -78,7 +84,7 @@ def test_the_applied_plan_is_read_back_without_ansible(tmp_path: Path) -> None:
     write_local(_plan(_inventory(tmp_path)), [str(path)])
     code = (
         "import sys; sys.modules['ansible'] = None\n"
-        "from tpwarden.cluster.applied import read_applied\n"
+        "from tpwarden.cluster.control.applied import read_applied\n"
         f"print(read_applied({str(path)!r}).spec().config_hash())\n"
     )
     out = subprocess.run(
@@ -168,7 +174,7 @@ class PortProber:
         return OK if self.ok else REFUSED
 
     def scrape_metrics(self) -> Any:
-        from tpwarden.watchdog.probe import MetricsSnapshot
+        from tpwarden.cluster.vllm.probe import MetricsSnapshot
 
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 

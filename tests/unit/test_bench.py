@@ -27,8 +27,8 @@ from tpwarden.cluster.bench.plan import (
     sharegpt_json,
 )
 from tpwarden.cluster.bench.runner import compare_rows
-from tpwarden.cluster.docker_job import container_facts
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.containers.job import container_facts
+from tpwarden.cluster.inventory.load import load_inventory
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 PROMPTS = DEFAULT_PROMPTS

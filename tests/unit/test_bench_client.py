@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.bench.plan import BenchOptions, bench_argv, client_base_url, client_plan
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.rollout.edit import check_guard, parse_guard
 from tpwarden.cluster.rollout.ports import QUICK_LEVELS, measurement_rows
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.boot import BootTracker
-from tpwarden.cluster.boot_history import BootHistory, estimate_eta, phase_durations
-from tpwarden.cluster.boot_phase import BootPhase
-from tpwarden.cluster.boot_rules import parse_line
+from tpwarden.cluster.boot.history import BootHistory, estimate_eta, phase_durations
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootTracker
+from tpwarden.cluster.boot.rules import parse_line
 
 SAMPLE = Path("/work/shared/reference/samples/v0.25.1_gb10_dgx-spark_nvfp4_dflash_success.log")
 if not SAMPLE.exists():  # the repo may carry its own copy

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.boot import BootProgress, read_boot_log
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootProgress, read_boot_log
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpwarden.cluster.boot import BootTracker, read_boot_log
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootTracker, read_boot_log
 
 BOOT = Path(__file__).parents[1] / "fixtures" / "real" / "boot"
 SUCCESS = BOOT / "v0.25.1_single_dflash_success.log"

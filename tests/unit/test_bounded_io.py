@@ -10,17 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster import ssh as ssh_mod
 from tpwarden.cluster.errors import NodeUnreachable
-from tpwarden.cluster.ssh import NodeSession
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh import gateway as ssh_mod
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.gateway import NodeSession
 
 ROOT = Path(__file__).resolve().parents[2]
 
 FROZEN_FAN_OUT = """
 import sys, threading
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 spec = load_inventory(sys.argv[1])
 ctl = Controller(spec)
 frozen = threading.Event()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from rich.console import Console
-from tpwarden.cluster.boot import BootNote, BootProgress
+from tpwarden.cluster.boot.progress import BootNote, BootProgress
 from tpwarden.cluster.cli import app, common
 from tpwarden.cluster.cli import boot as boot_cli
 from tpwarden.cluster.control.results import BootResult

@@ -58,13 +58,13 @@ def test_completing_a_command_name_imports_no_command_module():
 
 def test_inventory_check_loads_neither_the_lab_nor_docker():
     mods = _modules(["inventory", "check", "-i", str(ROOT / "inventory.example.yml")])
-    assert "tpwarden.cluster.inventory" in mods  # it did run
+    assert "tpwarden.cluster.inventory.load" in mods  # it did run
     assert not [m for m in mods if m.startswith(("tpwarden.cluster.lab", "docker", "requests"))]
 
 
 def test_completing_a_watchdog_option_reads_state_without_httpx():
     """`tpwarden watchdog h<TAB>` loads the watchdog command module (and with it the state file's
-    types) but not httpx: the probe's plain types live in `tpwarden.watchdog.probe_types`."""
+    types) but not httpx: the probe's plain types live in `tpwarden.cluster.vllm.probe_types`."""
     mods = _modules(
         [],
         _TPWARDEN_COMPLETE="complete_bash",
@@ -72,7 +72,7 @@ def test_completing_a_watchdog_option_reads_state_without_httpx():
         COMP_CWORD="2",
     )
     assert "tpwarden.watchdog.state" in mods  # the path that used to reach httpx did run
-    assert "tpwarden.watchdog.probe_types" in mods
-    assert "tpwarden.watchdog.probe" not in mods
+    assert "tpwarden.cluster.vllm.probe_types" in mods
+    assert "tpwarden.cluster.vllm.probe" not in mods
     assert not [m for m in mods if m.split(".")[0] == "httpx"]
     assert not _heavy(mods), _heavy(mods)

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.boot import BootNote, BootProgress
+from tpwarden.cluster.boot.progress import BootNote, BootProgress
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import control as control_cli
-from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
+from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus, Verdict
 from typer.testing import CliRunner
 
 GOOD = str(Path(__file__).parent / "inventories" / "good.yml")

@@ -17,7 +17,7 @@ from tpwarden.cluster.cli.common import SCHEMA_VERSION
 from tpwarden.cluster.cli.lazy import walk
 from tpwarden.cluster.control.plan import Action, ControlPlan, NodeStep
 from tpwarden.cluster.control.results import ApplyResult, NodeOutcome
-from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict
+from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus, Verdict
 from typer.main import get_command
 from typer.testing import CliRunner
 

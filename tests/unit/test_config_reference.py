@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from tpwarden.cluster.config_reference import all_keys, render
+from tpwarden.cluster.reports.config_reference import all_keys, render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_reference_is_current():
     assert DOC.read_text() == render(), (
-        "regenerate: python -m tpwarden.cluster.config_reference docs/configuration.md"
+        "regenerate: python -m tpwarden.cluster.reports.config_reference docs/configuration.md"
     )
 
 

@@ -15,9 +15,9 @@ import pytest
 from pydantic import ValidationError
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.container_settings import ContainerSpec
-from tpwarden.cluster.docker_gw import DockerGateway, create_kwargs
+from tpwarden.cluster.containers.gateway import DockerGateway, create_kwargs
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import API_KEY_MOUNT, KEY_WRAPPER, plan_cluster
 from typer.testing import CliRunner
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tpwarden.cluster.applied import APPLIED_NAME
+from tpwarden.cluster.control.applied import APPLIED_NAME
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import Drift
 from tpwarden.cluster.errors import DockerError, TpwardenError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import KEY_WRAPPER, plan_cluster
 
 from tests.unit.fake_nodes import GOOD, FakeNodes, FixedClock, good_spec

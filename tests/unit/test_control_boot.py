@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.control.boot import dead_containers
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.errors import NodeUnreachable

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.errors import CommandFailed, DockerError
-from tpwarden.cluster.status import Verdict
 
 from tests.unit.fake_nodes import FakeNodes, FixedClock, default_collector, good_spec
 from tests.unit.fake_server import FakeServer

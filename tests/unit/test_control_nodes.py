@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from tpwarden.cluster.control.nodes import NodeConnector, fan_out
 from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
-from tpwarden.cluster.nodes import NodeConnector, fan_out
 
 from tests.unit.fake_nodes import FakeNodes, good_spec
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from tpwarden.cluster.containers.gateway import (
+    ContainerInfo,
+    container_info_from_inspect,
+    restart_policy,
+)
 from tpwarden.cluster.control.plan import Action, Drift, plan_down, plan_restart, plan_up
-from tpwarden.cluster.docker_gw import ContainerInfo, container_info_from_inspect, restart_policy
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from tpwarden.cluster.control.clocks import gpu_problems
-from tpwarden.cluster.metrics_text import sum_by_sample
-from tpwarden.cluster.status import (
+from tpwarden.cluster.control.status_model import (
     NodeStatus,
     ServerStatus,
     Verdict,
     derive_verdict,
     server_gauges,
 )
+from tpwarden.cluster.vllm.metrics import sum_by_sample
 
 
 def _nodes(**over):

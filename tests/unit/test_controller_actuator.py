@@ -12,11 +12,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tpwarden.cluster.applied import plan_for, write_local
-from tpwarden.cluster.boot import BootProgress
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootProgress
+from tpwarden.cluster.control.applied import plan_for, write_local
 from tpwarden.cluster.errors import ProbeError, TpwardenError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.watchdog.actuator import (
     EVIDENCE_MAX_CHARS,
     RESTART_JOB_MODULE,

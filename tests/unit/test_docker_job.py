@@ -13,14 +13,14 @@ import requests
 from docker.types import Mount
 from tpwarden.cluster.bench.plan import BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import run_client
-from tpwarden.cluster.docker_gw import DockerGateway, restart_policy
-from tpwarden.cluster.docker_job import tar_files
+from tpwarden.cluster.containers.gateway import DockerGateway, restart_policy
+from tpwarden.cluster.containers.job import tar_files
 from tpwarden.cluster.errors import DockerError
 from tpwarden.cluster.eval.catalog import PRESETS
 from tpwarden.cluster.eval.client import run_container
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.runner import RUN_SH, container_plan
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.labels import LABEL_COMPONENT, LABEL_CONFIG_HASH
 
 SPEC = load_inventory(Path(__file__).parent / "inventories" / "good.yml")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import plan_cluster
 
 GOOD = Path(__file__).parent / "inventories" / "good.yml"

@@ -24,7 +24,7 @@ from tpwarden.cluster.durable import (
     read_jsonl,
     scan_jsonl,
 )
-from tpwarden.watchdog.events import EventLog, read_events
+from tpwarden.cluster.event_log import EventLog, read_events
 
 
 # ---- atomic writer ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.docker_job import tar_files
+from tpwarden.cluster.containers.job import tar_files
 from tpwarden.cluster.eval.catalog import PRESETS, preset_for
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
@@ -28,7 +28,7 @@ from tpwarden.cluster.eval.results import (
     score_row,
 )
 from tpwarden.cluster.eval.runner import RUN_SH, container_plan, local_tasks, presets
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 
 TASKS = Path(__file__).parents[1] / "lab" / "eval_tasks"
 SRV = ServerFacts(

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.docker_gw import wait_watching
+from tpwarden.cluster.containers.gateway import wait_watching
 from tpwarden.cluster.errors import DockerError
 from tpwarden.cluster.eval.progress import (
     Sample,
@@ -140,7 +140,7 @@ def test_the_runner_reports_progress_and_writes_it_beside_the_run(tmp_path, monk
     import httpx
     from tpwarden.cluster.eval import runner as rmod
     from tpwarden.cluster.eval.plan import EvalOptions
-    from tpwarden.cluster.inventory import load_inventory
+    from tpwarden.cluster.inventory.load import load_inventory
 
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
     results = {
@@ -190,7 +190,7 @@ def _fake_runner(tmp_path, monkeypatch, outcomes):
     """An EvalRunner over a fake client: `outcomes` maps task -> (rc, log, results doc)."""
     import httpx
     from tpwarden.cluster.eval import runner as rmod
-    from tpwarden.cluster.inventory import load_inventory
+    from tpwarden.cluster.inventory.load import load_inventory
 
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
 

@@ -1,4 +1,4 @@
-"""Fetching the flag table from the serving image (cluster/flag_fetch.py, `tpwarden flags fetch`,
+"""Fetching the flag table from the serving image (cluster/vllm/flag_fetch.py, `tpwarden flags fetch`,
 provision's fetch), with a fake docker engine; and the dump script's in-image mode run for real
 against a stand-in `vllm` package (issue 28, item 4)."""
 
@@ -17,16 +17,16 @@ import pytest
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import flags as flags_cli
-from tpwarden.cluster.docker_gw import DockerGateway, OneShot, OneShotResult
+from tpwarden.cluster.containers.gateway import DockerGateway, OneShot, OneShotResult
 from tpwarden.cluster.errors import DockerError
-from tpwarden.cluster.flag_fetch import (
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.vllm.flag_fetch import (
     DUMP_SCRIPT,
     SCRIPT_IN_CONTAINER,
     FlagFetchFailed,
     fetch_job,
     fetch_table,
 )
-from tpwarden.cluster.inventory import load_inventory
 from typer.testing import CliRunner
 
 from tests.unit.test_flag_tables import ID_A, ID_B, IMAGE, inventory, table_doc
@@ -260,7 +260,7 @@ class FakeDockerAPI:
 
 
 def test_gateway_run_once_copies_the_file_waits_reads_and_removes(monkeypatch):
-    monkeypatch.setattr("tpwarden.cluster.docker_gw.time.sleep", lambda s: None)
+    monkeypatch.setattr("tpwarden.cluster.containers.gateway.time.sleep", lambda s: None)
     api = FakeDockerAPI()
     job = OneShot(
         image="img:1",

@@ -11,7 +11,7 @@ import pytest
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import plan_cluster
 from typer.testing import CliRunner
 

@@ -1,4 +1,4 @@
-"""hold.json has one owner: `config.hold_path` names it, `state.hold_document` shapes it, and
+"""hold.json has one owner: `hold.hold_path` names it, `hold.hold_document` shapes it, and
 every writer (the CLI's `write_hold`, a rollout's `WatchdogHolder`, here and on the head node)
 writes the same bytes through `durable`."""
 
@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 from tpwarden.cluster.durable import json_bytes
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.hold import hold_path, read_hold, write_hold, write_release
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.rollout import ports as rollout_ports
 from tpwarden.cluster.rollout.ports import WatchdogHolder
-from tpwarden.cluster.ssh import NodeSession
-from tpwarden.watchdog.config import hold_path
-from tpwarden.watchdog.state import read_hold, write_hold, write_release
+from tpwarden.cluster.ssh.gateway import NodeSession
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tpwarden.cluster.incident import capture, pyspy_candidates
+from tpwarden.cluster.reports.incident import capture, pyspy_candidates
 from tpwarden.cluster.spec import NodeSpec
 
 from tests.unit.fake_nodes import FakeNodes, good_spec

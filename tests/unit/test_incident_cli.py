@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from tpwarden.cluster.cli import app
-from tpwarden.cluster.incident import capture
+from tpwarden.cluster.reports.incident import capture
 from tpwarden.watchdog.incidents import IncidentStore
 from typer.testing import CliRunner
 

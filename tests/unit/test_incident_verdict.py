@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from tpwarden.cluster.incident_verdict import verdict
+from tpwarden.cluster.reports.incident_verdict import verdict
 from tpwarden.node.kernlog import match_line
 from tpwarden.node.procfacts import cpu_delta, facts_from
 from tpwarden.node.pyspy import parse_dump

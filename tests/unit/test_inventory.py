@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory, parse_inventory
+from tpwarden.cluster.inventory.load import load_inventory, parse_inventory
 from tpwarden.cluster.settings import parse_size
 
 HERE = Path(__file__).parent / "inventories"
@@ -166,8 +166,8 @@ def test_config_hash_changes_with_k_only():
 
 def test_bastion_inventory_routes_workers_through_node1():
     """ProxyJump in ansible_ssh_common_args (group vars of workers) reaches the SSH gateway."""
-    from tpwarden.cluster.ssh_connect import SshTarget
-    from tpwarden.cluster.ssh_route import Hop
+    from tpwarden.cluster.ssh.connect import SshTarget
+    from tpwarden.cluster.ssh.route import Hop
 
     spec = load_inventory(HERE / "example-bastion.yml")
     assert spec.config_hash() == load_inventory(ROOT / "inventory.example.yml").config_hash()

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster import inventory
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.inventory_plain import export_resolved
+from tpwarden.cluster.inventory import load as inventory
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.inventory.plain import export_resolved
 
 HERE = Path(__file__).parent / "inventories"
 ROOT = Path(__file__).resolve().parents[2]

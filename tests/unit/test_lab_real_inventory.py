@@ -8,7 +8,7 @@ import json
 import pytest
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import shipped
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.lab.host import engine_hard_limits, parse_hard_limits
 from tpwarden.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
 from tpwarden.cluster.lab.paths import LabPaths

@@ -11,7 +11,7 @@ from tpwarden.cluster.lab.host import stop_lock_holder
 
 HOLDER = """
 import sys, time
-from tpwarden.watchdog.state import FileLock
+from tpwarden.cluster.operator_lock import FileLock
 lock = FileLock(sys.argv[1]); lock.acquire("probe_url=http://127.0.0.1:1/v1")
 print("held", flush=True)
 time.sleep(120)
@@ -19,7 +19,7 @@ time.sleep(120)
 
 IGNORES_TERM = """
 import signal, sys, time
-from tpwarden.watchdog.state import FileLock
+from tpwarden.cluster.operator_lock import FileLock
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 lock = FileLock(sys.argv[1]); lock.acquire("")
 print("held", flush=True)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tpwarden.cluster.cli import app
-from tpwarden.cluster.inventory import load_inventory, parse_inventory
+from tpwarden.cluster.inventory.load import load_inventory, parse_inventory
 from tpwarden.cluster.labels import LABEL_CONFIG_HASH, LABEL_ROLE
 from tpwarden.cluster.launch import plan_cluster
 from typer.testing import CliRunner

@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 from tpwarden.cluster.cli import app
-from tpwarden.cluster.morning_io import Sources, morning_from_files
+from tpwarden.cluster.reports.morning_io import Sources, morning_from_files
+from tpwarden.cluster.reports.thermal.fakes import (
+    FakeGpuSampler,
+    build_fake_sysfs,
+)
+from tpwarden.cluster.reports.thermal.localtime import parse_window
+from tpwarden.cluster.reports.thermal.plot import THROTTLE_GID, thermal_figure
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.records import THERMAL_REASONS
 from tpwarden.node.thermal.writer import DurableWriter
 from tpwarden.node.thermal.zones import SysfsZoneReader
-from tpwarden.watchdog.thermal.fakes import (
-    FakeGpuSampler,
-    build_fake_sysfs,
-)
-from tpwarden.watchdog.thermal.localtime import parse_window
-from tpwarden.watchdog.thermal.plot import THROTTLE_GID, thermal_figure
 from typer.testing import CliRunner
 
 from tests.unit.night_builder import (
@@ -240,8 +240,8 @@ def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: P
 
 
 def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
+    from tpwarden.cluster.reports.thermal.remote import agent_argv
     from tpwarden.node.thermal.metrics import ThermalCollector
-    from tpwarden.watchdog.thermal.remote import agent_argv
 
     root = build_fake_sysfs(tmp_path / "sys", zones=ZONES)
     clock = Clock(T0)
@@ -281,8 +281,8 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
     copy; node3 unreachable), zone roles from thermal.zone_roles."""
     import shutil
 
-    from tpwarden.watchdog.thermal import fetch
-    from tpwarden.watchdog.thermal.fetch import FetchResult
+    from tpwarden.cluster.reports.thermal import fetch
+    from tpwarden.cluster.reports.thermal.fetch import FetchResult
 
     good = (Path(__file__).parent / "inventories" / "good.yml").read_text()
     roles = ", ".join(f'"{k}": "{v}"' for k, v in ROLES.items())
@@ -318,7 +318,7 @@ def test_cli_report_from_the_inventory(night: dict[str, Any], tmp_path: Path, mo
 
 
 def test_a_restart_while_tokens_grew_is_a_false_restart_candidate() -> None:
-    from tpwarden.cluster.morning import summarize_watchdog
+    from tpwarden.cluster.reports.morning import summarize_watchdog
 
     def probe(ts, verdict, tokens):
         values = {"vllm:generation_tokens_total": tokens}
@@ -346,8 +346,8 @@ def test_restarts_carry_the_incident_dossier_suspect():
     (or why there is no dossier) in the restart table and the text lines."""
     from datetime import UTC
 
-    from tpwarden.cluster.morning import MorningReport, summarize_watchdog
-    from tpwarden.cluster.morning_html import RESTART_HEAD, restart_rows
+    from tpwarden.cluster.reports.morning import MorningReport, summarize_watchdog
+    from tpwarden.cluster.reports.morning_html import RESTART_HEAD, restart_rows
 
     summary = "suspect: node3 (rank 2): process 2765 (python) stopped (T)"
     incident = {"id": "20261204T031500Z", "suspect": "node3", "summary": summary}
@@ -380,8 +380,8 @@ def test_an_eval_suite_is_listed_with_each_tasks_score_against_the_previous_run(
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from tpwarden.cluster.morning import summarize_evals
-    from tpwarden.cluster.morning_html import eval_rows, text_lines
+    from tpwarden.cluster.reports.morning import summarize_evals
+    from tpwarden.cluster.reports.morning_html import eval_rows, text_lines
 
     def run(hours: float, suite, rows):
         at = datetime.fromtimestamp(T0 + hours * 3600, tz=KST).isoformat()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.bench.runner import write_json
 from tpwarden.cluster.cli import app
-from tpwarden.cluster.morning import build_morning, morning_to_json
-from tpwarden.cluster.morning_io import load_runs, load_tunes
-from tpwarden.cluster.morning_tune import tune_line, tune_summary
+from tpwarden.cluster.reports.morning import build_morning, morning_to_json
+from tpwarden.cluster.reports.morning_io import load_runs, load_tunes
+from tpwarden.cluster.reports.morning_tune import tune_line, tune_summary
 from tpwarden.cluster.tune.apply import applied_doc
 from tpwarden.cluster.tune.runner import level_json, save
 from typer.testing import CliRunner

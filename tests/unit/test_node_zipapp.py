@@ -77,7 +77,7 @@ def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
     assert not any(
         n.startswith(("prometheus_client/twisted", "prometheus_client/django")) for n in files
     )
-    # the operator's side of thermal logging (tpwarden.watchdog.thermal) stays home
+    # the operator's side of thermal logging (tpwarden.cluster.reports.thermal) stays home
     assert not any(n.startswith("tpwarden/watchdog/") for n in files)
 
 
@@ -108,7 +108,7 @@ def test_bytes_are_reproducible_and_the_sha_is_theirs(app: NodeApp, tmp_path) ->
 def test_a_control_side_entry_fails_the_build() -> None:
     # cluster.nodes reaches paramiko and docker through the SSH and Docker gateways
     with pytest.raises(NodeZipappError, match="not the standard library"):
-        node_closure(NodeApp(entry="tpwarden.cluster.nodes"))
+        node_closure(NodeApp(entry="tpwarden.cluster.control.nodes"))
 
 
 def test_imports_include_function_level_and_skip_type_checking() -> None:
@@ -117,7 +117,7 @@ def test_imports_include_function_level_and_skip_type_checking() -> None:
         "from typing import TYPE_CHECKING\n"
         "from tpwarden.node import gpu\n"
         "from .memory import read_node_memory\n"
-        "if TYPE_CHECKING:\n    from tpwarden.cluster.ssh import SshPool\n"
+        "if TYPE_CHECKING:\n    from tpwarden.cluster.ssh.gateway import SshPool\n"
         "else:\n    import json\n"
         "def f():\n    import tpwarden.cluster.durable\n"
     )

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.errors import CommandFailed, ConfigError, ProbeError
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.metrics_text import sum_by_sample
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.settings import SecretRef
-from tpwarden.watchdog.probe import (
+from tpwarden.cluster.vllm.metrics import sum_by_sample
+from tpwarden.cluster.vllm.probe import (
     Outcome,
     ProbeResult,
     is_healthy,

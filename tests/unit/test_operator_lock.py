@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.hold import read_hold, write_hold, write_release
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.operator_lock import (
     ClusterBusy,
     clear_down,
@@ -18,7 +19,6 @@ from tpwarden.cluster.operator_lock import (
     one_actor,
 )
 from tpwarden.watchdog.policy_state import WatchdogPhase
-from tpwarden.watchdog.state import read_hold, write_hold, write_release
 
 from .test_watchdog_daemon import REFUSED, make
 

@@ -16,12 +16,12 @@ from tpwarden.cluster.bench.parse import (
     spec_counters,
     spec_delta,
 )
-from tpwarden.cluster.metrics_text import sum_by_sample
-from tpwarden.cluster.status import server_gauges
+from tpwarden.cluster.control.status_model import server_gauges
+from tpwarden.cluster.reports.thermal.remote import live_row
+from tpwarden.cluster.vllm.metrics import sum_by_sample
+from tpwarden.cluster.vllm.probe import metrics_snapshot
 from tpwarden.node.thermal.alerts import AlertPolicy
 from tpwarden.node.thermal.zones import SysfsZoneReader, zone_to_record
-from tpwarden.watchdog.probe import metrics_snapshot
-from tpwarden.watchdog.thermal.remote import live_row
 from tpwarden.watchdog.verdict import progress_signal
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"

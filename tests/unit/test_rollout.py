@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.rollout.edit import apply_changes, parse_guard, parse_set, text_diff
 from tpwarden.cluster.rollout.sequence import (
     Measurement,
@@ -56,7 +56,7 @@ class FakeCluster:
 
     def wait_running(self, spec, timeout_s):
         # the watchdog restarts the server on whatever the inventory says now
-        from tpwarden.cluster.inventory import load_inventory
+        from tpwarden.cluster.inventory.load import load_inventory
 
         current = load_inventory(spec.source_file)
         self.restarts.append(("watchdog", current.serving.drafter.num_speculative_tokens))
@@ -218,7 +218,7 @@ def test_set_quotes_strings_and_keeps_comments(tmp_path, inv):
 
 
 def load_inventory_hash(text):
-    from tpwarden.cluster.inventory import parse_inventory
+    from tpwarden.cluster.inventory.load import parse_inventory
 
     return parse_inventory(text).config_hash()
 

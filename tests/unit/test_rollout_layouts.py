@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.rollout.edit import argv_diff, parse_set
 from tpwarden.cluster.rollout.layout import plan_edit

@@ -3,8 +3,8 @@ from the restart's ApplyResult, not a bool turned into "not answering within N s
 
 from __future__ import annotations
 
-from tpwarden.cluster.boot import BootProgress
-from tpwarden.cluster.boot_phase import BootPhase
+from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult, BootResult, NodeOutcome
 from tpwarden.cluster.rollout.ports import restart_failure

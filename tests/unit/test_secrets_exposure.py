@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import parse_inventory
+from tpwarden.cluster.inventory.load import parse_inventory
 from tpwarden.cluster.settings import WatchdogSpec, http_url
 from tpwarden.watchdog.wiring import build_config
 

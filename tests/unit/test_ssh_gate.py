@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
-from tpwarden.cluster.ssh import NodeSession
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget
+from tpwarden.cluster.ssh.gateway import NodeSession
 from tpwarden.node.ssh_gate import COLLECTOR_NAME, REFUSED_RC, GateConfig, decide
 
 DIGEST = "ab" * 32

@@ -12,8 +12,8 @@ from pathlib import Path
 import paramiko
 import pytest
 from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
-from tpwarden.cluster.ssh_known_hosts import KnownHostsError, read_known_hosts
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.ssh.known_hosts import KnownHostsError, read_known_hosts
 
 HOST_KEY = paramiko.ECDSAKey.generate()
 OTHER_KEY = paramiko.ECDSAKey.generate()

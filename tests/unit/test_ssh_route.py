@@ -7,8 +7,8 @@ import shlex
 import paramiko
 import pytest
 from tpwarden.cluster.errors import NodeUnreachable
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
-from tpwarden.cluster.ssh_route import Hop, Route, parse_hop, parse_ssh_args, proxy_argv, route_for
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.ssh.route import Hop, Route, parse_hop, parse_ssh_args, proxy_argv, route_for
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,15 @@ import json
 import subprocess
 import sys
 
+from tpwarden.cluster.control.status_model import (
+    ClusterStatus,
+    NodeStatus,
+    ServerStatus,
+    Verdict,
+    node_memory,
+)
 from tpwarden.cluster.node_zipapp import COLLECTOR, build_node_zipapp
-from tpwarden.cluster.status import ClusterStatus, NodeStatus, ServerStatus, Verdict, node_memory
-from tpwarden.cluster.status_view import memory_cell
+from tpwarden.cluster.reports.status_view import memory_cell
 from tpwarden.node.collector import main, node_memory_json
 from tpwarden.node.memory import NodeMemory
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from tpwarden.cluster.cli.control import status_renderables
-from tpwarden.cluster.status import (
+from tpwarden.cluster.control.status_model import (
     ClusterStatus,
     NodeStatus,
     ServerStatus,
@@ -23,7 +23,7 @@ from tpwarden.cluster.status import (
     derive_verdict,
     node_memory,
 )
-from tpwarden.cluster.status_view import choose_columns, fmt, node_cells, status_view
+from tpwarden.cluster.reports.status_view import choose_columns, fmt, node_cells, status_view
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 HASH = "1f2661cca5ba9e07"
@@ -189,7 +189,7 @@ def test_none_is_a_dash_everywhere():
 
 
 def test_hottest_zone_is_named_by_its_role():
-    from tpwarden.cluster.status_view import hottest_zone
+    from tpwarden.cluster.reports.status_view import hottest_zone
 
     assert hottest_zone(NODES[0], ZONE_ROLES) == "82 P-cores"
     assert hottest_zone(NODES[1], ZONE_ROLES) == "94 GPU zone"
@@ -199,8 +199,8 @@ def test_hottest_zone_is_named_by_its_role():
 
 
 def test_collector_reads_zones_one_bad_zone_spoils_nothing(tmp_path):
+    from tpwarden.cluster.reports.thermal.fakes import build_fake_sysfs
     from tpwarden.node.collector import read_zones
-    from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
 
     zones = tuple(("acpitz", 45_000 + 1000 * i) for i in range(12))
     root = build_fake_sysfs(tmp_path, zones=zones)

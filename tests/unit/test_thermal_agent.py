@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tpwarden.node.thermal.agent import ThermalAgent
-from tpwarden.node.thermal.alerts import AlertPolicy
-from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector
-from tpwarden.node.thermal.zones import SysfsZoneReader
-from tpwarden.watchdog.thermal.fakes import (
+from tpwarden.cluster.reports.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
     set_zone_temps,
 )
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector
+from tpwarden.node.thermal.zones import SysfsZoneReader
 
 
 class FakeClock:

@@ -61,7 +61,7 @@ def test_agent_records_real_nvml_readings_and_not_supported(stub: Path, tmp_path
         import ctypes
         from tpwarden.node.gpu import Nvml
         from tpwarden.node.thermal.agent import ThermalAgent
-        from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
+        from tpwarden.cluster.reports.thermal.fakes import build_fake_sysfs
         from tpwarden.node.thermal.writer import DurableWriter
         from tpwarden.node.thermal.zones import SysfsZoneReader
         nvml = Nvml(library_loader=lambda: ctypes.CDLL({str(stub)!r}))
@@ -101,7 +101,7 @@ def test_agent_without_driver_logs_zones_and_says_why(stub: Path, tmp_path: Path
         import ctypes, json
         from tpwarden.node.gpu import Nvml
         from tpwarden.node.thermal.agent import ThermalAgent
-        from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
+        from tpwarden.cluster.reports.thermal.fakes import build_fake_sysfs
         from tpwarden.node.thermal.zones import SysfsZoneReader
         class W:
             def write(self, r):

@@ -12,9 +12,8 @@ from types import SimpleNamespace
 
 from tpwarden.cluster.cli.thermal import app
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
-from tpwarden.node.thermal.app import node_status
-from tpwarden.watchdog.thermal.fetch import wanted
-from tpwarden.watchdog.thermal.remote import (
+from tpwarden.cluster.reports.thermal.fetch import wanted
+from tpwarden.cluster.reports.thermal.remote import (
     AGENT_PATH,
     PERMANENT_UNIT,
     TRANSIENT_UNIT,
@@ -27,6 +26,7 @@ from tpwarden.watchdog.thermal.remote import (
     plan_stop,
     status_row,
 )
+from tpwarden.node.thermal.app import node_status
 from typer.testing import CliRunner
 
 SHOW = f"""Id={PERMANENT_UNIT}
@@ -185,7 +185,7 @@ def test_zipapp_agent_serves_tpwarden_names_and_meminfo_without_psutil(tmp_path:
     import time
     import urllib.request
 
-    from tpwarden.watchdog.thermal.fakes import build_fake_sysfs
+    from tpwarden.cluster.reports.thermal.fakes import build_fake_sysfs
 
     pyz, _ = build_node_zipapp(THERMAL_AGENT, tmp_path / "a.pyz")
     sysfs = build_fake_sysfs(tmp_path / "sys")
@@ -262,7 +262,7 @@ def test_agent_listens_where_the_inventory_says() -> None:
 
 def test_call_each_node_keeps_node_order_and_sorts_failures() -> None:
     from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
-    from tpwarden.watchdog.thermal.remote import NodeCall, call_each_node
+    from tpwarden.cluster.reports.thermal.remote import NodeCall, call_each_node
 
     def call(node: SimpleNamespace) -> int:
         if node.name == "dead":

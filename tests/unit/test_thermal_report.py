@@ -10,17 +10,22 @@ from typing import Any
 
 import pytest
 from tpwarden.cluster.cli.thermal import app
-from tpwarden.node.thermal.agent import ThermalAgent
-from tpwarden.node.thermal.writer import DurableWriter
-from tpwarden.node.thermal.zones import SysfsZoneReader
-from tpwarden.watchdog.thermal.export import report_from_dir, write_csv, write_json, write_plot
-from tpwarden.watchdog.thermal.fakes import (
+from tpwarden.cluster.reports.thermal.export import (
+    report_from_dir,
+    write_csv,
+    write_json,
+    write_plot,
+)
+from tpwarden.cluster.reports.thermal.fakes import (
     FakeGpuSampler,
     build_fake_sysfs,
     gb10_sample,
     set_zone_temps,
 )
-from tpwarden.watchdog.thermal.report import build_report, find_gaps, report_to_json
+from tpwarden.cluster.reports.thermal.report import build_report, find_gaps, report_to_json
+from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.writer import DurableWriter
+from tpwarden.node.thermal.zones import SysfsZoneReader
 from typer.testing import CliRunner
 
 T0 = 1_700_000_000.0  # on a 10 s boundary

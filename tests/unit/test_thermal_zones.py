@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+from tpwarden.cluster.reports.thermal.fakes import CRITICAL_MC, build_fake_sysfs
 from tpwarden.node.thermal.zones import SysfsZoneReader, zone_to_record
-from tpwarden.watchdog.thermal.fakes import CRITICAL_MC, build_fake_sysfs
 
 
 def test_reads_seven_zones_with_types_temps_and_trips(tmp_path: Path) -> None:

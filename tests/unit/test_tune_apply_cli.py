@@ -246,7 +246,7 @@ def test_sweep_measurer_measures_the_new_config_like_the_tune_sweep(tmp_path, mo
     """The rollout's 'after' port: the tune sweep's own options on the spec it is given, as the
     rollout's rows, with the new k's per-position counts kept (none where no counter exists)."""
     from tpwarden.cluster.bench.plan import BenchOptions
-    from tpwarden.cluster.inventory import load_inventory
+    from tpwarden.cluster.inventory.load import load_inventory
     from tpwarden.cluster.tune import runner as tune_runner
 
     from tests.unit.test_tune_cli import FIX, _outcome

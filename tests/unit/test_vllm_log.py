@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from tpwarden.cluster.boot_rules import parse_line
-from tpwarden.cluster.vllm_log import parse_prefix
+from tpwarden.cluster.boot.rules import parse_line
+from tpwarden.cluster.vllm.log_prefix import parse_prefix
 
 FORMS = [
     # (line, process, pid, ip, level, text starts with); sources:

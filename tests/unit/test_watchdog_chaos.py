@@ -26,17 +26,18 @@ from typing import Any
 
 import httpx
 import pytest
+from tpwarden.cluster.event_log import EventLog, read_events
+from tpwarden.cluster.operator_lock import FileLock
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog import daemon_io
 from tpwarden.watchdog.actuator import raise_unless_applied
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import Watchdog
-from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.policy_state import WatchdogPhase
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.runtime import CallTimedOut, RestartJobOverdue, SteadyClock
-from tpwarden.watchdog.state import FileLock, StateStore
+from tpwarden.watchdog.state import StateStore
 
 INTERVAL, TIMEOUT, DEADLINE = 30.0, 120.0, 1900.0
 BOUND = 3 * INTERVAL + TIMEOUT + DEADLINE

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tpwarden.cluster.cli.watchdog import app, parse_duration
-from tpwarden.watchdog.state import read_hold
+from tpwarden.cluster.hold import read_hold
 from typer.testing import CliRunner
 
 from tests.unit.test_watchdog_daemon import REFUSED, make  # noqa: I001

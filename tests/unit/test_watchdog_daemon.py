@@ -10,15 +10,17 @@ from typing import Any
 
 import httpx
 import pytest
+from tpwarden.cluster.event_log import EventLog, read_events
+from tpwarden.cluster.hold import write_hold
+from tpwarden.cluster.operator_lock import FileLock, WatchdogLocked
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import Watchdog
-from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
-from tpwarden.watchdog.state import FileLock, StateStore, WatchdogLocked, write_hold
+from tpwarden.watchdog.state import StateStore
 
 OK = ProbeResult(Outcome.OK, 0.3)
 REFUSED = ProbeResult(Outcome.REFUSED, 0.01, "connect failed")

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tpwarden.cluster.event_log import EventLog, read_events
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import Watchdog
-from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.policy_state import WatchdogPhase
@@ -159,8 +159,8 @@ def test_frozen_head_costs_one_bounded_wait_not_the_loop(tmp_path: Path) -> None
 
 
 def test_cluster_boot_progress_failed_reaches_the_policy() -> None:
-    from tpwarden.cluster.boot import BootProgress
-    from tpwarden.cluster.boot_phase import BootPhase
+    from tpwarden.cluster.boot.phase import BootPhase
+    from tpwarden.cluster.boot.progress import BootProgress
     from tpwarden.watchdog.actuator import boot_reading
 
     got = boot_reading(BootProgress(phase=BootPhase.FAILED, shards_loaded=3))

@@ -17,16 +17,16 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.event_log import EventLog, read_events
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.report_settings import ReportSpec
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import ReportConfig, WatchdogConfig, config_changes
 from tpwarden.watchdog.daemon import PlanChange, Watchdog
 from tpwarden.watchdog.daily import JOB_ID, DailyReport, daily_trigger
-from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.morning_delivery import morning_payload
 from tpwarden.watchdog.observation import BootReading
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.state import StateStore
 from tpwarden.watchdog.wiring import build_config
 

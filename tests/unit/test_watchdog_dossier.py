@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tpwarden.cluster.event_log import read_events
 from tpwarden.watchdog import daemon_restart
-from tpwarden.watchdog.events import read_events
 from tpwarden.watchdog.incidents import IncidentStore, new_id, trimmed
 
 from tests.unit.test_watchdog_daemon import REFUSED, make

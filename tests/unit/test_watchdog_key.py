@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.settings import SecretRef
 from tpwarden.watchdog.wiring import build_config, resolve_api_key
 

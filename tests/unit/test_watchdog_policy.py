@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.cluster.hold import OperatorHold
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy, ProbeVerdict
 from tpwarden.watchdog.policy_state import (
     Alert,
@@ -17,7 +19,6 @@ from tpwarden.watchdog.policy_state import (
     Restart,
     WatchdogPhase,
 )
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
 CFG = PolicyConfig(
     failures=3,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tpwarden.watchdog.observation import BootReading, Observation, OperatorHold
+from tpwarden.cluster.hold import OperatorHold
+from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import (
     Alert,
@@ -14,7 +16,6 @@ from tpwarden.watchdog.policy_state import (
     Restart,
     WatchdogPhase,
 )
-from tpwarden.watchdog.probe import MetricsSnapshot, Outcome, ProbeResult
 
 from .test_watchdog_policy import BAD_KEY, CFG, DEAD, OK, REFUSED, TIMEOUT, Sim, snap
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tpwarden.cluster.vllm.probe import Outcome, Prober, metrics_snapshot
 from tpwarden.watchdog.config import WatchdogConfig
-from tpwarden.watchdog.probe import Outcome, Prober, metrics_snapshot
 from tpwarden.watchdog.verdict import progress_signal
 
 SAMPLE = Path("/work/shared/reference/samples/v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt")

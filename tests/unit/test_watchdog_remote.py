@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster import watchdog_remote
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.watchdog_remote import NODE_TPWARDEN, remote_argv, watchdog_place
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.watchdog import remote as watchdog_remote
+from tpwarden.watchdog.remote import NODE_TPWARDEN, remote_argv, watchdog_place
 from typer.testing import CliRunner
 
 GOOD = Path(__file__).parent / "inventories" / "good.yml"
@@ -142,7 +142,7 @@ class _FakeSession:
 
 
 def _fake_pool(monkeypatch, session):
-    from tpwarden.cluster import ssh
+    from tpwarden.cluster.ssh import gateway as ssh
 
     class Pool:
         def __init__(self, options):

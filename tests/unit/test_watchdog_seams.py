@@ -11,13 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+from tpwarden.cluster.event_log import EventLog, read_events
+from tpwarden.cluster.hold import read_hold, write_hold
+from tpwarden.cluster.operator_lock import FileLock
 from tpwarden.watchdog.alert import Alerter, Outbox
-from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
 from tpwarden.watchdog.runtime import RestartJobOverdue, SteadyClock
-from tpwarden.watchdog.state import FileLock, StateStore, read_hold, write_hold
+from tpwarden.watchdog.state import StateStore
 
 from .test_watchdog_daemon import REFUSED, FakeClock, make
 
@@ -302,8 +304,8 @@ def test_restart_decision_carries_its_start_time() -> None:
 
 def test_truncated_applied_plan_is_waited_past_not_a_crash_loop(tmp_path: Path) -> None:
     # Reproduction: a truncated applied.json crash-looped the unit into `failed`.
-    from tpwarden.cluster.applied import write_local
-    from tpwarden.cluster.watchdog_plan import wait_for_applied
+    from tpwarden.cluster.control.applied import write_local
+    from tpwarden.watchdog.plan import wait_for_applied
 
     from .test_applied_plan import _inventory, _plan
 

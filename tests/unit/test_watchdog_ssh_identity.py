@@ -11,11 +11,11 @@ from typing import Any
 
 import paramiko
 import pytest
-from tpwarden.cluster.applied import AppliedPlan, plan_for, write_local
 from tpwarden.cluster.cli import watchdog as wd_cli
-from tpwarden.cluster.inventory import load_inventory
-from tpwarden.cluster.ssh_connect import SshOptions, SshTarget, connect
-from tpwarden.cluster.ssh_identity import SshIdentity, with_ssh_identity
+from tpwarden.cluster.control.applied import AppliedPlan, plan_for, write_local
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.ssh.connect import SshOptions, SshTarget, connect
+from tpwarden.cluster.ssh.identity import SshIdentity, with_ssh_identity
 from tpwarden.watchdog import actuator as actuator_mod
 from tpwarden.watchdog import restart_job as restart_job_mod
 from tpwarden.watchdog import wiring

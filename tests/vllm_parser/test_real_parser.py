@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vllm_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tools" / "vllm" / "check_argv.py"
-DUMP = ROOT / "cluster" / "dump_serve_flags.py"
+DUMP = ROOT / "cluster" / "vllm" / "dump_serve_flags.py"
 TABLE = ROOT / "cluster" / "data" / "vllm_serve_flags_0.33.0.json"
 EXAMPLES = json.loads((Path(__file__).parent / "argv_examples.json").read_text(encoding="utf-8"))
 BY_NAME = {case["name"]: case for case in EXAMPLES}
@@ -130,5 +130,5 @@ def test_flag_table_matches_real_parser(tmp_path: Path) -> None:
     generated = json.loads(fresh.read_text(encoding="utf-8"))
     assert generated["positional"] == checked_in["positional"] == ["model_tag"]
     assert generated["options"] == checked_in["options"], (
-        "cluster/data/vllm_serve_flags_0.33.0.json is stale: rerun cluster/dump_serve_flags.py"
+        "cluster/data/vllm_serve_flags_0.33.0.json is stale: rerun cluster/vllm/dump_serve_flags.py"
     )

@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The dump script ships in the package (cluster/dump_serve_flags.py, self-contained). Loaded by
+# The dump script ships in the package (cluster/vllm/dump_serve_flags.py, self-contained). Loaded by
 # path: putting cluster/ on sys.path would shadow stdlib modules (cluster/secrets.py).
-_DUMP = Path(__file__).resolve().parents[2] / "cluster" / "dump_serve_flags.py"
+_DUMP = Path(__file__).resolve().parents[2] / "cluster" / "vllm" / "dump_serve_flags.py"
 _spec = importlib.util.spec_from_file_location("dump_serve_flags", _DUMP)
 assert _spec is not None and _spec.loader is not None
 _dump = importlib.util.module_from_spec(_spec)

@@ -1,0 +1,162 @@
+"""The nodes connector: how cluster control reaches each node, and the one seam its tests fake.
+
+`NodeConnector` holds one SSH session and one Docker gateway per node for the duration of one
+tpwarden command, runs the collector zipapp on a node, and fans a call out over nodes on daemon
+threads. Everything above it (`tpwarden.cluster.control.controller` and its parts) takes a `Nodes`, so a
+test hands in a fake that answers from dicts (as pyinfra tests its operations on a fake host).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
+from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
+from tpwarden.cluster.settings import SshSpec
+from tpwarden.cluster.spec import NodeSpec
+from tpwarden.cluster.ssh.gateway import NodeSession, SshPool
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Nodes(Protocol):
+    """What cluster control needs of the nodes; `NodeConnector` is the real one."""
+
+    def session(self, node: NodeSpec) -> NodeSession: ...
+
+    def docker(self, node: NodeSpec) -> DockerGateway: ...
+
+    def collector(
+        self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
+    ) -> dict[str, Any]: ...
+
+    def fan_out(
+        self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
+    ) -> dict[str, T | TpwardenError]: ...
+
+    def close(self) -> None: ...
+
+
+def is_local(node: NodeSpec) -> bool:
+    """The node is this machine: its docker engine is reached by the local socket."""
+    return node.ssh_host == "local"
+
+
+class NodeConnector:
+    """SSH sessions, Docker gateways and the collector over real connections, made lazily:
+    constructing it connects to nothing."""
+
+    def __init__(self, ssh: SshSpec, *, nvml_lib: str | None = None) -> None:
+        self.pool = SshPool(ssh)
+        self.nvml_lib = nvml_lib or os.environ.get("TPWARDEN_NVML_LIB")
+        self._docker: dict[str, DockerGateway] = {}
+        self._docker_lock = threading.Lock()
+        self._tmp = tempfile.TemporaryDirectory(prefix="tpwarden-")
+        self._collector: Path | None = None
+        self._collector_lock = threading.Lock()  # fan-out threads must not build it twice
+
+    def close(self) -> None:
+        for gw in list(self._docker.values()):
+            gw.close()
+        self._docker.clear()
+        self.pool.close()
+        self._tmp.cleanup()
+
+    def session(self, node: NodeSpec) -> NodeSession:
+        return self.pool.session(node)
+
+    def docker(self, node: NodeSpec) -> DockerGateway:
+        with self._docker_lock:
+            gw = self._docker.get(node.name)
+        if gw is not None:
+            return gw
+        gw = (
+            DockerGateway.local(node.name)
+            if is_local(node)
+            else DockerGateway.over_ssh(self.session(node), timeout=60)
+        )
+        with self._docker_lock:
+            self._docker.setdefault(node.name, gw)
+            return self._docker[node.name]
+
+    def collector(
+        self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
+        with self._collector_lock:
+            if self._collector is None:
+                dest = Path(self._tmp.name) / COLLECTOR_FILE
+                self._collector = build_node_zipapp(COLLECTOR, dest).path
+        extra = ["--nvml-lib", self.nvml_lib] if self.nvml_lib else []
+        result = self.session(node).run_script(
+            str(self._collector),
+            [*extra, *args],
+            interpreter=["python3"],
+            sudo=sudo,
+            timeout=timeout,
+        )
+        try:
+            doc = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):  # not the collector's JSON object: say what it printed
+            raise CommandFailed(
+                node.name, ["collector", *args], result.rc, result.stderr or result.stdout
+            )
+        return doc
+
+    def fan_out(
+        self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
+    ) -> dict[str, T | TpwardenError]:
+        return fan_out(nodes, fn, timeout)
+
+
+def fan_out(
+    nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
+) -> dict[str, T | TpwardenError]:
+    """Run `fn(node)` on every node in parallel; errors and timeouts become values."""
+    results: dict[str, T | TpwardenError] = {}
+    if not nodes:
+        return results
+    # One daemon thread per node, not a ThreadPoolExecutor: the interpreter joins executor
+    # workers at exit, so a node frozen mid-call kept `tpwarden status` alive after it had
+    # printed. A daemon thread blocked on a dead node is abandoned when the command ends.
+    futures = {daemon_call(fn, n, f"tpwarden-{n.name}"): n for n in nodes}
+    done, _ = wait(futures, timeout=timeout)
+    for fut, node in futures.items():
+        if fut not in done:
+            results[node.name] = NodeUnreachable(node.name, f"no answer within {timeout:g} s")
+            continue
+        try:
+            results[node.name] = fut.result()
+        except TpwardenError as e:
+            results[node.name] = e
+        except Exception as e:  # noqa: BLE001 - one node's bug must not hide the others
+            log.exception("%s: unexpected error", node.name)
+            results[node.name] = TpwardenError(f"{node.name}: {type(e).__name__}: {e}")
+    return results
+
+
+def daemon_call(fn: Callable[[NodeSpec], T], node: NodeSpec, name: str) -> Future[T]:
+    """`fn(node)` on a daemon thread; its outcome in a Future."""
+    fut: Future[T] = Future()
+    fut.set_running_or_notify_cancel()
+
+    def target() -> None:
+        try:
+            fut.set_result(fn(node))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            fut.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return fut

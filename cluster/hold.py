@@ -1,0 +1,114 @@
+"""The operator's hold: `hold.json` in the watchdog's state directory, the one way an operator, a
+rollout or `tpwarden down` tells the watchdog to leave the server alone for a while.
+
+Operators write it (`write_hold` / `write_release`, or `hold_document` through their own writer);
+the watchdog reads it every tick (`load_hold`) and trusts nothing in it: a malformed file counts as
+no hold, and any hold ends at most `MAX_HOLD_S` after it was set. In the core, not in the
+watchdog, because the CLI and a rollout write it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tpwarden.cluster.durable import atomic_write_json, move_aside, read_json
+
+MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
+
+
+def hold_path(state_dir: str) -> str:
+    """Where a watchdog with this state directory reads its operator hold."""
+    return os.path.join(state_dir, "hold.json")
+
+
+@dataclass(frozen=True)
+class OperatorHold:
+    until: float
+    reason: str
+    by: str = ""
+    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `tpwarden down`)
+
+
+def hold_document(
+    *, until: float, reason: str, by: str, now: float, kind: str = "hold"
+) -> dict[str, Any]:
+    """hold.json holding restarts until `until` (`kind` "down": an intentional stop)."""
+    hold = {"until": until, "reason": reason, "by": by, "set_at": now, "kind": kind}
+    return {"hold": hold, "released_at": None}
+
+
+def release_document(*, by: str, now: float) -> dict[str, Any]:
+    """hold.json after a release: restarts re-armed at `now`."""
+    return {"hold": None, "released_at": now, "released_by": by}
+
+
+def write_hold(
+    path: str, *, until: float, reason: str, by: str, now: float, kind: str = "hold"
+) -> None:
+    doc = hold_document(until=until, reason=reason, by=by, now=now, kind=kind)
+    atomic_write_json(path, doc)
+
+
+def write_release(path: str, *, by: str, now: float) -> None:
+    atomic_write_json(path, release_document(by=by, now=now))
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldRead:
+    hold: OperatorHold | None
+    released_at: float | None
+    invalid: str | None = None  # why the file was not used (it was moved aside)
+    moved_to: str | None = None
+
+
+def _finite(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{what} {v!r} is not a finite number")
+    return float(v)
+
+
+def _parse_hold(data: Any, path: str) -> tuple[OperatorHold | None, float | None]:
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    h = data.get("hold")
+    hold = None
+    if h:
+        if not isinstance(h, dict):
+            raise ValueError("hold is not an object")
+        until = _finite(h.get("until"), "until")
+        # Capped on read: a hold lasts at most MAX_HOLD_S from when it was set (or written).
+        set_at = h.get("set_at")
+        base = _finite(set_at, "set_at") if set_at is not None else os.path.getmtime(path)
+        until = min(until, base + MAX_HOLD_S)
+        hold = OperatorHold(
+            until, str(h.get("reason", "")), str(h.get("by", "")), str(h.get("kind") or "hold")
+        )
+    rel = data.get("released_at")
+    return hold, _finite(rel, "released_at") if rel is not None else None
+
+
+def load_hold(path: str, *, quarantine: bool = False) -> HoldRead:
+    """hold.json as data, not trust: an `until` of Infinity/NaN or of the wrong type makes the
+    file invalid (reported in `invalid`; no hold; moved aside when `quarantine`, which only the
+    daemon asks for); any hold is capped at MAX_HOLD_S after it was set."""
+    try:
+        data = read_json(path)
+        if data is None:
+            return HoldRead(None, None)
+        hold, released = _parse_hold(data, path)
+        return HoldRead(hold, released)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return HoldRead(None, None, error, move_aside(path, error) if quarantine else None)
+    except OSError as exc:  # unreadable now (permissions, I/O): no hold this tick, file kept
+        return HoldRead(None, None, f"{type(exc).__name__}: {exc}")
+
+
+def read_hold(path: str) -> tuple[OperatorHold | None, float | None]:
+    """(active-or-expired hold, last release time); an invalid file counts as no hold."""
+    got = load_hold(path)
+    return got.hold, got.released_at

@@ -1,0 +1,129 @@
+"""An incident dossier of the running server, taken from every node in parallel (issue 32).
+
+For each node, within one deadline for all of them (``DOSSIER_TIMEOUT_S``): its serving
+container as the engine reports it (state, exit code, OOM flag, host PID of its init), then the
+node's collector (`collector.pyz dossier`, tpwarden.node.dossier) run on the container's
+process tree: process facts and CPU progress over a short window, py-spy stacks, kernel log
+events and NVML facts. A node that does not answer in time is a finding (its ``error``), never
+a wait past the deadline. `verdict` (tpwarden.cluster.reports.incident_verdict) names the suspect.
+
+The dossier is plain JSON (what is stored, shown and alerted is the same document).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from tpwarden.cluster.containers.gateway import ContainerInfo
+from tpwarden.cluster.control.nodes import Nodes
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.reports.incident_verdict import verdict
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+
+DOSSIER_TIMEOUT_S = 10.0  # the whole dossier, all nodes in parallel
+WINDOW_S = 1.5  # CPU-progress window on each node
+KERNEL_SINCE_S = 900.0  # kernel log read back this far (covers 3 failures at 120 s and more)
+# Where provisioning puts py-spy (the nodes' tpwarden venv, playbooks' tpwarden_venv), then
+# TPWARDEN_PYSPY; the collector also tries py-spy on the node's PATH.
+DEFAULT_PYSPY = ("/opt/tpwarden/venv/bin/py-spy",)
+DOSSIER_VERSION = 1
+
+
+def pyspy_candidates(environ: dict[str, str] | None = None) -> list[str]:
+    env = os.environ if environ is None else environ
+    extra = [env["TPWARDEN_PYSPY"]] if env.get("TPWARDEN_PYSPY") else []
+    return [*extra, *DEFAULT_PYSPY]
+
+
+def container_json(c: ContainerInfo | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "id": c.id[:12],
+        "name": c.name,
+        "state": c.state,
+        "exit_code": c.exit_code,
+        "oom_killed": c.oom_killed,
+        "pid": c.pid,
+        "started_at": c.started_at.isoformat() if c.started_at else None,
+        "finished_at_unix_s": c.finished_at.timestamp() if c.finished_at else None,
+    }
+
+
+def _newest(found: Sequence[ContainerInfo]) -> ContainerInfo | None:
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return max(found, key=lambda c: c.started_at or epoch) if found else None
+
+
+def node_part(
+    spec: ClusterSpec, nodes: Nodes, node: NodeSpec, pyspy: Sequence[str], budget_s: float
+) -> dict[str, Any]:
+    """One node's part: its container, then what its collector saw of its processes."""
+    started = time.monotonic()
+    container = _newest(nodes.docker(node).list_tpwarden(spec.name))
+    doc: dict[str, Any] = {
+        "rank": node.rank,
+        "role": node.role,
+        "error": None,
+        "container": container_json(container),
+        "collected": None,
+        "collect_error": None,
+        "gpus": [],
+    }
+    if container is None or container.pid is None:
+        return doc  # nothing runs: the container state says it all
+    args = ["dossier", "--pid", str(container.pid), "--window", str(WINDOW_S)]
+    args += ["--since", str(KERNEL_SINCE_S)]
+    for path in pyspy:
+        args += ["--pyspy", path]
+    left = max(1.0, budget_s - (time.monotonic() - started))
+    try:
+        out = nodes.collector(node, args, sudo=True, timeout=left)
+    except TpwardenError as e:
+        doc["collect_error"] = str(e)
+        return doc
+    doc["collected"] = out.get("dossier")
+    doc["collect_error"] = out.get("error")
+    doc["gpus"] = out.get("gpus") or []
+    doc["nvml"] = out.get("nvml")
+    return doc
+
+
+def capture(
+    spec: ClusterSpec,
+    nodes: Nodes,
+    reason: str,
+    *,
+    timeout_s: float = DOSSIER_TIMEOUT_S,
+    pyspy: Sequence[str] | None = None,
+    wall: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """The dossier of the server right now, with its verdict. Never raises for a node."""
+    t0, started = wall(), time.monotonic()
+    paths = list(pyspy) if pyspy is not None else pyspy_candidates()
+    budget = max(1.0, timeout_s - 1.0)  # the fan-out's deadline is the hard one
+    results = nodes.fan_out(
+        list(spec.nodes), lambda n: node_part(spec, nodes, n, paths, budget), timeout=timeout_s
+    )
+    parts: dict[str, Any] = {}
+    for node in spec.nodes:
+        r = results.get(node.name)
+        if isinstance(r, dict):
+            parts[node.name] = r
+        else:
+            why = str(r) if r is not None else "no result"
+            parts[node.name] = {"rank": node.rank, "role": node.role, "error": why}
+    doc: dict[str, Any] = {
+        "dossier": DOSSIER_VERSION,
+        "cluster": spec.name,
+        "reason": reason,
+        "taken_at_unix_s": t0,
+        "took_s": round(time.monotonic() - started, 3),
+        "nodes": parts,
+    }
+    doc["verdict"] = verdict(doc).to_json()
+    return doc

@@ -1,0 +1,105 @@
+"""Where the watchdog runs, and running its operator commands there (issue 30, item 4).
+
+`watchdog hold/release/status/history -i INV` act on the watchdog's own state directory. The
+watchdog runs on `tpwarden_watchdog_host` (the head by default): a hold written on the control
+machine would say "restarts held" while the watchdog on the head goes on restarting. So the
+commands run where the watchdog is: here when that is this machine, else on that node with the
+tpwarden that provisioning installed there, over the verified SSH connection (`cluster.ssh`);
+a watchdog host that is neither this machine nor a node of the inventory is refused. `report -i`
+reads the watchdog's event log from there the same way (`watchdog_events`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpwarden.cluster.control.nodes import is_local
+from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
+
+# provisioning's venv on every node (playbooks/roles/tpwarden/defaults: tpwarden_prefix/venv)
+NODE_TPWARDEN = "/opt/tpwarden/venv/bin/tpwarden"
+THIS_MACHINE = "control"  # tpwarden_watchdog_host naming the machine that runs tpwarden
+REMOTE_TIMEOUT_S = 60.0
+EVENTS = "events.jsonl"  # the watchdog's event log in its state dir (watchdog.events)
+
+
+@dataclass(frozen=True)
+class WatchdogPlace:
+    """Where the watchdog of an inventory runs: ``node`` None is this machine."""
+
+    host: str
+    node: NodeSpec | None
+
+    def describe(self) -> str:
+        return "this machine" if self.node is None else f"{self.host} (over SSH)"
+
+
+def watchdog_place(spec: ClusterSpec, hostname: str | None = None) -> WatchdogPlace:
+    """The watchdog's host from the inventory; ConfigError when it cannot be reached from here."""
+    host = spec.watchdog_host or spec.head.name
+    node = next((n for n in spec.nodes if n.name == host), None)
+    if node is not None:
+        return WatchdogPlace(host, None if is_local(node) else node)
+    if host in (THIS_MACHINE, hostname or socket.gethostname()):
+        return WatchdogPlace(host, None)
+    raise ConfigError(
+        f"the watchdog runs on {host} (tpwarden_watchdog_host), which is neither this machine "
+        "nor a node of the inventory",
+        key="tpwarden_watchdog_host",
+        hint=f"run this command on {host}, or give the watchdog's --state-dir here",
+    )
+
+
+def remote_argv(spec: ClusterSpec, command: Sequence[str], args: Sequence[str]) -> list[str]:
+    """The node-side command line: the same command (``["watchdog", "hold"]``, ``["incident",
+    "list"]``) on the watchdog's state dir."""
+    return [NODE_TPWARDEN, *command, "--state-dir", spec.watchdog.state_dir, *args]
+
+
+def run_on_watchdog_host(
+    spec: ClusterSpec, node: NodeSpec, command: Sequence[str], args: Sequence[str]
+) -> tuple[int, str, str]:
+    """Run a watchdog command on ``node`` (root: the state dir is root's); (rc, stdout, stderr).
+
+    NodeUnreachable / CommandTimeout propagate (the CLI reports them as one line, exit 1)."""
+    from tpwarden.cluster.control.nodes import NodeConnector  # deferred: paramiko, only when remote
+
+    connector = NodeConnector(spec.ssh)
+    try:
+        result = connector.session(node).run(
+            remote_argv(spec, command, args), timeout=REMOTE_TIMEOUT_S, sudo=True
+        )
+    finally:
+        connector.close()
+    return result.rc, result.stdout, result.stderr
+
+
+def watchdog_events(spec: ClusterSpec, dest_dir: str | Path) -> tuple[Path, str | None]:
+    """The watchdog's event log for a report: (file to read, why it could not be had, or None).
+
+    Where the watchdog runs here, its own ``events.jsonl``; on a node, ``events.jsonl`` and its
+    rotated part (``events.jsonl.1``) copied from there over SFTP into ``dest_dir``."""
+    place = watchdog_place(spec)
+    local = Path(spec.watchdog.state_dir) / EVENTS
+    if place.node is None:
+        return local, None if local.is_file() else f"no event log at {local}"
+    from tpwarden.cluster.ssh.gateway import SshPool  # deferred: paramiko, only when remote
+
+    copied = Path(dest_dir) / EVENTS
+    try:
+        with SshPool(spec.ssh) as pool:
+            session = pool.session(place.node)
+            for name in (f"{EVENTS}.1", EVENTS):  # the rotated part first: it may be missing
+                remote = posixpath.join(spec.watchdog.state_dir, name)
+                if session.exists(remote):
+                    session.get(remote, str(Path(dest_dir) / name))
+    except TpwardenError as exc:
+        return copied, f"{place.host}: {exc}"
+    if not copied.is_file():
+        return copied, f"no event log at {place.host}:{spec.watchdog.state_dir}/{EVENTS}"
+    return copied, None
