@@ -209,7 +209,7 @@ WIDE_WIDTH = 400
 def status_renderables(
     st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict | None = None
 ) -> list[Table]:
-    """The status screen for a terminal ``width`` columns wide (see cluster.status_view)."""
+    """The status screen for a terminal ``width`` columns wide (see cluster.reports.status_view)."""
     view = status_view(st, width, wide, zone_roles)
     colour = "green" if view.ok else "red"
     title = view.title.replace(st.verdict.value, f"[{colour}]{st.verdict.value}[/]", 1)

@@ -40,7 +40,7 @@ HOST_VARS = (
     "ansible_ssh_common_args",
     "ansible_ssh_extra_args",
     "ansible_become",
-    # refused when they turn checking off (inventory_values.check_host_key_checking)
+    # refused when they turn checking off (inventory.values.check_host_key_checking)
     "ansible_host_key_checking",
     "ansible_ssh_host_key_checking",
     "vllm_host_ip",

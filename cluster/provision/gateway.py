@@ -293,7 +293,7 @@ def run(
     prepared = prepare(request)
     prepared.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     # The watchdog host gets the inventory as Ansible resolved it (group_vars, vault, templates
-    # applied): nodes read it without Ansible (inventory_plain)
+    # applied): nodes read it without Ansible (inventory.plain)
 
     resolved = prepared.private_data_dir / "resolved-inventory.yml"
     resolved.write_text(export_resolved(load_inventory(request.inventory)), encoding="utf-8")

@@ -2,7 +2,7 @@
 as it would be with edited files.
 
 The value changes where Ansible took it from: its origin (file, line), as
-`ansible_inventory.resolve` records it. The settings are the variable `tpwarden` of group `all`:
+`inventory.ansible.resolve` records it. The settings are the variable `tpwarden` of group `all`:
 `all.vars.tpwarden` in a YAML inventory, or top-level `tpwarden` in `group_vars/all.yml` or a file
 of `group_vars/all/`. An INI inventory cannot hold that mapping inline, so there the origin is a
 group_vars file; an origin in an INI file or in host_vars is refused with its file and line.

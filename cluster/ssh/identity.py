@@ -48,7 +48,7 @@ def with_ssh_identity(
     file of every connection. Pure: returns a new spec.
 
     Jump hosts: a hop takes its key from the ssh_config entry that names it on this machine,
-    else the node's (`ssh_connect.connect`), so without such an entry every hop uses `key_file`
+    else the node's (`ssh.connect.connect`), so without such an entry every hop uses `key_file`
     too. `tpwarden.ssh.known_hosts` already wins over `UserKnownHostsFile` in the ssh args for
     every hop, so `known_hosts` covers the jump hosts (their keys must be in it).
     """

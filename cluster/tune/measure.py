@@ -1,6 +1,6 @@
 """Two /metrics pages (before and after a bench level) -> the level's `DraftCounts`. Pure.
 
-Totals are read with the project's one parser (`metrics_text.sum_by_sample`, summed over
+Totals are read with the project's one parser (`vllm.metrics.sum_by_sample`, summed over
 engines and models). The per-position series needs its `position` label, which that parser sums
 away; it is read here with the same library call (prometheus_client's
 `text_string_to_metric_families`), summing every other label, so one page's reading cannot
