@@ -21,32 +21,31 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import docker
 import docker.errors
 import paramiko
 import requests
-from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
 from docker.types import DeviceRequest, Mount, Ulimit
+from tpwarden.cluster.containers.info import ContainerInfo, container_info_from_inspect
 from tpwarden.cluster.containers.job import (
     WATCH_POLL_S,
     ContainerJob,
     JobResult,
+    OneShot,
+    OneShotResult,
     Watch,
     container_facts,
     tar_files,
     untar_files,
 )
+from tpwarden.cluster.containers.ssh_transport import VerifiedSSHAdapter
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.labels import (
     LABEL_CLUSTER,
     LABEL_COMPONENT,
-    LABEL_CONFIG_HASH,
     LABEL_NODE,
-    LABEL_ROLE,
 )
 
 if TYPE_CHECKING:
@@ -56,82 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BOOTSTRAP_API_VERSION = "1.41"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContainerInfo:
-    """One container as the engine reports it (our own type, no docker-py objects leak)."""
-
-    node: str
-    id: str
-    name: str
-    image: str
-    state: str  # created | running | paused | restarting | exited | dead
-    labels: Mapping[str, str] = field(default_factory=dict)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    exit_code: int | None = None
-    restart_count: int = 0
-    oom_killed: bool = False
-    error: str = ""
-    pid: int | None = None  # the host PID of its init process while it runs (State.Pid)
-
-    @property
-    def running(self) -> bool:
-        return self.state == "running"
-
-    @property
-    def paused(self) -> bool:
-        return self.state == "paused"
-
-    @property
-    def config_hash(self) -> str | None:
-        return self.labels.get(LABEL_CONFIG_HASH)
-
-    @property
-    def role(self) -> str | None:
-        return self.labels.get(LABEL_ROLE)
-
-    def uptime_s(self, now: datetime) -> float | None:
-        if self.state not in ("running", "paused") or self.started_at is None:
-            return None
-        return max(0.0, (now - self.started_at).total_seconds())
-
-
-def _parse_ts(value: str | None) -> datetime | None:
-    """Docker's RFC 3339 nano timestamps; the zero time means 'never'."""
-    if not value or value.startswith("0001-01-01"):
-        return None
-    head, _, frac = value.rstrip("Z").partition(".")
-    frac = (frac.split("+")[0].split("-")[0] + "000000")[:6]
-    try:
-        return datetime.fromisoformat(f"{head}.{frac}").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> ContainerInfo:
-    """Pure: `docker inspect` JSON -> ContainerInfo."""
-    st = attrs.get("State") or {}
-    cfg = attrs.get("Config") or {}
-    state = st.get("Status") or (
-        "paused" if st.get("Paused") else "running" if st.get("Running") else "exited"
-    )
-    return ContainerInfo(
-        node=node,
-        id=attrs.get("Id", ""),
-        name=(attrs.get("Name") or "").lstrip("/"),
-        image=cfg.get("Image", ""),
-        state=state,
-        labels=dict(cfg.get("Labels") or {}),
-        started_at=_parse_ts(st.get("StartedAt")),
-        finished_at=_parse_ts(st.get("FinishedAt")),
-        exit_code=st.get("ExitCode") if state in ("exited", "dead") else None,
-        restart_count=int(attrs.get("RestartCount") or 0),
-        oom_killed=bool(st.get("OOMKilled")),
-        error=st.get("Error") or "",
-        pid=int(st["Pid"]) if st.get("Pid") else None,  # 0 when it does not run
-    )
 
 
 def restart_policy(spec: str) -> dict[str, Any]:
@@ -180,104 +103,8 @@ def create_kwargs(
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class OneShot:
-    """A throwaway container (`DockerGateway.run_once`): argv[0] is the entrypoint; `files`
-    (name in the container's root -> content) are copied in before it starts."""
-
-    image: str
-    argv: tuple[str, ...]
-    files: Mapping[str, bytes] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    gpus: bool = False
-    timeout_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class OneShotResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-class _VerifiedSSHAdapter(SSHHTTPAdapter):
-    """docker-py's SSH adapter, riding on a paramiko client our SSH gateway verified."""
-
-    def __init__(self, session: NodeSession, timeout: float) -> None:
-        self._session = session
-        # Each pooled HTTP connection is one SSH session; sshd allows 10 per connection
-        # (MaxSessions), shared with the collector and log followers: stay well below.
-        super().__init__(
-            f"ssh://{session.target.host}",
-            # types-docker says int; docker-py hands it to urllib3, which takes seconds as float
-            timeout=timeout,  # type: ignore[arg-type]
-            shell_out=False,
-            max_pool_size=4,
-        )
-
-    def _create_paramiko_client(self, base_url: str) -> None:  # noqa: ARG002 - docker-py hook
-        self.ssh_client = self._session.client()
-        self.ssh_params: dict[str, Any] = {}
-
-    def _connect(self) -> None:
-        # called by docker-py when the transport is gone: reconnect (and re-verify) via the
-        # gateway instead of its own unverified path
-        self.ssh_client = self._session.client()
-
-    def get_connection(self, url: str | bytes, proxies: Any = None) -> Any:
-        # docker-py keys its SSH pools by the full request URL, so every distinct URL
-        # (/containers/X/start, /containers/X/wait, ...) opened a new SSH session that stayed
-        # open in its own pool; after ten, sshd (MaxSessions 10) refused new ones. One pool per
-        # node keeps the sessions at max_pool_size.
-        # types-docker declares `pools` an int; docker-py keeps urllib3's RecentlyUsedContainer
-        pools: Any = self.pools
-        transport = self.ssh_client.get_transport() if self.ssh_client else None
-        if transport is None or not transport.is_active():
-            # The node was cut off and came back: reconnect (re-verified) and drop the pool
-            # that still holds channels of the dead transport.
-            self._connect()
-            pools.clear()
-        with pools.lock:
-            pool = pools.get("http+docker://ssh")
-            if pool is None:
-                pool = _BoundedSSHPool(
-                    ssh_client=self.ssh_client,
-                    timeout=self.timeout,
-                    maxsize=self.max_pool_size,
-                    host=self.ssh_host,
-                )
-                pool.open_timeout_s = self._session.options.connect_timeout_s
-                pools["http+docker://ssh"] = pool
-        return pool
-
-
-class _BoundedSSHConnection(SSHConnection):
-    """docker-py's SSH connection, its channel opened within the SSH connect timeout (docker-py
-    leaves paramiko's one-hour default: a frozen node held every docker call for an hour).
-    Reads keep the gateway's timeout; only a follow stream (its caller closes it) waits longer."""
-
-    open_timeout_s: float = 10.0
-
-    def connect(self) -> None:
-        if self.ssh_transport is None:
-            raise paramiko.SSHException("no SSH transport")
-        chan = self.ssh_transport.open_session(timeout=self.open_timeout_s)
-        chan.settimeout(self.timeout)
-        chan.exec_command("docker system dial-stdio")
-        # docker-py stores the paramiko channel here too (types-docker says SSHSocket only)
-        self.sock = chan  # type: ignore[assignment]
-
-
-class _BoundedSSHPool(SSHConnectionPool):
-    open_timeout_s: float = 10.0
-
-    # types-docker's SSHConnection does not match urllib3's BaseHTTPConnection protocol (and
-    # types the pool's urllib3 Timeout as int), as docker-py's own _new_conn does: the same call.
-    def _new_conn(self) -> _BoundedSSHConnection:  # type: ignore[override]
-        conn = _BoundedSSHConnection(self.ssh_transport, self.timeout, self.ssh_host)  # type: ignore[arg-type]
-        conn.open_timeout_s = self.open_timeout_s
-        return conn
+class ImageBuildFailed(DockerError):
+    """The engine ran the build and a step of it failed (what it said is the message)."""
 
 
 class LogStream:
@@ -319,7 +146,7 @@ class DockerGateway:
     def over_ssh(cls, session: NodeSession, timeout: float = 60.0) -> DockerGateway:
         node = session.node
         with _translate(node, "connect"):
-            adapter = _VerifiedSSHAdapter(session, timeout)
+            adapter = VerifiedSSHAdapter(session, timeout)
             # Bootstrap with a fixed version so the constructor makes no request, then route
             # every request through the verified adapter and ask the engine for its version.
             api = docker.APIClient(
@@ -525,6 +352,29 @@ class DockerGateway:
                 container, stdout=True, stderr=True, stream=True, follow=True, tail=tail
             )
         return LogStream(self.node, raw)
+
+    def build_image(
+        self, context: IO[bytes], tag: str, *, timeout_s: float,
+        on_line: Callable[[str], None] = lambda line: None,
+    ) -> None:  # fmt: skip
+        """`docker build` of a gzipped tar `context` (its Dockerfile at the root) on this node,
+        offline (no network, no pull), intermediate containers removed; the build's output
+        lines go to `on_line`. A build that fails raises ImageBuildFailed with its last lines;
+        an engine that cannot be reached, DockerError."""
+        tail: list[str] = []
+        with _job_errors(self.node, f"build {tag}"):
+            stream = self.api.build(
+                fileobj=context, custom_context=True, encoding="gzip", tag=tag, rm=True,
+                forcerm=True, pull=False, network_mode="none", decode=True, timeout=int(timeout_s),
+            )  # fmt: skip
+            for chunk in stream:
+                if "error" in chunk:
+                    last = "".join(tail[-20:])
+                    raise ImageBuildFailed(f"docker build {tag} failed: {chunk['error']}\n{last}")
+                text = str(chunk.get("stream") or "")
+                if text.strip():
+                    tail.append(text)
+                    on_line(text.rstrip())
 
     def exec_detached(
         self, container: str, argv: Sequence[str], env: Mapping[str, str] | None = None

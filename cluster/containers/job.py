@@ -127,3 +127,24 @@ def folder_job(
         dir_mode=dir_mode,
         watch=watch,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneShot:
+    """A throwaway container (`DockerGateway.run_once`): argv[0] is the entrypoint; `files`
+    (name in the container's root -> content) are copied in before it starts."""
+
+    image: str
+    argv: tuple[str, ...]
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpus: bool = False
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class OneShotResult:
+    exit_code: int
+    stdout: str
+    stderr: str

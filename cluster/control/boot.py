@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from tpwarden.cluster.boot.history import BootHistory, phase_durations
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.boot.progress import BootProgress, BootTracker
-from tpwarden.cluster.containers.gateway import ContainerInfo, LogStream
+from tpwarden.cluster.containers.gateway import LogStream
+from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.logs import last_log_lines
 from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.results import BootResult, Emit

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 import httpx
 from tpwarden.cluster.boot.history import BootHistory
 from tpwarden.cluster.boot.progress import BootProgress
-from tpwarden.cluster.containers.gateway import ContainerInfo, DockerGateway
+from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.applied import (
     AppliedPlan,
     local_paths,

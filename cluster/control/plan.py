@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tpwarden.cluster.errors import TpwardenError
 
 if TYPE_CHECKING:
-    from tpwarden.cluster.containers.gateway import ContainerInfo
+    from tpwarden.cluster.containers.info import ContainerInfo
     from tpwarden.cluster.launch import ClusterPlan, ContainerPlan
 
 

@@ -1,24 +1,20 @@
 """Apply `eval image build` on the head through its Docker gateway: read the base image's
-facts in a throwaway container, choose and download the wheels here, build there offline.
+facts in a throwaway container (`run_once`), choose and download the wheels here, build there
+offline (`build_image`).
 Not run in CI or the lab by this change (see docs/eval.md); the pure parts are in image_build.
 """
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-import paramiko
-import requests
 from packaging.utils import canonicalize_name
-from tpwarden.cluster.containers.gateway import DockerGateway
-from tpwarden.cluster.errors import DockerError, TpwardenError
+from tpwarden.cluster.containers.gateway import DockerGateway, ImageBuildFailed
+from tpwarden.cluster.containers.job import OneShot
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,
     REPO,
@@ -32,9 +28,11 @@ from tpwarden.cluster.eval.image_build import (
     wheels_needed,
 )
 from tpwarden.cluster.eval.presets import EvalError, EvalInputError
+from tpwarden.cluster.labels import LABEL_COMPONENT
 from tpwarden.cluster.provision.wheelhouse import fetch_dependencies
 
 BUILD_TIMEOUT_S = 3600
+FACTS_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -66,47 +64,21 @@ class ImagePlan:
         }
 
 
-@contextmanager
-def _docker(gw: DockerGateway, what: str) -> Iterator[None]:
-    try:
-        yield
-    except (docker.errors.DockerException, requests.RequestException, paramiko.SSHException) as e:
-        raise DockerError(f"{gw.node}: {what}: {e}") from None
-
-
-def _image_id(gw: DockerGateway, ref: str) -> str | None:
-    api: Any = gw.api  # docker-py is untyped
-    with _docker(gw, f"inspect {ref}"):
-        try:
-            return str(api.inspect_image(ref)["Id"])
-        except docker.errors.ImageNotFound:
-            return None
-
-
 def base_facts(gw: DockerGateway, base: str) -> BaseFacts:
     """Run FACTS_SCRIPT with the base image's python3 (no network, removed after)."""
-    api: Any = gw.api
-    cid = None
-    with _docker(gw, f"facts of {base}"):
-        try:
-            cid = api.create_container(
-                image=base, entrypoint=["python3"], command=["-c", FACTS_SCRIPT],
-                network_disabled=True, labels={"io.tpwarden.component": "eval-image-facts"},
-            )["Id"]  # fmt: skip
-            api.start(cid)
-            rc = int(api.wait(cid, timeout=120).get("StatusCode", -1))
-            out = api.logs(cid, stdout=True, stderr=True).decode("utf-8", "replace")
-        finally:
-            if cid is not None:
-                with contextlib.suppress(TpwardenError):
-                    gw.remove(cid, stop_timeout=5)
-    if rc != 0:
-        raise EvalError(f"{gw.node}: python3 in {base} exited {rc}:\n{out[-1000:]}")
-    return BaseFacts.parse(out)
+    job = OneShot(
+        image=base, argv=("python3", "-c", FACTS_SCRIPT),
+        labels={LABEL_COMPONENT: "eval-image-facts"}, timeout_s=FACTS_TIMEOUT_S,
+    )  # fmt: skip
+    done = gw.run_once(job)
+    if done.exit_code != 0:
+        out = (done.stdout + done.stderr)[-1000:]
+        raise EvalError(f"{gw.node}: python3 in {base} exited {done.exit_code}:\n{out}")
+    return BaseFacts.parse(done.stdout)
 
 
 def plan_image(gw: DockerGateway, base: str, venv: Path) -> ImagePlan:
-    base_id = _image_id(gw, base)
+    base_id = gw.image_id(base)
     if base_id is None:
         raise EvalInputError(f"{gw.node}: base image {base} is not there (give --base)")
     facts = base_facts(gw, base)
@@ -115,7 +87,7 @@ def plan_image(gw: DockerGateway, base: str, venv: Path) -> ImagePlan:
     digest = inputs_digest(base_id, wheels, facts)
     tag = f"{REPO}:{digest}"
     text = dockerfile(base, facts, digest)
-    return ImagePlan(base, base_id, facts, wheels, tag, text, _image_id(gw, tag) is not None)
+    return ImagePlan(base, base_id, facts, wheels, tag, text, gw.image_id(tag) is not None)
 
 
 def build(
@@ -132,15 +104,13 @@ def build(
         raise EvalError(f"no wheel for {plan.facts.target().key} (nor a pure-Python sdist): "
                         f"{', '.join(missing)}")  # fmt: skip
     files = wheel_files(deps, plan.wheels)
-    with tempfile.TemporaryFile() as ctx, _docker(gw, f"build {plan.tag}"):
+    with tempfile.TemporaryFile() as ctx:
         ctx.write(build_context(plan.dockerfile, files))
         ctx.seek(0)
-        api: Any = gw.api
-        stream = api.build(
-            fileobj=ctx, custom_context=True, encoding="gzip", tag=plan.tag, rm=True,
-            forcerm=True, pull=False, network_mode="none", decode=True, timeout=BUILD_TIMEOUT_S,
-        )  # fmt: skip
-        _follow(stream, plan.tag, log)
+        try:
+            gw.build_image(ctx, plan.tag, timeout_s=BUILD_TIMEOUT_S, on_line=log)
+        except ImageBuildFailed as exc:
+            raise EvalError(str(exc)) from None
     plan.built, plan.wheel_files = True, [f.name for f in files]
     return plan
 
@@ -154,14 +124,3 @@ def wheel_files(deps: Path, wheels: dict[str, str | None]) -> list[Path]:
         if name in wheels and wheels[name] in (None, version):
             out.append(whl)
     return out
-
-
-def _follow(stream: Any, tag: str, log: Callable[[str], None]) -> None:
-    tail: list[str] = []
-    for chunk in stream:
-        if "error" in chunk:
-            raise EvalError(f"docker build {tag} failed: {chunk['error']}\n" + "".join(tail[-20:]))
-        text = str(chunk.get("stream") or "")
-        if text.strip():
-            tail.append(text)
-            log(text.rstrip())

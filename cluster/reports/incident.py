@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tpwarden.cluster.containers.gateway import ContainerInfo
+from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.reports.incident_verdict import verdict

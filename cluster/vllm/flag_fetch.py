@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tpwarden.cluster import flag_tables
-from tpwarden.cluster.containers.gateway import OneShot, OneShotResult
+from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.spec import ClusterSpec
 

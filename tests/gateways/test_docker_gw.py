@@ -3,11 +3,14 @@ is this machine, so the engine is the local one."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import tarfile
 import time
 import uuid
 
 import pytest
-from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.gateway import DockerGateway, ImageBuildFailed
 from tpwarden.cluster.errors import HostKeyError
 from tpwarden.cluster.launch import ContainerPlan, Mount
 from tpwarden.cluster.settings import SecretRef
@@ -112,3 +115,34 @@ def test_run_list_logs_pause_remove(gateway, tiny_image, tmp_path):
         assert gateway.remove(name) is False  # idempotent
     finally:
         gateway.remove(name, stop_timeout=0)
+
+
+def _context(dockerfile: str, files: dict[str, bytes]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def test_build_image_offline_streams_its_lines_and_says_why_a_step_failed(gateway, tiny_image):
+    tag = f"tpwarden-test/built:{uuid.uuid4().hex[:8]}"
+    text = f"FROM {tiny_image}\nCOPY hello /hello\nRUN cat /hello\n"
+    lines: list[str] = []
+    try:
+        gateway.build_image(
+            _context(text, {"hello": b"hello-from-context\n"}), tag, timeout_s=120,
+            on_line=lines.append,
+        )  # fmt: skip
+        assert gateway.image_id(tag) is not None
+        assert any("hello-from-context" in line for line in lines)  # the RUN step's output
+        broken = f"FROM {tiny_image}\nRUN cat /absent-file\n"
+        with pytest.raises(ImageBuildFailed, match=r"build .*failed: .*(returned a non-zero|exit)"):
+            gateway.build_image(_context(broken, {}), tag + "-broken", timeout_s=120)
+        assert gateway.image_id(tag + "-broken") is None
+    finally:
+        with contextlib.suppress(Exception):
+            gateway.api.remove_image(tag, force=True)

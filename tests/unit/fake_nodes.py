@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tpwarden.cluster.containers.gateway import ContainerInfo
+from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import fan_out
 from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
 from tpwarden.cluster.inventory.load import load_inventory

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from tpwarden.cluster.containers.gateway import (
-    ContainerInfo,
-    container_info_from_inspect,
-    restart_policy,
-)
+from tpwarden.cluster.containers.gateway import restart_policy
+from tpwarden.cluster.containers.info import ContainerInfo, container_info_from_inspect
 from tpwarden.cluster.control.plan import Action, Drift, plan_down, plan_restart, plan_up
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan
 

@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tarfile
 
-import docker.errors
 import pytest
+from tpwarden.cluster.containers.gateway import ImageBuildFailed
+from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.eval.image import EVAL_VENV
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,
@@ -104,43 +105,29 @@ def test_context_and_pinned_wheel_files(tmp_path):
         assert tar.getnames() == ["Dockerfile", *(f"wheels/{f.name}" for f in files)]
 
 
-class FakeApi:
-    def __init__(self, facts: dict, build_stream: list[dict], images: set[str]):
-        self.facts, self.stream, self.images = facts, build_stream, images
-        self.created: list[dict] = []
-        self.build_kwargs: dict = {}
-
-    def inspect_image(self, ref):
-        if ref not in self.images:
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
-        return {"Id": f"sha256:{abs(hash(ref))}"}
-
-    def create_container(self, **kw):
-        self.created.append(kw)
-        return {"Id": "f" * 64}
-
-    def start(self, cid):
-        pass
-
-    def wait(self, cid, timeout):
-        return {"StatusCode": 0}
-
-    def logs(self, cid, stdout, stderr):
-        return ("banner\n" + json.dumps(self.facts) + "\n").encode()
-
-    def build(self, fileobj, **kw):
-        self.build_kwargs = {**kw, "context": fileobj.read()}
-        return iter(self.stream)
-
-
 class FakeGw:
+    """The Docker gateway's seam for the eval image (image_id, run_once, build_image)."""
+
     node = "node1"
 
-    def __init__(self, api):
-        self.api, self.removed = api, []
+    def __init__(self, facts: dict, build_stream: list[dict], images: set[str]):
+        self.facts, self.stream, self.images = facts, build_stream, images
+        self.jobs: list[OneShot] = []
+        self.build_kwargs: dict = {}
 
-    def remove(self, cid, stop_timeout):
-        self.removed.append(cid)
+    def image_id(self, ref):
+        return f"sha256:{abs(hash(ref))}" if ref in self.images else None
+
+    def run_once(self, job: OneShot) -> OneShotResult:
+        self.jobs.append(job)
+        return OneShotResult(0, "banner\n" + json.dumps(self.facts) + "\n", "")
+
+    def build_image(self, context, tag, *, timeout_s, on_line):
+        self.build_kwargs = {"tag": tag, "timeout_s": timeout_s, "context": context.read()}
+        for chunk in self.stream:  # the engine's stream, as the real gateway reads it
+            if "error" in chunk:
+                raise ImageBuildFailed(f"docker build {tag} failed: {chunk['error']}")
+            on_line(chunk["stream"].rstrip())
 
 
 BASE_FACTS = {"machine": "aarch64", "python": "3.12", "glibc": "2.39", "pip": True,
@@ -153,14 +140,11 @@ def _meta(monkeypatch):
 
 def test_plan_and_build_on_the_head_offline(tmp_path, monkeypatch):
     _meta(monkeypatch)
-    api = FakeApi(
-        BASE_FACTS, [{"stream": "Step 1/6 : FROM base\n"}, {"stream": "done\n"}], {"base"}
-    )
-    gw = FakeGw(api)
+    gw = FakeGw(BASE_FACTS, [{"stream": "Step 1/6 : FROM base\n"}, {"stream": "done\n"}], {"base"})
     plan = plan_image(gw, "base", tmp_path)
     assert not plan.exists and plan.tag.startswith("tpwarden/eval-client:")
-    assert api.created[0]["network_disabled"] and api.created[0]["entrypoint"] == ["python3"]
-    assert gw.removed == ["f" * 64]  # the facts container is removed
+    assert gw.jobs[0].image == "base" and gw.jobs[0].argv[:2] == ("python3", "-c")
+    assert not gw.jobs[0].gpus  # the facts container: throwaway, no network (run_once), no GPU
     fetched = {}
 
     def fetch(reqs, target, deps):
@@ -176,8 +160,8 @@ def test_plan_and_build_on_the_head_offline(tmp_path, monkeypatch):
         and fetched["key"] == "cp312-aarch64-glibc2.39"
         and "numpy" not in fetched["reqs"]
     )
-    kw = api.build_kwargs
-    assert kw["network_mode"] == "none" and kw["custom_context"] and kw["tag"] == plan.tag
+    kw = gw.build_kwargs
+    assert kw["tag"] == plan.tag and kw["timeout_s"] == 3600
     with tarfile.open(fileobj=io.BytesIO(kw["context"])) as tar:
         names = tar.getnames()
     assert "Dockerfile" in names and "wheels/lm_eval-0.4.13-py3-none-any.whl" in names
@@ -186,18 +170,18 @@ def test_plan_and_build_on_the_head_offline(tmp_path, monkeypatch):
 
 def test_build_failures_and_bad_bases_say_why(tmp_path, monkeypatch):
     _meta(monkeypatch)
-    api = FakeApi(BASE_FACTS, [{"stream": "Step 3/6 : RUN pip\n"}, {"error": "no matching dist"}],
-                  {"base"})  # fmt: skip
-    plan = plan_image(FakeGw(api), "base", tmp_path)
+    gw = FakeGw(BASE_FACTS, [{"stream": "Step 3/6 : RUN pip\n"}, {"error": "no matching dist"}],
+                {"base"})  # fmt: skip
+    plan = plan_image(gw, "base", tmp_path)
     with pytest.raises(EvalError, match="no matching dist"):
-        build(FakeGw(api), plan, tmp_path / "c", fetch=lambda r, t, d: ([], []))
+        build(gw, plan, tmp_path / "c", fetch=lambda r, t, d: ([], []))
     with pytest.raises(EvalError, match="no wheel for cp312-aarch64.*yarl"):
-        build(FakeGw(api), plan, tmp_path / "c", fetch=lambda r, t, d: ([], ["yarl==1.25.1"]))
+        build(gw, plan, tmp_path / "c", fetch=lambda r, t, d: ([], ["yarl==1.25.1"]))
     with pytest.raises(EvalInputError, match="has no pip"):
-        plan_image(FakeGw(FakeApi({**BASE_FACTS, "pip": False}, [], {"base"})), "base", tmp_path)
+        plan_image(FakeGw({**BASE_FACTS, "pip": False}, [], {"base"}), "base", tmp_path)
     with pytest.raises(EvalInputError, match="not there"):
-        plan_image(FakeGw(FakeApi(BASE_FACTS, [], set())), "base", tmp_path)
-    built = FakeApi(BASE_FACTS, [], {"base"})
-    again = plan_image(FakeGw(built), "base", tmp_path)
+        plan_image(FakeGw(BASE_FACTS, [], set()), "base", tmp_path)
+    built = FakeGw(BASE_FACTS, [], {"base"})
+    again = plan_image(built, "base", tmp_path)
     built.images.add(again.tag)
-    assert plan_image(FakeGw(built), "base", tmp_path).exists  # the same inputs: no rebuild
+    assert plan_image(built, "base", tmp_path).exists  # the same inputs: no rebuild

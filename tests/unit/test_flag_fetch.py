@@ -17,7 +17,8 @@ import pytest
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import flags as flags_cli
-from tpwarden.cluster.containers.gateway import DockerGateway, OneShot, OneShotResult
+from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.errors import DockerError
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.vllm.flag_fetch import (

@@ -1,0 +1,87 @@
+"""A container as the engine reports it: `docker inspect` JSON -> `ContainerInfo`, our own type
+(no docker-py object leaves the gateway). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tpwarden.cluster.labels import LABEL_CONFIG_HASH, LABEL_ROLE
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerInfo:
+    """One container as the engine reports it (our own type, no docker-py objects leak)."""
+
+    node: str
+    id: str
+    name: str
+    image: str
+    state: str  # created | running | paused | restarting | exited | dead
+    labels: Mapping[str, str] = field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    restart_count: int = 0
+    oom_killed: bool = False
+    error: str = ""
+    pid: int | None = None  # the host PID of its init process while it runs (State.Pid)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "paused"
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(LABEL_CONFIG_HASH)
+
+    @property
+    def role(self) -> str | None:
+        return self.labels.get(LABEL_ROLE)
+
+    def uptime_s(self, now: datetime) -> float | None:
+        if self.state not in ("running", "paused") or self.started_at is None:
+            return None
+        return max(0.0, (now - self.started_at).total_seconds())
+
+
+def _parse_ts(value: str | None) -> datetime | None:
+    """Docker's RFC 3339 nano timestamps; the zero time means 'never'."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    frac = (frac.split("+")[0].split("-")[0] + "000000")[:6]
+    try:
+        return datetime.fromisoformat(f"{head}.{frac}").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> ContainerInfo:
+    """Pure: `docker inspect` JSON -> ContainerInfo."""
+    st = attrs.get("State") or {}
+    cfg = attrs.get("Config") or {}
+    state = st.get("Status") or (
+        "paused" if st.get("Paused") else "running" if st.get("Running") else "exited"
+    )
+    return ContainerInfo(
+        node=node,
+        id=attrs.get("Id", ""),
+        name=(attrs.get("Name") or "").lstrip("/"),
+        image=cfg.get("Image", ""),
+        state=state,
+        labels=dict(cfg.get("Labels") or {}),
+        started_at=_parse_ts(st.get("StartedAt")),
+        finished_at=_parse_ts(st.get("FinishedAt")),
+        exit_code=st.get("ExitCode") if state in ("exited", "dead") else None,
+        restart_count=int(attrs.get("RestartCount") or 0),
+        oom_killed=bool(st.get("OOMKilled")),
+        error=st.get("Error") or "",
+        pid=int(st["Pid"]) if st.get("Pid") else None,  # 0 when it does not run
+    )
