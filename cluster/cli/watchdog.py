@@ -13,13 +13,11 @@ Examples:
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
 import re
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Annotated
@@ -38,6 +36,7 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.operator_lock import operator_identity
 from tpwarden.watchdog.config import MAX_HOLD_S, hold_path
 from tpwarden.watchdog.events import EventLog, read_events
 from tpwarden.watchdog.state import write_hold, write_release
@@ -95,7 +94,7 @@ def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
 
 
 def _who(by: str | None) -> str:
-    return by or f"{getpass.getuser()}@{socket.gethostname()}"
+    return by or operator_identity()
 
 
 # ---- commands ----------------------------------------------------------------------------------

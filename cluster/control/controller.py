@@ -11,10 +11,7 @@ runs in unit tests against a fake. It never prints: it returns typed results
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -55,21 +52,13 @@ from tpwarden.cluster.durable import JsonlLog, default_state_dir
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
 from tpwarden.cluster.nodes import NodeConnector, Nodes, is_local
+from tpwarden.cluster.operator_lock import operator_identity
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.cluster.ssh import NodeSession, SshPool
 from tpwarden.cluster.status import ClusterStatus, ServerStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def operator_identity() -> str:
-    """`user@host`: who acts, as lock labels and event records name them."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
 
 
 class Controller:
