@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 from tpwarden.cluster.container_settings import ContainerSpec
+from tpwarden.cluster.flag_tables import FlagChoice
 from tpwarden.cluster.settings import (
     DrafterSpec,
     KvCacheSpec,
@@ -80,6 +81,9 @@ class ClusterSpec:
     watchdog: WatchdogSpec
     thermal: ThermalSpec
     source_file: str
+    # the `vllm serve` flag table for this image and version, chosen once when the inventory is
+    # loaded (flag_tables.resolve): (table, None) or (None, why none applies)
+    flag_table: FlagChoice = field(repr=False, compare=False)
     settings: TpwardenSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     # tpwarden_watchdog_host: where the watchdog runs (a node name, or a name outside the
     # inventory such as "control": the machine running tpwarden); None: the head
