@@ -132,6 +132,9 @@ def build_spec(inv: Resolved, path: str, *, flag_table: bool = False) -> Cluster
         thermal=settings.thermal,
         source_file=path,
         flag_table=flags,
+        bench=settings.bench,
+        eval=settings.eval,
+        report=settings.report,
         settings=settings,
         watchdog_host=_watchdog_host(inv, head),
     )
