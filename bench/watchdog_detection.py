@@ -32,7 +32,7 @@ import time
 
 import httpx
 from tpwarden.cluster.vllm.probe import Outcome, Prober
-from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.config import SPEC_DEFAULTS, WatchdogConfig
 from tpwarden.watchdog.observation import Observation
 from tpwarden.watchdog.policy import Policy, detection_window_s
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
@@ -245,9 +245,10 @@ def main() -> None:
     ap.add_argument("base_url")
     ap.add_argument("--model")
     ap.add_argument("--api-key")
-    ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--interval", type=float, default=30)
-    ap.add_argument("--failures", type=int, default=3)
+    # the watchdog's own defaults (the inventory field's), not a second set
+    ap.add_argument("--timeout", type=float, default=SPEC_DEFAULTS["timeout_s"])
+    ap.add_argument("--interval", type=float, default=SPEC_DEFAULTS["interval_s"])
+    ap.add_argument("--failures", type=int, default=SPEC_DEFAULTS["failures"])
     ap.add_argument("--load", type=int, default=8, help="concurrent load threads")
     ap.add_argument("--prompt-words", type=int, default=4000)
     ap.add_argument("--load-s", type=float, default=600, help="seconds of load-only watching")

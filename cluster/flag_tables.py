@@ -173,11 +173,14 @@ def table_for(version: str, image: str, cache: Path | None = None) -> FlagTable 
     return cached(image, cache) or shipped(version)
 
 
-def resolve(
-    version: str, image: str, cache: Path | None = None
-) -> tuple[FlagTable, None] | tuple[None, str]:
+# (the table that applies, None), or (None, why none does)
+FlagChoice = tuple[FlagTable, None] | tuple[None, str]
+
+
+def resolve(version: str, image: str, cache: Path | None = None) -> FlagChoice:
     """(the table that applies, None), or (None, why none does: missing, or the fetched table
-    reports another version than the inventory's)."""
+    reports another version than the inventory's). Called once per inventory load
+    (`inventory.build_spec`); the spec keeps the choice (`ClusterSpec.flag_table`) for `plan`."""
     table = table_for(version, image, cache)
     if table is None:
         return None, missing_message(version, image)

@@ -16,7 +16,7 @@ from typing import Any
 
 from tpwarden.cluster.container_settings import DeviceSpec, UlimitSpec
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.flag_tables import FlagTable, resolve
+from tpwarden.cluster.flag_tables import FlagTable
 from tpwarden.cluster.labels import (
     LABEL_CLUSTER,
     LABEL_COMPONENT,
@@ -204,7 +204,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             "backend ray: the serving image must include Ray (`ray` on PATH, importable by "
             "vLLM); vLLM >= 0.18 no longer installs it"
         )
-    table, problem = resolve(spec.serving.vllm_version, spec.serving.image)
+    table, problem = spec.flag_table  # chosen once, when the inventory was loaded
     if table is not None:
         for container in containers:
             if container.vllm_argv[:2] == ("vllm", "serve"):

@@ -9,13 +9,17 @@ share, the watchdog hold that goes with it, and the record of an intentional `do
   that is being restarted on purpose.
 * `tpwarden down` leaves a hold of kind "down": the watchdog sees an intentional stop and does
   not restart until `tpwarden up` (or `restart`) clears it.
+* `operator_identity()`: who acts, `user@host`, the one name lock notes, holds and event
+  records give an operator.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +28,18 @@ from typing import Any, Protocol
 from tpwarden.cluster.errors import TpwardenError
 
 DOWN_HOLD_S = 7 * 24 * 3600.0  # the longest hold the watchdog accepts; `up` ends it sooner
+
+
+def operator_identity(
+    user: Callable[[], str] = getpass.getuser, host: Callable[[], str] = socket.gethostname
+) -> str:
+    """`user@host`: who acts, as lock notes, holds and event records name an operator. A user
+    with no name (a container's uid without a passwd entry) is its uid."""
+    try:
+        name = user()
+    except (KeyError, OSError):
+        name = str(os.getuid())
+    return f"{name}@{host()}"
 
 
 class ClusterBusy(TpwardenError):

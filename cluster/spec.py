@@ -14,8 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 from tpwarden.cluster.container_settings import ContainerSpec
+from tpwarden.cluster.flag_tables import FlagChoice
+from tpwarden.cluster.report_settings import ReportSpec
 from tpwarden.cluster.settings import (
+    BenchSpec,
     DrafterSpec,
+    EvalSpec,
     KvCacheSpec,
     ModelSpec,
     ParallelSpec,
@@ -80,7 +84,14 @@ class ClusterSpec:
     watchdog: WatchdogSpec
     thermal: ThermalSpec
     source_file: str
-    settings: TpwardenSettings = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    # the `vllm serve` flag table for this image and version, chosen once when the inventory is
+    # loaded (flag_tables.resolve): (table, None) or (None, why none applies)
+    flag_table: FlagChoice = field(repr=False, compare=False)
+    # the jobs' own settings, typed (bench, eval and the morning report read them here)
+    bench: BenchSpec
+    eval: EvalSpec
+    report: ReportSpec
+    settings: TpwardenSettings = field(repr=False, compare=False)
     # tpwarden_watchdog_host: where the watchdog runs (a node name, or a name outside the
     # inventory such as "control": the machine running tpwarden); None: the head
     watchdog_host: str | None = None

@@ -1,9 +1,12 @@
-"""Typed watchdog settings, validated once at the edge.
+"""Typed watchdog settings, built from the settings validated once at the edge.
 
 `WatchdogConfig` carries every field of the inventory's `WatchdogSpec` (same names) plus what the
 caller resolves from the cluster spec: the probe's base URL, the served model name, the API key and
-the cluster-wide restart lock path. `from_spec()` reads the spec by attribute name, so it works with
-the lead's frozen dataclass or any object that has those attributes.
+the cluster-wide restart lock path. `from_spec()` builds it from a validated `WatchdogSpec`; the
+fields it shares with `WatchdogSpec` take their defaults from it (`SPEC_DEFAULTS`), so there is
+one set of default numbers (probe every 120 s, 3 failures, timeout 120 s, boot deadline 2400 s).
+Nothing is validated here a second time: `WatchdogSpec` did it (issue 31, item 3). A direct
+construction (tests, the scaled-clock bench) is trusted as written.
 """
 
 from __future__ import annotations
@@ -11,16 +14,37 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.hold import hold_path
+from tpwarden.cluster.settings import WatchdogSpec
 
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
 # The RESTARTING phase ends by this deadline whatever happened to the restart (the actuator
 # waits up to 1800 s for the restart job; past this the policy counts it as a failed restart).
 RESTART_DEADLINE_S = 1900.0
+
+# The settings WatchdogConfig shares with WatchdogSpec (same names) and their one set of defaults:
+# the inventory field's (`alert_webhook` is resolved by the caller when it is a reference).
+SPEC_NAMES = (
+    "interval_s",
+    "timeout_s",
+    "failures",
+    "boot_deadline_s",
+    "max_restarts",
+    "restart_window_s",
+    "alert_command",
+    "alert_webhook",
+    "alert_webhook_format",
+    "metrics_host",
+    "metrics_port",
+    "state_dir",
+)
+SPEC_DEFAULTS: dict[str, Any] = {
+    name: WatchdogSpec.model_fields[name].default for name in SPEC_NAMES
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,17 +67,21 @@ class WatchdogConfig:
 
     probe_url: str
     state_dir: str
-    interval_s: float = 30.0
-    timeout_s: float = 120.0
-    failures: int = 3
-    boot_deadline_s: float = 1800.0
-    max_restarts: int = 2
-    restart_window_s: float = 21600.0
-    alert_command: tuple[str, ...] | None = None
-    alert_webhook: str | None = field(default=None, repr=False)  # often carries a token
-    alert_webhook_format: str = "tpwarden"  # or "alertmanager" (its webhook payload, version 4)
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9410
+    interval_s: float = SPEC_DEFAULTS["interval_s"]
+    timeout_s: float = SPEC_DEFAULTS["timeout_s"]
+    failures: int = SPEC_DEFAULTS["failures"]
+    boot_deadline_s: float = SPEC_DEFAULTS["boot_deadline_s"]
+    max_restarts: int = SPEC_DEFAULTS["max_restarts"]
+    restart_window_s: float = SPEC_DEFAULTS["restart_window_s"]
+    alert_command: tuple[str, ...] | None = SPEC_DEFAULTS["alert_command"]
+    # often carries a token
+    alert_webhook: str | None = field(default=SPEC_DEFAULTS["alert_webhook"], repr=False)
+    # tpwarden's incident record or Alertmanager's webhook payload (version 4)
+    alert_webhook_format: Literal["tpwarden", "alertmanager"] = SPEC_DEFAULTS[
+        "alert_webhook_format"
+    ]
+    metrics_host: str = SPEC_DEFAULTS["metrics_host"]
+    metrics_port: int = SPEC_DEFAULTS["metrics_port"]
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
     restart_lock_path: str | None = None
@@ -72,29 +100,6 @@ class WatchdogConfig:
     events_max_bytes: int = 64 * 1024 * 1024  # events.jsonl rotates to events.jsonl.1 past this
     config_hash: str | None = None  # the applied plan this config was built from
     report: ReportConfig | None = None  # the daily morning report; None: not delivered
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.probe_url.startswith(("http://", "https://")):
-            problems.append(("probe_url", "must start with http:// or https://"))
-        for name in ("interval_s", "timeout_s", "boot_deadline_s", "restart_window_s"):
-            if not getattr(self, name) > 0:
-                problems.append((name, "must be > 0"))
-        if self.failures < 1:
-            problems.append(("failures", "must be >= 1"))
-        if self.max_restarts < 0:
-            problems.append(("max_restarts", "must be >= 0"))
-        if self.alert_command is not None and (
-            isinstance(self.alert_command, str) or not all(self.alert_command)
-        ):
-            problems.append(("alert_command", "must be an argv list, never a shell string"))
-        if self.alert_webhook_format not in ("tpwarden", "alertmanager"):
-            problems.append(("alert_webhook_format", "must be tpwarden or alertmanager"))
-        if not self.state_dir:
-            problems.append(("state_dir", "must be set"))
-        if problems:
-            key, msg = problems[0]
-            raise ConfigError(msg, key=f"watchdog.{key}", hint="fix the watchdog settings")
 
     @property
     def stall_window_s(self) -> float:
@@ -123,51 +128,41 @@ class WatchdogConfig:
     @classmethod
     def from_spec(
         cls,
-        spec: Any,
+        spec: WatchdogSpec,
         *,
         probe_url: str,
         model: str | None = None,
         api_key: str | None = None,
         restart_lock_path: str | None = None,
         state_dir: str | None = None,
+        alert_webhook: str | None = None,
         **overrides: Any,
     ) -> WatchdogConfig:
-        """Build from a `WatchdogSpec` (read by attribute name) plus caller-resolved values."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        spec_names = (
-            "interval_s",
-            "timeout_s",
-            "failures",
-            "boot_deadline_s",
-            "max_restarts",
-            "restart_window_s",
-            "alert_command",
-            "alert_webhook",
-            "alert_webhook_format",
-            "metrics_host",
-            "metrics_port",
-            "state_dir",
-        )
-        values: dict[str, Any] = {}
-        for name in spec_names:
-            if hasattr(spec, name):
-                values[name] = getattr(spec, name)
-        if values.get("alert_command") is not None:
-            values["alert_command"] = tuple(values["alert_command"])
+        """Build from a validated `WatchdogSpec` plus caller-resolved values. `alert_webhook`
+        is the resolved URL (the spec may hold a reference to it, `wiring.resolve_webhook`);
+        left None, the spec's own URL is used (an unresolved reference is a ConfigError)."""
+        values: dict[str, Any] = {name: getattr(spec, name) for name in SPEC_NAMES}
+        if spec.alert_command is not None:
+            values["alert_command"] = tuple(spec.alert_command)
+        if alert_webhook is not None:
+            values["alert_webhook"] = alert_webhook
+        elif spec.alert_webhook is not None and not isinstance(spec.alert_webhook, str):
+            raise ConfigError(
+                "the alert webhook is a reference that was not resolved",
+                key="watchdog.alert_webhook",
+                hint="pass the URL read by tpwarden.watchdog.wiring.resolve_webhook",
+            )
         if state_dir is not None:
             values["state_dir"] = state_dir
         values.update(probe_url=probe_url.rstrip("/"), model=model, api_key=api_key)
         values["restart_lock_path"] = restart_lock_path
-        if "timeout_s" in values:
-            # Reading /metrics after a timed-out probe must not take longer than the probe itself
-            # (a hung server would otherwise stretch every tick by the full default).
-            values["metrics_timeout_s"] = min(cls.metrics_timeout_s, float(values["timeout_s"]))
-        unknown = set(overrides) - fields
+        # Reading /metrics after a timed-out probe must not take longer than the probe itself
+        # (a hung server would otherwise stretch every tick by the full default).
+        values["metrics_timeout_s"] = min(cls.metrics_timeout_s, float(spec.timeout_s))
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"unknown watchdog setting(s): {sorted(unknown)}", key="watchdog")
         values.update(overrides)
-        if "state_dir" not in values:
-            raise ConfigError("state_dir is not set", key="watchdog.state_dir")
         return cls(**values)
 
 

@@ -70,7 +70,7 @@ budget_exhausted, gave_up, restart_failed (and restarted when `alert_on_restart`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from tpwarden.cluster.hold import OperatorHold
 from tpwarden.watchdog.config import WatchdogConfig
@@ -95,7 +95,7 @@ from tpwarden.watchdog.verdict import COUNTED, ProbeVerdict, classify
 class Policy:
     """Pure rules; every method returns a new state and the decisions for the daemon to apply."""
 
-    cfg: PolicyConfig = field(default_factory=PolicyConfig)
+    cfg: PolicyConfig
 
     # -- entry points ------------------------------------------------------------------------
     def on_startup(

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpwarden.cluster.vllm.probe_types import MetricsSnapshot
-from tpwarden.watchdog.config import RESTART_DEADLINE_S, WatchdogConfig
+from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
 
 
@@ -206,19 +206,22 @@ def check_state_json(data: Any) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
-    failures: int = 3
-    stall_window_s: float = 120.0
-    boot_deadline_s: float = 1800.0
-    boot_extend_s: float = 300.0
-    boot_cap_s: float = 3600.0
-    max_restarts: int = 2
-    restart_window_s: float = 21600.0
-    busy_alert_s: float = 1800.0
-    alert_on_restart: bool = False
-    blind_realert_s: float = 3600.0
-    crash_backoff_s: float = 60.0
-    max_boot_failures: int = 2
-    restart_deadline_s: float = RESTART_DEADLINE_S  # RESTARTING longer than this: failed
+    """The policy's knobs. No defaults of its own: built by `from_config` from the daemon's
+    `WatchdogConfig`, whose defaults are the inventory field's (issue 31, item 3)."""
+
+    failures: int
+    stall_window_s: float
+    boot_deadline_s: float
+    boot_extend_s: float
+    boot_cap_s: float
+    max_restarts: int
+    restart_window_s: float
+    busy_alert_s: float
+    alert_on_restart: bool
+    blind_realert_s: float
+    crash_backoff_s: float
+    max_boot_failures: int
+    restart_deadline_s: float  # RESTARTING longer than this: failed
 
     @classmethod
     def from_config(cls, c: WatchdogConfig) -> PolicyConfig:

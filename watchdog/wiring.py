@@ -111,8 +111,8 @@ def build_config(
 
 def report_config(spec: Any) -> ReportConfig | None:
     """The daily morning report from `tpwarden.report` (None when `deliver_at` is unset)."""
-    report = getattr(getattr(spec, "settings", None), "report", None)
-    if report is None or report.deliver_at is None:
+    report = spec.report
+    if report.deliver_at is None:
         return None
     return ReportConfig(
         deliver_at=report.deliver_at,

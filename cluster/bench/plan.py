@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,15 +58,8 @@ class BenchOptions:
 
 
 def client_image(spec: ClusterSpec, override: str | None = None) -> str:
-    """The CLI flag, else `tpwarden.bench.client_image` if the inventory has it (read
-    defensively: the spec does not define it yet), else the serving image."""
-    if override:
-        return override
-    bench = getattr(spec.settings, "bench", None) if spec.settings is not None else None
-    image = getattr(bench, "client_image", None) or (
-        bench.get("client_image") if isinstance(bench, Mapping) else None
-    )
-    return image or spec.serving.image
+    """The CLI flag, else `tpwarden.bench.client_image`, else the serving image."""
+    return override or spec.bench.client_image or spec.serving.image
 
 
 def client_node(spec: ClusterSpec, opts: BenchOptions) -> NodeSpec:

@@ -27,7 +27,7 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
-from tpwarden.cluster.control.controller import Controller, operator_identity
+from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult, ControlEvent
 from tpwarden.cluster.control.status_model import ClusterStatus
@@ -38,6 +38,7 @@ from tpwarden.cluster.operator_lock import (
     cluster_lock_path,
     mark_down,
     one_actor,
+    operator_identity,
 )
 from tpwarden.cluster.reports.status_view import REASON_MIN, status_view
 from tpwarden.cluster.rollout.ports import WatchdogHolder

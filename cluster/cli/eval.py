@@ -36,7 +36,6 @@ from tpwarden.cluster.eval.catalog import DEFAULT_TASKS, SUITES, preset_rows, su
 from tpwarden.cluster.eval.datasets import data_refusal, hub_tasks
 from tpwarden.cluster.eval.plan import EvalOptions
 from tpwarden.cluster.eval.presets import (
-    DEFAULT_NUM_CONCURRENT,
     EvalError,
     EvalInputError,
     plan_stops,
@@ -47,7 +46,6 @@ from tpwarden.cluster.eval.results import comparability, compare_scores, eval_di
 from tpwarden.cluster.eval.runner import (
     EvalRunner,
     container_plan,
-    eval_settings,
     local_tasks,
     presets,
 )
@@ -225,22 +223,19 @@ def run(
         raise typer.BadParameter("give --suite or --tasks, not both", param_hint="--suite")
     task_names = suite_tasks(suite) if suite is not None else _csv(tasks) or DEFAULT_TASKS
     spec = load(inventory)
-    settings = eval_settings(spec)
     opts = EvalOptions(
         tasks=task_names,
         suite=suite,
         keep_going=suite is not None,  # a night's suite goes on past a failed task
         num_fewshot=num_fewshot,
         limit=limit,
-        num_concurrent=num_concurrent or settings.get("num_concurrent") or DEFAULT_NUM_CONCURRENT,
+        num_concurrent=num_concurrent or spec.eval.num_concurrent,
         include_path=str(include_path) if include_path else None,
         chat_tasks=_csv(chat),
         client_image=client_image,
     )
     presets(opts, include_path)  # an unknown task is bad input: refused before any connection
-    refused = (
-        None if no_data_check else _missing_data(spec, opts, inventory, settings.get("hf_cache"))
-    )
+    refused = None if no_data_check else _missing_data(spec, opts, inventory, spec.eval.hf_cache)
     if refused and not dry_run:
         raise EvalInputError(refused)
     with Controller(spec) as ctl:

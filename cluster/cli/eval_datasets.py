@@ -26,7 +26,6 @@ from tpwarden.cluster.eval.datasets import fetch as fetch_archive
 from tpwarden.cluster.eval.datasets import read_archive
 from tpwarden.cluster.eval.image import EVAL_VENV
 from tpwarden.cluster.eval.presets import EvalInputError
-from tpwarden.cluster.eval.runner import eval_settings
 
 app = typer.Typer(
     help="The tasks' datasets for a cluster without Hub access: fetch and pack on a connected "
@@ -95,7 +94,7 @@ def load_cmd(
     checks before it starts."""
 
     spec = load(inventory)
-    hf_cache = eval_settings(spec).get("hf_cache")
+    hf_cache = spec.eval.hf_cache
     if not hf_cache:
         raise EvalInputError(
             f"{inventory}: set tpwarden.eval.hf_cache (a folder on the head) to load datasets"

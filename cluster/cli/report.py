@@ -37,7 +37,15 @@ from tpwarden.cluster.reports.morning_io import (
 from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
-from tpwarden.cluster.reports.thermal.localtime import local_iso, parse_tz, parse_window, span_text
+from tpwarden.cluster.reports.thermal.localtime import (
+    SINCE_HELP,
+    TZ_HELP,
+    UNTIL_HELP,
+    local_iso,
+    parse_tz,
+    parse_window,
+    span_text,
+)
 from tpwarden.cluster.reports.thermal.plot import figure_png, thermal_figure
 
 OptPath = Annotated[Path | None, typer.Option()]
@@ -58,15 +66,9 @@ def report(
         Path | None,
         typer.Option("--from-dir", help="A directory with events.jsonl, thermal/ and runs/."),
     ] = None,
-    since: Annotated[
-        str | None, typer.Option(help="Start: HH:MM (last night), ISO or epoch.")
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option(help="End: HH:MM (latest past), ISO or epoch.")
-    ] = None,
-    tz: Annotated[
-        str | None, typer.Option("--tz", help="Time zone, e.g. Asia/Seoul (default UTC).")
-    ] = None,
+    since: Annotated[str | None, typer.Option(help=SINCE_HELP)] = None,
+    until: Annotated[str | None, typer.Option(help=UNTIL_HELP)] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help=TZ_HELP)] = None,
     runs_dir: Annotated[
         Path | None,
         typer.Option("--runs-dir", help="Bench run directories (-i: TPWARDEN_RUNS_DIR or ./runs)."),

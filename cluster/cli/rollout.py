@@ -32,10 +32,14 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
-from tpwarden.cluster.control.controller import operator_identity
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.operator_lock import LeasedHolder, cluster_lock_path, one_actor
+from tpwarden.cluster.operator_lock import (
+    LeasedHolder,
+    cluster_lock_path,
+    one_actor,
+    operator_identity,
+)
 from tpwarden.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
 from tpwarden.cluster.rollout.layout import Files, shown, spec_with
 from tpwarden.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer

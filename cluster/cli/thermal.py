@@ -46,25 +46,6 @@ _DEFAULT_DIR = Path(DEFAULT_DIR)
 _SYS = Path("/sys")
 
 
-def parse_time(text: str | None, option: str = "--since/--until") -> float | None:
-    """Epoch seconds or ISO 8601 (naive means UTC, as in the files' ts_iso)."""
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"{text!r}: not epoch seconds or ISO 8601", param_hint=option
-        ) from exc
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
-
-
 @app.command()
 def agent(
     node: str = typer.Option(..., "--node", help="This node's name (as in the inventory)."),

@@ -21,6 +21,9 @@ from tpwarden.cluster.reports.thermal import (
 )
 from tpwarden.cluster.reports.thermal.export import report_from_dir, write_csv, write_plot
 from tpwarden.cluster.reports.thermal.localtime import (
+    SINCE_HELP,
+    TZ_HELP,
+    UNTIL_HELP,
     local,
     local_iso,
     parse_tz,
@@ -42,10 +45,8 @@ def report(
             "--from-dir", exists=True, file_okay=False, help="Directory of thermal-*.jsonl files."
         ),
     ] = None,
-    since: str | None = typer.Option(
-        None, "--since", help="Window start (epoch or ISO 8601, UTC if no zone)."
-    ),
-    until: str | None = typer.Option(None, "--until", help="Window end."),
+    since: str | None = typer.Option(None, "--since", help=SINCE_HELP),
+    until: str | None = typer.Option(None, "--until", help=UNTIL_HELP),
     head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
     keep: Annotated[
         Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
@@ -55,9 +56,7 @@ def report(
     ] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    tz: str | None = typer.Option(
-        None, "--tz", help="Show times in this zone, e.g. Asia/Seoul (default UTC)."
-    ),
+    tz: str | None = typer.Option(None, "--tz", help=TZ_HELP),
     zone_role: Annotated[
         list[str], typer.Option("--zone-role", help="INDEX=ROLE (adds to the inventory's map).")
     ] = [],  # noqa: B006

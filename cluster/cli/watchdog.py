@@ -13,13 +13,11 @@ Examples:
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
 import re
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +38,7 @@ from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.event_log import EventLog, read_events
 from tpwarden.cluster.hold import MAX_HOLD_S, hold_path, write_hold, write_release
+from tpwarden.cluster.operator_lock import operator_identity
 from tpwarden.watchdog.state_doc import state_document
 
 app = typer.Typer(
@@ -94,7 +93,7 @@ def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
 
 
 def _who(by: str | None) -> str:
-    return by or f"{getpass.getuser()}@{socket.gethostname()}"
+    return by or operator_identity()
 
 
 # ---- commands ----------------------------------------------------------------------------------

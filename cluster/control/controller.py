@@ -11,10 +11,7 @@ runs in unit tests against a fake. It never prints: it returns typed results
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -57,20 +54,12 @@ from tpwarden.cluster.control.status_model import ClusterStatus, ServerStatus
 from tpwarden.cluster.durable import JsonlLog, default_state_dir
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
+from tpwarden.cluster.operator_lock import operator_identity
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.cluster.ssh.gateway import NodeSession, SshPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def operator_identity() -> str:
-    """`user@host`: who acts, as lock labels and event records name them."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
 
 
 class Controller:

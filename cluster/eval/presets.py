@@ -24,9 +24,10 @@ from enum import StrEnum
 from typing import Any
 
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.settings import EvalSpec
 
 LM_EVAL_VERSION = "0.4.13"
-DEFAULT_NUM_CONCURRENT = 16
+DEFAULT_NUM_CONCURRENT: int = EvalSpec.model_fields["num_concurrent"].default  # the field's
 CONTAINER_DIR = "/bench"
 TASKS_DIR = f"{CONTAINER_DIR}/tasks"
 RESULTS_DIR = f"{CONTAINER_DIR}/results"

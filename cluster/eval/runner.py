@@ -60,14 +60,6 @@ _TRANSIENT = (
 )
 
 
-def eval_settings(spec: ClusterSpec) -> Mapping[str, Any]:
-    """`tpwarden.eval` from the inventory if the spec has it (read defensively)."""
-    ev = getattr(spec.settings, "eval", None) if spec.settings is not None else None
-    if ev is None:
-        return {}
-    return ev if isinstance(ev, Mapping) else ev.model_dump()
-
-
 def local_tasks(include: Path | None) -> dict[str, dict[str, Any]]:
     """Task name -> scanned facts for every YAML in the include folder."""
     out: dict[str, dict[str, Any]] = {}
@@ -102,7 +94,7 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
     mounts = [Mount(s.model.path, s.model.path, True)]
     if tok != s.model.path:
         mounts.append(Mount(tok, tok, True))
-    hf_cache = eval_settings(spec).get("hf_cache")
+    hf_cache = spec.eval.hf_cache
     env = dict(tp.env)
     if hf_cache:  # pre-fetched datasets and metrics (docs/eval.md); datasets needs it writable
         mounts.append(Mount(hf_cache, "/hf-cache", False))
@@ -135,7 +127,7 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
 
 
 def client_image(spec: ClusterSpec, override: str | None) -> str:
-    return override or eval_settings(spec).get("client_image") or bench_image(spec)
+    return override or spec.eval.client_image or bench_image(spec)
 
 
 Progress = Callable[[str], None]

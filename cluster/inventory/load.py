@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from tpwarden.cluster import flag_tables
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.ansible import Resolved, resolve
 from tpwarden.cluster.inventory.plain import read_resolved
@@ -108,7 +109,9 @@ def build_spec(inv: Resolved, path: str, *, flag_table: bool = False) -> Cluster
     except ValidationError as exc:
         raise translate(inv, raw, exc) from None
     _cross_checks(inv, raw, settings)
-    check_extra_args(inv, settings, required_by=path if flag_table else None)
+    # the one load of the flag table: extra_args are checked with it here, `plan` reuses it
+    flags = flag_tables.resolve(settings.vllm_version, settings.image)
+    check_extra_args(inv, settings, flags, required_by=path if flag_table else None)
     nodes = _nodes(inv, [head, *workers])
     expected = len(nodes) * settings.parallel.gpus_per_node
     if settings.parallel.tensor != expected:
@@ -128,6 +131,10 @@ def build_spec(inv: Resolved, path: str, *, flag_table: bool = False) -> Cluster
         watchdog=settings.watchdog,
         thermal=settings.thermal,
         source_file=path,
+        flag_table=flags,
+        bench=settings.bench,
+        eval=settings.eval,
+        report=settings.report,
         settings=settings,
         watchdog_host=_watchdog_host(inv, head),
     )

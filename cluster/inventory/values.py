@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.flag_tables import FlagTable, fetch_hint, resolve
+from tpwarden.cluster.flag_tables import FlagChoice, FlagTable, fetch_hint
 from tpwarden.cluster.inventory.ansible import PathKey, Resolved
 from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
 from tpwarden.cluster.ssh.route import parse_ssh_args
@@ -150,23 +150,23 @@ def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
                 )
 
 
-def flag_table_of(
-    inv: Resolved, settings: TpwardenSettings, required_by: str | None
-) -> FlagTable | None:
-    """The flag table for this image and version (tpwarden.cluster.flag_tables). None when there
+def flag_table_of(inv: Resolved, choice: FlagChoice, required_by: str | None) -> FlagTable | None:
+    """The flag table chosen for this image and version (`flag_tables.resolve`). None when there
     is none or it contradicts the version, unless `required_by` (the inventory path, for the
     fetch command): then a one-line error at the vllm_version line."""
-    table, problem = resolve(settings.vllm_version, settings.image)
+    table, problem = choice
     if problem is None or required_by is None:
         return table  # None: `plan` warns that argv is unchecked
     where = ("tpwarden", "vllm_version")
     raise located(inv, where, problem, key="tpwarden.vllm_version", hint=fetch_hint(required_by))
 
 
-def check_extra_args(inv: Resolved, settings: TpwardenSettings, required_by: str | None) -> None:
+def check_extra_args(
+    inv: Resolved, settings: TpwardenSettings, choice: FlagChoice, required_by: str | None
+) -> None:
     """Parse extra_args with the flag table of this image (as `plan` does), refusing unknown
     flags, stray values, flags tpwarden manages, and secrets on the command line."""
-    table = flag_table_of(inv, settings, required_by)
+    table = flag_table_of(inv, choice, required_by)
     if table is None:
         return
     args = settings.extra_args

@@ -156,8 +156,8 @@ def sweep_measurement(spec: ClusterSpec, levels: tuple[int, ...], label: str) ->
     opts = BenchOptions(
         kind="sweep",
         levels=levels,
-        num_prompts=spec.settings.bench.num_prompts,
-        output_len=spec.settings.bench.output_len,
+        num_prompts=spec.bench.num_prompts,
+        output_len=spec.bench.output_len,
     )
     with Controller(spec) as ctl:
         run = BenchRunner(ctl).run(opts)

@@ -208,3 +208,18 @@ def test_an_image_reporting_another_version_is_refused(tmp_path):
     spec = load_inventory(inv)
     warnings = plan_cluster(spec).warnings
     assert any("argv not checked" in w and "tpwarden flags fetch" in w for w in warnings)
+
+
+def test_the_table_is_loaded_once_when_the_inventory_is_and_plan_uses_that_load(
+    cache_home, tmp_path
+):
+    # one flag-table load per inventory (issue 31, item 3): `plan` renders with the table chosen
+    # when the spec was built, it does not read the cache a second time
+    flag_tables.store(IMAGE, ID_A, table_doc("0.33.0+sm121", "--sm121-only"))
+    spec = load_inventory(inventory(tmp_path, "0.33.0+sm121", '["--sm121-only", "1"]'))
+    table, problem = spec.flag_table
+    assert problem is None and table is not None and table.source == f"image {ID_A}"
+    for cached in cache_home.iterdir():
+        cached.unlink()  # a second load would now find no table and warn "argv not checked"
+    plan = plan_cluster(spec)
+    assert plan.warnings == () and "--sm121-only" in plan.containers[0].vllm_argv

@@ -239,6 +239,22 @@ def test_thermal_report_in_the_operators_zone(night: dict[str, Any], tmp_path: P
     assert node1["role_peaks"]["P-cores"]["peak_c"] == 82.0
 
 
+def test_both_reports_read_a_zoneless_window_the_same_way(night: dict[str, Any]) -> None:
+    # one parser for every --since/--until (issue 31, item 3): a time without a zone is read in
+    # --tz by `report` and by `thermal report` alike (a second parser, unused, read it as UTC)
+    window = ["--tz", "Asia/Seoul", "--since", "2026-12-02T22:00", "--until", "2026-12-02T22:20"]
+    thermal = ["thermal", "report", "--from-dir", str(night["dir"] / "thermal")]
+    morning = ["report", "--from-dir", str(night["dir"]), "--head", "node1"]
+    docs = []
+    for argv in (thermal, morning):
+        res = CliRunner().invoke(app, [*argv, *window, "--json"])
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(res.stdout))
+    for doc in docs:
+        assert doc["since_local"] == "2026-12-02T22:00:00+09:00"
+        assert doc["until_local"] == "2026-12-02T22:20:00+09:00"
+
+
 def test_metrics_name_zone_roles_and_the_agent_gets_the_map(tmp_path: Path) -> None:
     from tpwarden.cluster.reports.thermal.remote import agent_argv
     from tpwarden.node.thermal.metrics import ThermalCollector

@@ -294,10 +294,8 @@ def test_settings_reach_the_watchdog_config(tmp_path: Path) -> None:
     spec = load_inventory(ROOT / "inventory.example.yml")
     env = {"TPWARDEN_API_KEY": "k"}
     assert build_config(spec, str(tmp_path), environ=env).report is None  # off by default
-    settings = spec.settings.model_copy(
-        update={"report": ReportSpec(deliver_at="07:30", tz="Asia/Seoul", window_h=10)}
-    )
-    cfg = build_config(dataclasses.replace(spec, settings=settings), str(tmp_path), environ=env)
+    report = ReportSpec(deliver_at="07:30", tz="Asia/Seoul", window_h=10)
+    cfg = build_config(dataclasses.replace(spec, report=report), str(tmp_path), environ=env)
     assert cfg.report == ReportConfig(
         deliver_at="07:30", tz="Asia/Seoul", window_h=10, thermal_dir=spec.thermal.dir,
         nodes=tuple(n.name for n in spec.nodes),

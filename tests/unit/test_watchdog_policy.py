@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from tpwarden.cluster.hold import OperatorHold
 from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
+from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy, ProbeVerdict
 from tpwarden.watchdog.policy_state import (
@@ -20,16 +21,30 @@ from tpwarden.watchdog.policy_state import (
     WatchdogPhase,
 )
 
-CFG = PolicyConfig(
+
+def policy_config(**settings: object) -> PolicyConfig:
+    """The policy's knobs as the daemon builds them (`PolicyConfig.from_config`): PolicyConfig has
+    no defaults of its own (issue 31, item 3)."""
+    cfg = WatchdogConfig(probe_url="http://127.0.0.1:9", state_dir="unused", **settings)  # type: ignore[arg-type]
+    return PolicyConfig.from_config(cfg)
+
+
+CFG = policy_config(
     failures=3,
-    stall_window_s=120,
+    timeout_s=120,  # the stall window
     boot_deadline_s=1800,
     boot_extend_s=300,
-    boot_cap_s=3600,
+    boot_max_s=3600,  # the boot cap
     max_restarts=2,
     restart_window_s=21600,
     busy_alert_s=1800,
 )
+
+
+def test_the_policy_knobs_come_from_the_watchdog_settings() -> None:
+    assert (CFG.stall_window_s, CFG.boot_cap_s, CFG.boot_deadline_s) == (120, 3600, 1800)
+
+
 OK = ProbeResult(Outcome.OK, 0.4)
 TIMEOUT = ProbeResult(Outcome.TIMEOUT, 120.0, "no answer")
 REFUSED = ProbeResult(Outcome.REFUSED, 0.01, "connect failed")

@@ -17,11 +17,12 @@ from tpwarden.cluster.operator_lock import FileLock
 from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.policy import Policy
-from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState, Restart, WatchdogPhase
+from tpwarden.watchdog.policy_state import PolicyState, Restart, WatchdogPhase
 from tpwarden.watchdog.runtime import RestartJobOverdue, SteadyClock
 from tpwarden.watchdog.state import StateStore
 
 from .test_watchdog_daemon import REFUSED, FakeClock, make
+from .test_watchdog_policy import policy_config
 
 
 def events(wd: Any, kind: str) -> list[dict[str, Any]]:
@@ -116,7 +117,7 @@ def test_tick_errors_are_counted_on_metrics(tmp_path: Path) -> None:
 
 
 def test_restarting_past_its_deadline_is_a_failed_restart() -> None:
-    policy = Policy(PolicyConfig(restart_deadline_s=100))
+    policy = Policy(policy_config(restart_deadline_s=100))
     s = PolicyState(
         phase=WatchdogPhase.RESTARTING, restart_in_progress="r1-0", restart_started_at=1000.0
     )
@@ -294,7 +295,7 @@ def test_clock_stays_fake_without_a_wall_clock(tmp_path: Path) -> None:
 
 
 def test_restart_decision_carries_its_start_time() -> None:
-    policy = Policy(PolicyConfig(failures=1))
+    policy = Policy(policy_config(failures=1))
     from tpwarden.watchdog.observation import Observation
 
     s = PolicyState(phase=WatchdogPhase.READY)

@@ -2,6 +2,11 @@
 
 Operators think in their own zone (the field report uses KST); the files stay in UTC epoch
 seconds and every rendering goes through here. Pure apart from reading the tz database.
+
+`parse_window` is the one parser of every `--since/--until` (`tpwarden report`, `tpwarden thermal
+report`): a time given without a zone (`22:00`, `2026-12-02T22:00`) is read in the operator's
+zone, `--tz` (UTC when not given); one with a zone or offset (`...Z`, `...+09:00`) keeps it, and
+epoch seconds are absolute.
 """
 
 from __future__ import annotations
@@ -11,6 +16,14 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+
+# The options' help, one wording for every command that takes a window
+SINCE_HELP = "Start: HH:MM (the latest before --until), ISO 8601 or epoch; no zone: read in --tz."
+UNTIL_HELP = "End: HH:MM (the latest past), ISO 8601 or epoch; no zone: read in --tz."
+TZ_HELP = (
+    "The operator's zone, e.g. Asia/Seoul (default UTC): --since/--until without a zone are "
+    "read in it, and times are shown in it."
+)
 
 
 def parse_tz(name: str | None) -> tzinfo:
@@ -31,7 +44,8 @@ def tz_name(tz: tzinfo, at: float | None = None) -> str:
 
 def parse_moment(text: str, tz: tzinfo, now: float, not_after: float | None = None) -> float:
     """ "22:00" -> the latest such wall-clock time in ``tz`` at or before ``not_after`` (default
-    now); ISO 8601 without offset is read in ``tz``; epoch seconds pass through."""
+    now); ISO 8601 without offset is read in ``tz`` (with one, as written); epoch seconds pass
+    through. ValueError for anything else."""
     m = _CLOCK.match(text.strip())
     if m:
         ref = datetime.fromtimestamp(not_after if not_after is not None else now, tz=tz)
