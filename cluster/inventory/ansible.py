@@ -285,7 +285,7 @@ def _plain(value: Any, path: PathKey, locs: dict[PathKey, Loc], here: Loc | None
     if len(path) > MAX_DEPTH:
         file, line = loc or (None, None)
         raise ConfigError(
-            f"value nests more than {MAX_DEPTH} levels deep", file=file, line=line, key=_dot(path)
+            f"value nests more than {MAX_DEPTH} levels deep", file=file, line=line, key=dotted(path)
         )
     if isinstance(value, dict):
         out = {}
@@ -313,7 +313,8 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
 
 
-def _dot(path: PathKey) -> str:
+def dotted(path: PathKey) -> str:
+    """A key path as the operator writes it: `tpwarden.watchdog.interval_s`."""
     return ".".join(str(p) for p in path)
 
 

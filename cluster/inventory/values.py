@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import FlagChoice, FlagTable, fetch_hint
-from tpwarden.cluster.inventory.ansible import PathKey, Resolved
+from tpwarden.cluster.inventory.ansible import PathKey, Resolved, dotted
 from tpwarden.cluster.settings import TpwardenSettings, host_or_address, looks_like_secret
 from tpwarden.cluster.ssh.route import parse_ssh_args
 
@@ -51,10 +51,6 @@ SECRET_FLAGS = {"api_key": "tpwarden.secrets.api_key", "hf_token": "tpwarden.sec
 # Any other option whose value is a token or key (by argparse dest: --hf-token, --api-key, a
 # future --foo-secret) is refused too; --ssl-keyfile (a path) and --max-num-batched-tokens are not.
 _SECRET_DEST = re.compile(r"(^|_)(token|key|secret|password|passwd)$")
-
-
-def dotted(path: PathKey) -> str:
-    return ".".join(str(p) for p in path)
 
 
 def located(

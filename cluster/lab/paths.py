@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_NODE
 
 DEFAULT_ROOT = Path("/var/lib/tpwarden-lab")
 ROOT_ENV = "TPWARDEN_LAB_ROOT"
 NODE_NAMES = ("node1", "node2", "node3", "node4")
 HEAD = NODE_NAMES[0]
-CLUSTER_LABEL = "io.tpwarden.cluster"
-NODE_LABEL = "io.tpwarden.node"
+CLUSTER_LABEL = LABEL_CLUSTER  # the toolkit's own label names (tpwarden.cluster.labels)
+NODE_LABEL = LABEL_NODE
 CLUSTER_NAME = "lab"
 # Fixed in-node path the NVML stand-in reads (its default); each node's own state dir is
 # bind-mounted here.

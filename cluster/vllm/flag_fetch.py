@@ -22,11 +22,12 @@ from typing import Any, Protocol
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.labels import LABEL_COMPONENT, LABEL_NODE
 from tpwarden.cluster.spec import ClusterSpec
 
 DUMP_SCRIPT = Path(__file__).with_name("dump_serve_flags.py")
 SCRIPT_IN_CONTAINER = "/tpwarden-dump-serve-flags.py"
-LABELS = {"io.tpwarden.component": "flag-table"}
+LABELS = {LABEL_COMPONENT: "flag-table"}
 TIMEOUT_S = 600.0  # importing vLLM on a busy node can take minutes
 
 
@@ -72,7 +73,7 @@ def fetch_job(spec: ClusterSpec, script: bytes) -> OneShot:
         argv=("python3", SCRIPT_IN_CONTAINER, "--from-image"),
         files={SCRIPT_IN_CONTAINER: script},
         env={k: str(v) for k, v in s.env.items()},
-        labels={**LABELS, "io.tpwarden.node": spec.head.name},
+        labels={**LABELS, LABEL_NODE: spec.head.name},
         gpus=s.gpus == "all",
         timeout_s=TIMEOUT_S,
     )
