@@ -33,9 +33,9 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import ControlEvent
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.lab import engine_kind
-from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.lab import faults
+from tpwarden.lab.lab import engine_kind
+from tpwarden.lab.paths import LabPaths
 from tpwarden.watchdog.actuator import build_actuator
 from tpwarden.watchdog.daemon import build_watchdog
 from tpwarden.watchdog.policy_state import WatchdogPhase

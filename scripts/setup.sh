@@ -56,11 +56,12 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-want=$(cat requirements/constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import tpwarden.cluster" 2>/dev/null; then
-  log "installing tpwarden and pinned dependencies into .venv"
+want=$(cat requirements/constraints.txt pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import tpwarden.cluster, tpwarden.lab" 2>/dev/null; then
+  log "installing tpwarden, the lab (a checkout-only tool) and pinned dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -c requirements/constraints.txt -e '.[control,test]'
+  .venv/bin/pip install -q --no-deps -e ./lab
   echo "$want" > .venv/.installed
 fi
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mypy over the installed package, `tpwarden.cluster`, `tpwarden.node` and `tpwarden.watchdog`.
+# mypy over the installed packages, `tpwarden.cluster`, `tpwarden.node`, `tpwarden.watchdog` and the
+# lab (`tpwarden.lab`, installed from the checkout's lab/).
 # The editable install maps those names to cluster/, node/ and watchdog/ with an import hook that mypy
 # cannot follow (it reads files, it imports nothing), so mypy reads them through a link tree,
 # build/typecheck/tpwarden/{cluster,node,watchdog} -> the repository's folders: the same module names
@@ -11,4 +12,5 @@ mkdir -p "$tree"
 ln -sfn ../../../cluster "$tree/cluster"
 ln -sfn ../../../watchdog "$tree/watchdog"
 ln -sfn ../../../node "$tree/node"
-exec env MYPYPATH=build/typecheck .venv/bin/mypy -p tpwarden.cluster -p tpwarden.node -p tpwarden.watchdog "$@"
+ln -sfn ../../../lab "$tree/lab"
+exec env MYPYPATH=build/typecheck .venv/bin/mypy -p tpwarden.cluster -p tpwarden.node -p tpwarden.watchdog -p tpwarden.lab "$@"

@@ -65,15 +65,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _lab_not_installed(exc: ModuleNotFoundError) -> typer.core.TyperCommand | None:
     """`tpwarden lab ...` where the lab is absent: it is a development tool, in the source tree
-    (`cluster/lab/`, an editable install sees it) and not in the wheel the nodes and operators get."""
-    if exc.name != "tpwarden.cluster.lab":
+    (`lab/`, installed from a checkout as `tpwarden-lab`) and not in the wheel the nodes and
+    operators get."""
+    if exc.name != "tpwarden.lab":
         return None
 
     def refuse() -> None:
         typer.echo(
             "error: the lab is not installed: it is a development tool in tpwarden's source tree "
-            "(cluster/lab/), not in the wheel; clone the repository and run scripts/setup.sh, or "
-            "`pip install -e .` from a checkout",
+            "(lab/, its own distribution `tpwarden-lab`), not in the wheel; clone the repository "
+            "and run scripts/setup.sh, or `pip install --no-deps -e ./lab` from a checkout",
             err=True,
         )
         raise typer.Exit(2)

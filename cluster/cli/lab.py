@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab import lab as lablib
-from tpwarden.cluster.lab.paths import NODE_NAMES, LabPaths
+from tpwarden.lab import faults
+from tpwarden.lab import lab as lablib
+from tpwarden.lab.paths import NODE_NAMES, LabPaths
 
 app = typer.Typer(
     help="The lab: a simulated 4-node cluster on this machine (needs root).", no_args_is_help=True

@@ -30,10 +30,10 @@ import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults, sshc
-from tpwarden.cluster.lab import lab as lablib
-from tpwarden.cluster.lab.paths import NODE_NAMES, LabPaths, node_ip
 from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.lab import faults, sshc
+from tpwarden.lab import lab as lablib
+from tpwarden.lab.paths import NODE_NAMES, LabPaths, node_ip
 
 LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock"))
 BOOT_TIMEOUT_S = 600

@@ -8,7 +8,7 @@ import pytest
 from tpwarden.cluster.bench.parse import load_result_text
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner, load_run
-from tpwarden.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.engine
 

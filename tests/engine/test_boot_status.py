@@ -7,7 +7,7 @@ import httpx
 import pytest
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.control.status_model import Verdict
-from tpwarden.cluster.lab import faults
+from tpwarden.lab import faults
 
 pytestmark = pytest.mark.engine
 

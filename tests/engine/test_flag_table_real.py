@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster import flag_tables
-from tpwarden.cluster.lab import engine
+from tpwarden.lab import engine
 
 TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]
 LAB_VERSION = "0.32.0+lab"
@@ -42,7 +42,7 @@ def lab_build(engine_server, tmp_path_factory):
     ctx = tmp_path_factory.mktemp("flags-lab-image")
     (ctx / "_version.py").write_text(_VERSION_PY)
     (ctx / "Dockerfile").write_text(f"FROM {engine.ENGINE_LATEST}\nCOPY _version.py {found[0]}\n")
-    env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # as cluster/lab/engine.py builds
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # as lab/engine.py builds
     built = _run(["docker", "build", "-q", "-t", TAG, str(ctx)], timeout=600, env=env)
     assert built.returncode == 0, built.stderr[-2000:]
     image_id = _run(["docker", "image", "inspect", "-f", "{{.Id}}", TAG]).stdout.strip()
@@ -57,7 +57,7 @@ def _inventory(engine_server, tmp_path: Path, *, extra: str = "--max-num-seqs") 
         (f"vllm_version: {engine.ENGINE_VERSION}\n", f"vllm_version: {LAB_VERSION}\n"),
         ("      - --max-num-seqs\n", f"      - {extra}\n"),
     ):
-        assert old in text, old  # the lab inventory's shape (cluster/lab/inventory.py)
+        assert old in text, old  # the lab inventory's shape (lab/inventory.py)
         text = text.replace(old, new)
     path = tmp_path / f"inventory{extra}.yml"
     path.write_text(text)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tpwarden.cluster.lab import faults
+from tpwarden.lab import faults
 from tpwarden.watchdog.policy_state import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (

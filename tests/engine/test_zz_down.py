@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES
+from tpwarden.lab import faults
+from tpwarden.lab.paths import HEAD, NODE_NAMES
 
 pytestmark = pytest.mark.engine
 

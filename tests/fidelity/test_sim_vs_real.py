@@ -17,8 +17,8 @@ import time
 import httpx
 import pytest
 from tpwarden.cluster.boot.rules import parse_line
-from tpwarden.cluster.lab import engine, images
-from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.lab import engine, images
+from tpwarden.lab.paths import LabPaths
 
 from tests.sim.conftest import SimCluster
 

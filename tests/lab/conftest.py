@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.lab import lab as lablib
-from tpwarden.cluster.lab import sshc
-from tpwarden.cluster.lab.paths import LabPaths, node_ip
 from tpwarden.cluster.provision.wheelhouse import source_items
+from tpwarden.lab import lab as lablib
+from tpwarden.lab import sshc
+from tpwarden.lab.paths import LabPaths, node_ip
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:\d+\b|tpwarden-lab|systemd-nspawn|cluster\.lab\.sensord"

@@ -10,7 +10,7 @@ import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab.paths import HEAD, node_ip
+from tpwarden.lab.paths import HEAD, node_ip
 
 pytestmark = pytest.mark.lab
 

@@ -16,7 +16,7 @@ from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.client_image import CLIENT_LATEST
 
 pytestmark = pytest.mark.lab
 

@@ -12,8 +12,8 @@ from tpwarden.cluster.control.plan import Action, Drift
 from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.sensors import write_gpu_state
+from tpwarden.lab import faults
+from tpwarden.lab.sensors import write_gpu_state
 
 pytestmark = pytest.mark.lab
 

@@ -21,9 +21,9 @@ from tpwarden.cluster.eval.image import EVAL_VENV, ensure_eval_image
 from tpwarden.cluster.eval.plan import EvalOptions
 from tpwarden.cluster.eval.runner import EvalRunner
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.client_image import CLIENT_LATEST
-from tpwarden.cluster.lab.paths import HEAD
+from tpwarden.lab import faults
+from tpwarden.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.paths import HEAD
 
 from tests.lab.test_watchdog_scenarios import (
     control_restarts,

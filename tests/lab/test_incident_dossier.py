@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.paths import HEAD
 from tpwarden.cluster.reports.incident import DOSSIER_TIMEOUT_S, capture
+from tpwarden.lab import faults
+from tpwarden.lab.paths import HEAD
 from tpwarden.watchdog.incidents import IncidentStore
 
 from tests.lab import test_watchdog_scenarios as scenarios

@@ -23,9 +23,9 @@ from tpwarden.cluster.cli import app as tpwarden_app
 from tpwarden.cluster.cli.thermal import app as thermal_app
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.client_image import CLIENT_LATEST
-from tpwarden.cluster.lab.paths import HEAD
+from tpwarden.lab import faults
+from tpwarden.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.paths import HEAD
 from tpwarden.watchdog.policy_state import WatchdogPhase
 from typer.testing import CliRunner
 

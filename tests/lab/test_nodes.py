@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 import paramiko
 import pytest
-from tpwarden.cluster.lab.paths import NODE_NAMES, node_ip
+from tpwarden.lab.paths import NODE_NAMES, node_ip
 
 pytestmark = pytest.mark.lab
 

@@ -21,8 +21,8 @@ import pytest
 from tpwarden.cluster.cli.thermal import app as thermal_app
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab import prometheus as labprom
+from tpwarden.lab import faults
+from tpwarden.lab import prometheus as labprom
 from tpwarden.watchdog.prometheus_config import default_rules_path
 from typer.testing import CliRunner
 

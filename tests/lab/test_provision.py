@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import host, nodes, rootfs
-from tpwarden.cluster.lab.paths import NODE_NAMES
+from tpwarden.lab import host, nodes, rootfs
+from tpwarden.lab.paths import NODE_NAMES
 
 from tests.lab.waiting import poll
 

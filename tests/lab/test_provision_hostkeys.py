@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tpwarden.cluster.lab.paths import NODE_NAMES, node_ip
+from tpwarden.lab.paths import NODE_NAMES, node_ip
 
 pytestmark = pytest.mark.lab
 

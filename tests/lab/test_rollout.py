@@ -18,7 +18,7 @@ import pytest
 import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
+from tpwarden.lab import faults
 
 pytestmark = pytest.mark.lab
 TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]

@@ -18,8 +18,8 @@ import pytest
 from tpwarden.cluster.cli.thermal import app
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
 from tpwarden.cluster.reports.thermal.remote import TRANSIENT_UNIT, parse_units, units_argv
+from tpwarden.lab import faults
 from tpwarden.node.thermal.writer import read_records
 from typer.testing import CliRunner
 

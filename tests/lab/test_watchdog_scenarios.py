@@ -27,8 +27,8 @@ import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.paths import HEAD
+from tpwarden.lab import faults
+from tpwarden.lab.paths import HEAD
 from tpwarden.watchdog.actuator import WATCHDOG_WHO, build_actuator
 from tpwarden.watchdog.daemon import Watchdog, build_watchdog
 from tpwarden.watchdog.policy_state import WatchdogPhase

@@ -128,7 +128,7 @@ def _descendants(pid: int) -> list[int]:
 
 def test_frozen_node_status_says_so_and_exits(lab, tmp_path: Path) -> None:
     # Reproduction (2): `tpwarden status` printed, then hung on a frozen node.
-    from tpwarden.cluster.lab.paths import node_ip
+    from tpwarden.lab.paths import node_ip
 
     pids = _descendants(_listener_pid(node_ip("node3")))
     for p in pids:

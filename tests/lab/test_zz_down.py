@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tpwarden.cluster.lab import host
-from tpwarden.cluster.lab import lab as lablib
-from tpwarden.cluster.lab import prometheus as labprom
+from tpwarden.lab import host
+from tpwarden.lab import lab as lablib
+from tpwarden.lab import prometheus as labprom
 
 pytestmark = pytest.mark.lab
 

@@ -68,9 +68,9 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert "tpwarden/cluster/vllm/dump_serve_flags.py" in names
     assert "tpwarden/watchdog/monitoring/tpwarden-rules.yml" in names  # monitoring_files
     assert "tpwarden/watchdog/monitoring/grafana-night.json" in names
-    # the lab is a development tool (a source checkout's editable install sees cluster/lab/):
+    # the lab is a development tool (a source checkout's editable install sees lab/):
     # neither the operators' nor the nodes' wheel carries it, nor its C stand-in and Dockerfiles
-    assert not [n for n in names if n.startswith("tpwarden/cluster/lab/")]
+    assert not [n for n in names if n.startswith("tpwarden/lab/")]
 
 
 def test_installed_beside_pypi_watchdog_both_import_and_uninstall_apart(

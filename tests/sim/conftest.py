@@ -77,7 +77,7 @@ class SimCluster:
         argv = [
             sys.executable,
             "-m",
-            "tpwarden.cluster.lab.vllm_sim",
+            "tpwarden.lab.vllm_sim",
             "serve",
             str(self.model),
             "--served-model-name",

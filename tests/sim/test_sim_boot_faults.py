@@ -74,7 +74,7 @@ def test_unknown_flag_exits_2():
         [
             sys.executable,
             "-m",
-            "tpwarden.cluster.lab.vllm_sim",
+            "tpwarden.lab.vllm_sim",
             "serve",
             "m",
             "--no-such-flag",

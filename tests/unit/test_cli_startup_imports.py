@@ -23,7 +23,7 @@ except SystemExit:
     pass
 sys.stderr.write("\\nMODULES " + json.dumps(sorted(sys.modules)))
 """
-HEAVY = ("tpwarden.cluster.lab", "docker", "paramiko", "ansible", "requests")
+HEAVY = ("tpwarden.lab", "docker", "paramiko", "ansible", "requests")
 
 
 def _modules(argv: list[str], **env: str) -> set[str]:
@@ -59,7 +59,7 @@ def test_completing_a_command_name_imports_no_command_module():
 def test_inventory_check_loads_neither_the_lab_nor_docker():
     mods = _modules(["inventory", "check", "-i", str(ROOT / "inventory.example.yml")])
     assert "tpwarden.cluster.inventory.load" in mods  # it did run
-    assert not [m for m in mods if m.startswith(("tpwarden.cluster.lab", "docker", "requests"))]
+    assert not [m for m in mods if m.startswith(("tpwarden.lab", "docker", "requests"))]
 
 
 def test_completing_a_watchdog_option_reads_state_without_httpx():

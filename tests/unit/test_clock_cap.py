@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from tpwarden.cluster.control.status_model import NodeStatus, ServerStatus, Verdict, derive_verdict
-from tpwarden.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 from tpwarden.cluster.reports.status_view import clock_cap_summary
+from tpwarden.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 from tpwarden.node.clockcap import (
     CLOCK_CAP_TOLERANCE_MHZ,
     LockAnswer,

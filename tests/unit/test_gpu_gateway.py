@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.errors import NvmlError
-from tpwarden.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from tpwarden.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 from tpwarden.node.gpu import Nvml, collect_json, decode_clock_event_reasons
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,8 +3,8 @@ eval client running on that node; unpause touches only what is paused (no Docker
 
 from __future__ import annotations
 
-from tpwarden.cluster.lab import faults
-from tpwarden.cluster.lab.paths import LabPaths
+from tpwarden.lab import faults
+from tpwarden.lab.paths import LabPaths
 
 
 class FakeContainer:

@@ -9,10 +9,10 @@ import pytest
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import shipped
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab.host import engine_hard_limits, parse_hard_limits
-from tpwarden.cluster.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
-from tpwarden.cluster.lab.paths import LabPaths
 from tpwarden.cluster.launch import plan_cluster
+from tpwarden.lab.host import engine_hard_limits, parse_hard_limits
+from tpwarden.lab.inventory import ENGINE_VAR, inventory_doc, render_inventory
+from tpwarden.lab.paths import LabPaths
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_ray_is_refused_for_the_real_engine_before_anything_is_built(tmp_path, m
     # raises "current platform CPU does not support ray." (v1/executor/ray_utils.py).
     from tpwarden.cluster.cli import app
     from tpwarden.cluster.errors import LabError
-    from tpwarden.cluster.lab.inventory import check_engine_backend
+    from tpwarden.lab.inventory import check_engine_backend
     from typer.testing import CliRunner
 
     with pytest.raises(LabError, match="does not support ray"):

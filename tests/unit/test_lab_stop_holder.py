@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpwarden.cluster.lab.host import stop_lock_holder
+from tpwarden.lab.host import stop_lock_holder
 
 HOLDER = """
 import sys, time

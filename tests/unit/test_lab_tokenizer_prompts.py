@@ -9,7 +9,7 @@ import inspect
 import pytest
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import client_image
+from tpwarden.lab import client_image
 
 
 def test_the_lab_tokenizer_trains_on_the_shipped_prompt_set() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
+from tpwarden.lab.nvml.build import LIBRARY_NAME, build_nvml_stub
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

@@ -14,9 +14,9 @@ from ruamel.yaml import YAML
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import parse_inventory
-from tpwarden.cluster.lab.inventory import inventory_doc
-from tpwarden.cluster.lab.paths import LabPaths
 from tpwarden.cluster.reports.thermal.remote import agent_argv
+from tpwarden.lab.inventory import inventory_doc
+from tpwarden.lab.paths import LabPaths
 from tpwarden.watchdog.prometheus_config import PromOptions, build_config, duration, render_yaml
 from typer.testing import CliRunner
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tpwarden.cluster.lab import sensors as s
+from tpwarden.lab import sensors as s
 
 
 def run(

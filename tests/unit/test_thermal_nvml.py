@@ -38,7 +38,7 @@ clock_event_reasons=0x21
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tpwarden.cluster.errors import LabError
-    from tpwarden.cluster.lab.nvml.build import build_nvml_stub
+    from tpwarden.lab.nvml.build import build_nvml_stub
 
     cache = os.environ.get("TPWARDEN_TEST_NVML_BUILD_DIR")
     out = Path(cache) if cache else tmp_path_factory.getbasetemp() / "nvml-stub"

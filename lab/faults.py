@@ -17,10 +17,10 @@ from typing import Any
 import docker
 import docker.errors
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import nodes, sensord
-from tpwarden.cluster.lab.host import write_atomic
-from tpwarden.cluster.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
 from tpwarden.cluster.labels import LABEL_COMPONENT
+from tpwarden.lab import nodes, sensord
+from tpwarden.lab.host import write_atomic
+from tpwarden.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
 
 FILL_NAME = ".tpwarden-lab-fill"
 SIM_KINDS = ("boot_stuck_at", "boot_crash_at", "http_5xx", "engine_dead", "hang", "slow_steps")

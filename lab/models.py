@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tpwarden.cluster.lab.host import write_atomic
-from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.lab.host import write_atomic
+from tpwarden.lab.paths import LabPaths, StepCallback, no_steps
 
 SHARDS = 40
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import docker
 import docker.errors
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import (
+from tpwarden.lab import (
     client_image,
     engine,
     host,
@@ -30,8 +30,8 @@ from tpwarden.cluster.lab import (
     prometheus,
     rootfs,
 )
-from tpwarden.cluster.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
-from tpwarden.cluster.lab.paths import (
+from tpwarden.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
+from tpwarden.lab.paths import (
     CLUSTER_LABEL,
     CLUSTER_NAME,
     NODE_LABEL,
@@ -82,10 +82,10 @@ def _check_host() -> None:
 
 
 def _build_nvml(paths: LabPaths, on_step: StepCallback) -> Path | None:
-    """Hook: the NVML stand-in (cluster.lab.nvml.build); None if it cannot be built here."""
+    """Hook: the NVML stand-in (tpwarden.lab.nvml.build); None if it cannot be built here."""
     try:
         # deferred: without its builder the lab still comes up, with no NVML stub (warned)
-        from tpwarden.cluster.lab.nvml.build import build_nvml_stub
+        from tpwarden.lab.nvml.build import build_nvml_stub
     except ImportError as exc:
         on_step("nvml", f"WARNING: no NVML stub module ({exc}); nodes get no libnvidia-ml")
         return None
@@ -182,7 +182,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
     if host.read_pid(paths.sensord_pid) is not None:
         on_step("sensors", "running")
         return
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
@@ -190,7 +190,7 @@ def _start_sensord(paths: LabPaths, on_step: StepCallback) -> None:
         ),
     }
     pid = host.start_detached(
-        [sys.executable, "-m", "tpwarden.cluster.lab.sensord", str(paths.root)],
+        [sys.executable, "-m", "tpwarden.lab.sensord", str(paths.root)],
         paths.sensord_log,
         paths.sensord_pid,
         env=env,

@@ -1,6 +1,6 @@
 """The lab's sensor daemon: every second, the sensor model writes each node's GPU state and zones.
 
-Runs as ``python -m tpwarden.cluster.lab.sensord ROOT`` in its own process group (started and stopped by
+Runs as ``python -m tpwarden.lab.sensord ROOT`` in its own process group (started and stopped by
 lab.py, pidfile ``ROOT/sensord.pid``). Load comes from the head's ``/metrics``; heat faults come
 from each node's ``heat.json``::
 
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from tpwarden.cluster.lab import sensors
-from tpwarden.cluster.lab.paths import HEAD, NODE_NAMES, LabPaths, NodePaths, node_ip
+from tpwarden.lab import sensors
+from tpwarden.lab.paths import HEAD, NODE_NAMES, LabPaths, NodePaths, node_ip
 
 log = logging.getLogger(__name__)
 INTERVAL_S = 1.0

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.lab import host
-from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.lab import host
+from tpwarden.lab.paths import LabPaths, StepCallback, no_steps
 from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
 
 BINARY = "/usr/bin/prometheus"

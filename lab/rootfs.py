@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import host
-from tpwarden.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.lab import host
+from tpwarden.lab.paths import StepCallback, no_steps
 
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 _BUILD_TIMEOUT_S = 1800

@@ -8,10 +8,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import engine as real_engine
-from tpwarden.cluster.lab import host as host_limits
-from tpwarden.cluster.lab.images import SIM_LATEST
-from tpwarden.cluster.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
+from tpwarden.lab import engine as real_engine
+from tpwarden.lab import host as host_limits
+from tpwarden.lab.images import SIM_LATEST
+from tpwarden.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
 
 ENGINES = ("sim", "real")
 BACKENDS = ("native", "ray")
@@ -161,12 +161,12 @@ def inventory_doc(
             "failures": 3,
             "boot_deadline_s": 120,
             "state_dir": str(paths.watchdog_dir),
-            # on this machine, beside the lab's Prometheus (cluster/lab/prometheus.py)
+            # on this machine, beside the lab's Prometheus (lab/prometheus.py)
             "metrics_host": "127.0.0.1",
             "metrics_port": 9410,
         },
         "thermal": {"interval_s": 1, "dir": "/var/log/tpwarden/thermal"},
-        # The client image carries the real vllm 0.33.0 (cluster/lab/client_image.py).
+        # The client image carries the real vllm 0.33.0 (lab/client_image.py).
         "bench": {
             "client_image": "tpwarden-lab/vllm-client:latest",
             "num_prompts": 32,

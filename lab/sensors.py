@@ -7,7 +7,7 @@ under full load with the 2000 MHz cap, GPU zone 66-70 C, CPU P-core zone 82 C on
 to a temperature for a while.
 
 Writers: :func:`write_gpu_state` (the ``key=value`` file the NVML stub reads; see
-cluster/lab/nvml/nvml_stub.c) and :func:`write_thermal_zones` (a fake ``/sys/class/thermal``).
+lab/nvml/nvml_stub.c) and :func:`write_thermal_zones` (a fake ``/sys/class/thermal``).
 
 Driver: :class:`SensorDriver` with ``tick()``; time and load are injected.
 :class:`MetricsLoadSource` turns the head's ``vllm:num_requests_running`` into a load.
@@ -284,7 +284,7 @@ def write_gpu_state(
         for k in CLOCK_KEYS:
             merged.setdefault(k, "0")
         body = "".join(f"{k}={v}\n" for k, v in merged.items())
-        header = "# tpwarden lab GPU state (see cluster/lab/nvml/nvml_stub.c)\n"
+        header = "# tpwarden lab GPU state (see lab/nvml/nvml_stub.c)\n"
         _atomic_write(path, header + body, durable=True)
 
 

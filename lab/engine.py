@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import client_image, host
-from tpwarden.cluster.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.lab import client_image, host
+from tpwarden.lab.paths import LabPaths, StepCallback, no_steps
 
 ENGINE_REPO = "tpwarden-lab/vllm-cpu"
 ENGINE_LATEST = f"{ENGINE_REPO}:latest"

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import host, sensord, sshc
-from tpwarden.cluster.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
+from tpwarden.lab import host, sensord, sshc
+from tpwarden.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
 
 LOG_FS_SIZE = "16m"
 READY_TIMEOUT_S = 120

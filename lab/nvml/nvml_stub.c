@@ -8,7 +8,7 @@
  *
  * STATE FILE
  *   Path: $TPWARDEN_LAB_GPU_STATE, default /var/lib/tpwarden-lab/gpu/state.
- *   Written by the lab's sensor model (cluster/lab/sensors.py), re-read on every call.
+ *   Written by the lab's sensor model (lab/sensors.py), re-read on every call.
  *   Format: one `key=value` per line; blank lines and lines starting with '#' are ignored;
  *   no quoting, the value runs to the end of the line. Integers may be decimal or 0x-hex.
  *   A key that is absent or empty makes the matching query answer NVML_ERROR_NOT_SUPPORTED.

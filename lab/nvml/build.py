@@ -10,7 +10,7 @@ only). Where it is looked for, in order:
 
 The build is cached: it reruns only when the source, the header or the compiler flags change.
 
-Usage: ``python -m tpwarden.cluster.lab.nvml.build OUT_DIR`` prints the path of the built library.
+Usage: ``python -m tpwarden.lab.nvml.build OUT_DIR`` prints the path of the built library.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def build_nvml_stub(out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m tpwarden.cluster.lab.nvml.build OUT_DIR\n")
+        sys.stderr.write("usage: python -m tpwarden.lab.nvml.build OUT_DIR\n")
         return 2
     try:
         path = build_nvml_stub(Path(args[0]))

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS
 from tpwarden.cluster.errors import LabError
-from tpwarden.cluster.lab import host
-from tpwarden.cluster.lab.paths import StepCallback, no_steps
+from tpwarden.lab import host
+from tpwarden.lab.paths import StepCallback, no_steps
 
 CLIENT_REPO = "tpwarden-lab/vllm-client"
 CLIENT_LATEST = f"{CLIENT_REPO}:latest"
