@@ -25,9 +25,15 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any  # JSONValue's definition only
 
 StrPath = str | os.PathLike[str]
+
+# JSON data as parsed or about to be written: documents, events, evidence payloads. Data, not a
+# collaborator: the one place the strict core spells `Any` (mypy's `disallow_any_explicit` holds
+# everywhere else, so a collaborator typed `Any` fails the type check; pyproject.toml).
+JSONValue = Any
+JSONObject = dict[str, JSONValue]
 
 
 def default_state_dir() -> Path:

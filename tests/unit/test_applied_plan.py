@@ -172,6 +172,9 @@ class PortProber:
 
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
+    def close(self) -> None:
+        pass
+
 
 def test_daemon_follows_a_rollout_to_a_new_port_and_never_restarts_it(tmp_path: Path) -> None:
     # Reproduction: after `rollout --set port=8001` a healthy server was restarted at 12 and

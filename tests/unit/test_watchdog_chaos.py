@@ -161,6 +161,9 @@ class ChaosProber:
     def scrape_metrics(self) -> MetricsSnapshot:
         return MetricsSnapshot(self.world.mono, {"vllm:generation_tokens_total": 5.0})
 
+    def close(self) -> None:
+        pass
+
 
 class ChaosActuator:
     def __init__(self, world: World, fault: Fault, prober: ChaosProber) -> None:
@@ -205,6 +208,12 @@ class ChaosActuator:
         if self.fault.hit("actuator_evidence") == "corrupt":
             return "yesterday"
         return self.started
+
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def close(self) -> None:
+        pass
 
 
 class ChaosPoster:

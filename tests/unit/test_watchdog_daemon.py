@@ -45,6 +45,9 @@ class FakeProber:
     def scrape_metrics(self) -> MetricsSnapshot:
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
+    def close(self) -> None:
+        pass
+
 
 class FakeActuator:
     def __init__(self, state_path: str) -> None:
@@ -65,6 +68,15 @@ class FakeActuator:
 
     def collect_evidence(self) -> dict[str, Any]:
         return {"node1": ["last log line"]}
+
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def server_started_at(self) -> float | None:
+        return None  # unknown: no fencing
+
+    def close(self) -> None:
+        pass
 
 
 def make(
