@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import docker
 import docker.errors
@@ -40,6 +40,7 @@ from tpwarden.cluster.docker_job import (
     tar_files,
     untar_files,
 )
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.labels import (
     LABEL_CLUSTER,
@@ -50,8 +51,10 @@ from tpwarden.cluster.labels import (
 )
 
 if TYPE_CHECKING:
+    from docker.types.daemon import CancellableStream
     from tpwarden.cluster.launch import ContainerPlan
     from tpwarden.cluster.ssh import NodeSession
+    from urllib3._collections import RecentlyUsedContainer
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ def _parse_ts(value: str | None) -> datetime | None:
         return None
 
 
-def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> ContainerInfo:
+def container_info_from_inspect(node: str, attrs: Mapping[str, JSONValue]) -> ContainerInfo:
     """Pure: `docker inspect` JSON -> ContainerInfo."""
     st = attrs.get("State") or {}
     cfg = attrs.get("Config") or {}
@@ -134,18 +137,16 @@ def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> Containe
     )
 
 
-def restart_policy(spec: str) -> dict[str, Any]:
+def restart_policy(spec: str) -> JSONObject:
     """`unless-stopped`, `always`, `no`, `on-failure[:N]` -> the engine's RestartPolicy."""
     name, _, count = (spec or "no").partition(":")
-    policy: dict[str, Any] = {"Name": "" if name == "no" else name}
+    policy: JSONObject = {"Name": "" if name == "no" else name}
     if name == "on-failure" and count:
         policy["MaximumRetryCount"] = int(count)
     return policy
 
 
-def create_kwargs(
-    plan: ContainerPlan, env: Mapping[str, str], api: docker.APIClient
-) -> dict[str, Any]:
+def create_kwargs(plan: ContainerPlan, env: Mapping[str, str], api: docker.APIClient) -> JSONObject:
     """Pure apart from `create_host_config` (which only builds a dict): the create request for
     a plan, with `env` = the plan's env plus resolved secret values."""
     host_config = api.create_host_config(
@@ -218,20 +219,22 @@ class _VerifiedSSHAdapter(SSHHTTPAdapter):
 
     def _create_paramiko_client(self, base_url: str) -> None:  # noqa: ARG002 - docker-py hook
         self.ssh_client = self._session.client()
-        self.ssh_params: dict[str, Any] = {}
+        self.ssh_params: JSONObject = {}
 
     def _connect(self) -> None:
         # called by docker-py when the transport is gone: reconnect (and re-verify) via the
         # gateway instead of its own unverified path
         self.ssh_client = self._session.client()
 
-    def get_connection(self, url: str | bytes, proxies: Any = None) -> Any:
+    def get_connection(
+        self, url: str | bytes, proxies: Mapping[str, str] | None = None
+    ) -> SSHConnectionPool:
         # docker-py keys its SSH pools by the full request URL, so every distinct URL
         # (/containers/X/start, /containers/X/wait, ...) opened a new SSH session that stayed
         # open in its own pool; after ten, sshd (MaxSessions 10) refused new ones. One pool per
         # node keeps the sessions at max_pool_size.
         # types-docker declares `pools` an int; docker-py keeps urllib3's RecentlyUsedContainer
-        pools: Any = self.pools
+        pools = cast("RecentlyUsedContainer[str, SSHConnectionPool]", self.pools)
         transport = self.ssh_client.get_transport() if self.ssh_client else None
         if transport is None or not transport.is_active():
             # The node was cut off and came back: reconnect (re-verified) and drop the pool
@@ -283,7 +286,7 @@ class _BoundedSSHPool(SSHConnectionPool):
 class LogStream:
     """Lines of a followed container log; iterate it, `close()` it from any thread."""
 
-    def __init__(self, node: str, raw: Any) -> None:
+    def __init__(self, node: str, raw: CancellableStream[bytes]) -> None:
         self._node = node
         self._raw = raw
         self._closed = threading.Event()
@@ -536,7 +539,7 @@ class DockerGateway:
 
 
 def wait_watching(
-    api: Any, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
+    api: docker.APIClient, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
     sleep: Callable[[float], None] = time.sleep, role: str = "eval client",
 ) -> int:  # fmt: skip
     """The container's exit code. Without `watch`, one blocking wait; with it, poll the state

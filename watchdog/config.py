@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.settings import WatchdogSpec
 
 # Bounds for the policy knobs that are not (yet) part of WatchdogSpec.
 DEFAULT_BOOT_EXTEND_S = 300.0  # each visible boot-progress change buys at most this much time
@@ -130,14 +131,14 @@ class WatchdogConfig:
     @classmethod
     def from_spec(
         cls,
-        spec: Any,
+        spec: WatchdogSpec,
         *,
         probe_url: str,
         model: str | None = None,
         api_key: str | None = None,
         restart_lock_path: str | None = None,
         state_dir: str | None = None,
-        **overrides: Any,
+        **overrides: object,
     ) -> WatchdogConfig:
         """Build from a `WatchdogSpec` (read by attribute name) plus caller-resolved values."""
         fields = {f.name for f in dataclasses.fields(cls)}
@@ -155,7 +156,7 @@ class WatchdogConfig:
             "metrics_port",
             "state_dir",
         )
-        values: dict[str, Any] = {}
+        values: JSONObject = {}
         for name in spec_names:
             if hasattr(spec, name):
                 values[name] = getattr(spec, name)
@@ -181,10 +182,10 @@ class WatchdogConfig:
 SECRET_SETTINGS = ("api_key", "alert_webhook")  # never in an event: only that they changed
 
 
-def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> dict[str, Any]:
+def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> JSONObject:
     """Every setting that differs, as ``name -> [old, new]`` (a secret as ``"changed"``), for
     the ``plan_changed`` event: which of the watchdog's settings a new applied plan moved."""
-    changes: dict[str, Any] = {}
+    changes: JSONObject = {}
     for f in dataclasses.fields(old):
         before, after = getattr(old, f.name), getattr(new, f.name)
         if f.name == "config_hash" or before == after:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
-from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.watchdog.collaborators import Actuator
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.exporter import WatchdogMetrics
@@ -29,10 +30,19 @@ from tpwarden.watchdog.runtime import CallTimedOut, RestartJobOverdue
 from tpwarden.watchdog.state import FileLock, WatchdogLocked
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
+T = TypeVar("T")
 
 CLOCK_STEP_NOTE_S = 60.0  # wall and steady clocks apart by more than this: a step, recorded
 # The dossier bounds itself (tpwarden.cluster.incident, 10 s for all nodes); this is the net.
 DOSSIER_CALL_TIMEOUT_S = 15.0
+
+
+class _Record(Protocol):  # `DaemonIO._record`: an event, never raises
+    def __call__(self, kind: str, **fields: JSONValue) -> None: ...
+
+
+class _BoundedCall(Protocol):  # `Watchdog._cluster_call`: fn() bounded in time
+    def __call__(self, fn: Callable[[], T], what: str, timeout_s: float | None = None) -> T: ...
 
 
 class RestartPath:
@@ -51,9 +61,9 @@ class RestartPath:
     _clock_step_seen: float | None
     evidence_timeout_s: float
     _last_dossier: JSONObject | None = None  # the newest stored dossier's summary
-    _record: Callable[..., None]
+    _record: _Record
     _commit: Callable[[PolicyState, list[Decision]], None]
-    _cluster_call: Callable[..., object]  # `Watchdog._cluster_call`: fn() bounded in time
+    _cluster_call: _BoundedCall
     _seam_error: Callable[[str, BaseException], None]
 
     def _restart(self, d: Restart) -> None:
@@ -133,8 +143,6 @@ class RestartPath:
             doc = self._cluster_call(lambda: take(d.reason), "dossier", DOSSIER_CALL_TIMEOUT_S)
             if doc is None:
                 return None
-            if not isinstance(doc, dict):
-                raise TypeError(f"the dossier is a {type(doc).__name__}, not a JSON object")
             doc["restart_id"] = d.restart_id
             ident = IncidentStore(self.config.state_dir).save(doc)
         except Exception as exc:  # noqa: BLE001 - the dossier is best effort

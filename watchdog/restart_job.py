@@ -14,15 +14,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Protocol, TextIO
 
 from tpwarden.cluster.applied import read_applied
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory import load_inventory
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh_identity import SshIdentity
 from tpwarden.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
+
+
+class ControllerFactory(Protocol):
+    """`Controller` itself (tests inject a fake)."""
+
+    def __call__(
+        self,
+        spec: ClusterSpec,
+        *,
+        state_dir: str | None,
+        applied_source: tuple[str, str] | None,
+    ) -> Controller: ...
 
 
 def restart_job(
@@ -32,7 +44,7 @@ def restart_job(
     identity: SshIdentity = SshIdentity(),
     *,
     out: TextIO | None = None,
-    controller: Callable[..., Any] | None = None,
+    controller: ControllerFactory | None = None,
 ) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
     one JSON line (the result) to `out` (stdout) and returns the exit status (0 applied,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 import time
-from datetime import UTC
+from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from tpwarden.watchdog.thermal import (
 )
 from tpwarden.watchdog.thermal.export import report_from_dir, write_csv, write_plot
 from tpwarden.watchdog.thermal.localtime import local, local_iso, parse_tz, parse_window, span_text
-from tpwarden.watchdog.thermal.report import report_to_json
+from tpwarden.watchdog.thermal.report import FieldReport, report_to_json
 
 
 @app.command()
@@ -124,7 +124,7 @@ def report(
         raise typer.Exit(1)
 
 
-def _render(console: Console, rep: Any, zone: Any = UTC) -> None:
+def _render(console: Console, rep: FieldReport, zone: tzinfo = UTC) -> None:
     t = Table(title=f"Thermal {span_text(rep.since, rep.until, zone)}, every {rep.interval_s:g} s")
     for col in (
         "node",

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import docker.errors
 import paramiko
 import requests
 from packaging.utils import canonicalize_name
 from tpwarden.cluster.docker_gw import DockerGateway
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import DockerError, TpwardenError
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,
@@ -51,7 +51,7 @@ class ImagePlan:
     built: bool = False
     wheel_files: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         f = self.facts
         return {
             "base": self.base,
@@ -75,17 +75,17 @@ def _docker(gw: DockerGateway, what: str) -> Iterator[None]:
 
 
 def _image_id(gw: DockerGateway, ref: str) -> str | None:
-    api: Any = gw.api  # docker-py is untyped
+    api = gw.api
     with _docker(gw, f"inspect {ref}"):
         try:
-            return str(api.inspect_image(ref)["Id"])
+            return str(api.inspect_image(ref)["Id"])  # type: ignore[no-untyped-call]  # stub
         except docker.errors.ImageNotFound:
             return None
 
 
 def base_facts(gw: DockerGateway, base: str) -> BaseFacts:
     """Run FACTS_SCRIPT with the base image's python3 (no network, removed after)."""
-    api: Any = gw.api
+    api = gw.api
     cid = None
     with _docker(gw, f"facts of {base}"):
         try:
@@ -135,7 +135,7 @@ def build(
     with tempfile.TemporaryFile() as ctx, _docker(gw, f"build {plan.tag}"):
         ctx.write(build_context(plan.dockerfile, files))
         ctx.seek(0)
-        api: Any = gw.api
+        api = gw.api
         stream = api.build(
             fileobj=ctx, custom_context=True, encoding="gzip", tag=plan.tag, rm=True,
             forcerm=True, pull=False, network_mode="none", decode=True, timeout=BUILD_TIMEOUT_S,
@@ -156,7 +156,7 @@ def wheel_files(deps: Path, wheels: dict[str, str | None]) -> list[Path]:
     return out
 
 
-def _follow(stream: Any, tag: str, log: Callable[[str], None]) -> None:
+def _follow(stream: Iterable[JSONObject], tag: str, log: Callable[[str], None]) -> None:
     tail: list[str] = []
     for chunk in stream:
         if "error" in chunk:

@@ -7,14 +7,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner
 from tpwarden.cluster.boot_phase import BootPhase
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.control.results import ApplyResult
-from tpwarden.cluster.durable import atomic_write_json, json_bytes
+from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.durable import JSONObject, atomic_write_json, json_bytes
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
 from tpwarden.cluster.spec import ClusterSpec
@@ -29,7 +28,7 @@ class ControllerCluster:
     `tpwarden restart`, so a rollout restart looks the same in the history."""
 
     def __init__(
-        self, on_event: Callable[[Any], None] | None = None, who: str = "tpwarden-rollout"
+        self, on_event: Callable[[ControlEvent], None] | None = None, who: str = "tpwarden-rollout"
     ):
         self.on_event = on_event
         self.who = who
@@ -82,7 +81,7 @@ class WatchdogHolder:
         self.by = by
         self.path = hold_path(spec.watchdog.state_dir)
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: JSONObject) -> None:
         wrote = False
         if os.path.isdir(self.spec.watchdog.state_dir):
             atomic_write_json(self.path, doc)
@@ -124,7 +123,7 @@ ROW_METRICS = (
 )
 
 
-def measurement_rows(bench_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+def measurement_rows(bench_rows: list[JSONObject]) -> dict[int, dict[str, float]]:
     """Bench rows -> {concurrency: {metric: value}}; a metric without a value is left out."""
     return {
         int(row["level"]): {
