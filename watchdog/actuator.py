@@ -223,9 +223,12 @@ def build_actuator(
     control_state_dir: str | None = None,
     applied_path: str | None = None,
     identity: SshIdentity = SshIdentity(),
+    *,
+    spawn: Spawn | None = None,
 ) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
     cluster control keeps events.jsonl/boots.jsonl (default: tpwarden's, as for an operator);
     `applied_path`: the applied plan a restart replays; `identity`: the SSH key and known_hosts
-    of the host the watchdog runs on, in place of the plan's (which are the control machine's)."""
-    return ControllerActuator(spec, control_state_dir, applied_path, identity)
+    of the host the watchdog runs on, in place of the plan's (which are the control machine's);
+    `spawn`: how the restart job is started (`subprocess.Popen`; tests inject a fake)."""
+    return ControllerActuator(spec, control_state_dir, applied_path, identity, spawn=spawn)

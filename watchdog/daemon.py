@@ -73,6 +73,7 @@ class Watchdog(DaemonIO, RestartPath):
         policy: Policy | None = None,
         follow: Callable[[], PlanChange | None] | None = None,
         daily: DailyReport | None = None,
+        restart_lock: FileLock | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -87,7 +88,8 @@ class Watchdog(DaemonIO, RestartPath):
         self._follow_error: str | None = None
         self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
         self._lock = FileLock(config.lock_path)
-        self._restart_lock = (
+        # the cluster-wide restart lock (default: the config's path, if any)
+        self._restart_lock = restart_lock or (
             FileLock(config.restart_lock_path) if config.restart_lock_path else None
         )
         self._state: PolicyState | None = None

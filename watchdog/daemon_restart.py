@@ -61,6 +61,7 @@ class RestartPath:
     _clock_step_seen: float | None
     evidence_timeout_s: float
     _last_dossier: JSONObject | None = None  # the newest stored dossier's summary
+    dossier_timeout_s: float = DOSSIER_CALL_TIMEOUT_S  # the bound of one dossier call
     _record: _Record
     _commit: Callable[[PolicyState, list[Decision]], None]
     _cluster_call: _BoundedCall
@@ -140,7 +141,7 @@ class RestartPath:
         an ``error`` in the evidence, and the restart goes on. None: the actuator takes none."""
         take = self._actuator.collect_dossier
         try:
-            doc = self._cluster_call(lambda: take(d.reason), "dossier", DOSSIER_CALL_TIMEOUT_S)
+            doc = self._cluster_call(lambda: take(d.reason), "dossier", self.dossier_timeout_s)
             if doc is None:
                 return None
             doc["restart_id"] = d.restart_id

@@ -70,8 +70,9 @@ def restart_job(
     return 0 if doc["ok"] else 1
 
 
-def main(argv: list[str]) -> int:
-    """`INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]` -> exit status."""
+def main(argv: list[str], controller: ControllerFactory | None = None) -> int:
+    """`INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]` -> exit status.
+    `controller`: as for `restart_job` (tests inject a fake)."""
     parser = argparse.ArgumentParser(prog=f"python -m {RESTART_JOB_MODULE}")
     parser.add_argument("inventory")
     parser.add_argument("why")
@@ -80,7 +81,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--known-hosts")
     args = parser.parse_args(argv)
     identity = SshIdentity(args.ssh_key, args.known_hosts)
-    return restart_job(args.inventory, args.why, args.control_state_dir, identity)
+    return restart_job(
+        args.inventory, args.why, args.control_state_dir, identity, controller=controller
+    )
 
 
 if __name__ == "__main__":

@@ -76,10 +76,19 @@ class WatchdogHolder:
     head node, wherever the watchdog's state directory exists. Released at the end (or it
     expires on its own)."""
 
-    def __init__(self, spec: ClusterSpec, by: str = "tpwarden-rollout") -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        by: str = "tpwarden-rollout",
+        *,
+        controller: Callable[[ClusterSpec], Controller] = Controller,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.spec = spec
         self.by = by
         self.path = hold_path(spec.watchdog.state_dir)
+        self._controller = controller  # cluster control, to reach the head (tests inject)
+        self._clock = clock
 
     def _write(self, doc: JSONObject) -> None:
         wrote = False
@@ -87,7 +96,7 @@ class WatchdogHolder:
             atomic_write_json(self.path, doc)
             wrote = True
         try:
-            with Controller(self.spec) as ctl:
+            with self._controller(self.spec) as ctl:
                 session = ctl.session(self.spec.head)
                 if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
                     session.put_atomic(json_bytes(doc), self.path)
@@ -101,11 +110,11 @@ class WatchdogHolder:
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
         self._write(
-            hold_document(until=until, reason=reason, by=self.by, now=time.time(), kind=kind)
+            hold_document(until=until, reason=reason, by=self.by, now=self._clock(), kind=kind)
         )
 
     def release(self) -> None:
-        self._write(release_document(by=self.by, now=time.time()))
+        self._write(release_document(by=self.by, now=self._clock()))
 
 
 QUICK_LEVELS = (1, 8, 32)

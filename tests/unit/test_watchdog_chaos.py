@@ -315,8 +315,8 @@ def _watchdog(cfg: WatchdogConfig, world: World, fault: Fault, prober: Any, actu
         ChaosLog(cfg.events_path, clock, fault, world),
         Alerter(webhook=cfg.alert_webhook, poster=poster, clock=world.wall),
         metrics=WatchdogMetrics(),
+        restart_lock=ChaosLock(str(cfg.restart_lock_path), fault, world),
     )
-    wd._restart_lock = ChaosLock(str(cfg.restart_lock_path), fault, world)
     return wd
 
 
