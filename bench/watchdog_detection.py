@@ -185,6 +185,15 @@ def cadence_run(
         def collect_evidence(self) -> dict:
             return {}
 
+        def collect_dossier(self, reason: str) -> dict | None:
+            return None  # takes no dossier
+
+        def server_started_at(self) -> float | None:
+            return None  # unknown: no fencing
+
+        def close(self) -> None:
+            pass
+
     class HangAfterFirstOk(Prober):
         def probe(self):  # type: ignore[no-untyped-def]
             result = super().probe()

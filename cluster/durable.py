@@ -27,11 +27,17 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any  # JSONValue's definition only
 
 log = logging.getLogger(__name__)
 
 StrPath = str | os.PathLike[str]
+
+# JSON data as parsed or about to be written: documents, events, evidence payloads. Data, not a
+# collaborator: the one place the strict core spells `Any` (mypy's `disallow_any_explicit` holds
+# everywhere else, so a collaborator typed `Any` fails the type check; pyproject.toml).
+JSONValue = Any  # type: ignore[explicit-any]
+JSONObject = dict[str, JSONValue]
 
 
 def default_state_dir() -> Path:
@@ -89,18 +95,18 @@ def atomic_write_text(path: StrPath, text: str, *, mode: int = 0o600, sync: bool
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode, sync=sync)
 
 
-def json_bytes(data: Any) -> bytes:
+def json_bytes(data: JSONValue) -> bytes:
     """The encoding of tpwarden's JSON state files (`atomic_write_json`): indented by one, keys
     sorted, ASCII, newline-terminated. Also what is copied to a node for a remote state file."""
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def atomic_write_json(path: StrPath, data: Any, *, mode: int = 0o600) -> None:
+def atomic_write_json(path: StrPath, data: JSONValue, *, mode: int = 0o600) -> None:
     """Write a JSON state file (`json_bytes`) atomically and durably; private by default."""
     atomic_write_bytes(path, json_bytes(data), mode=mode)
 
 
-def read_json(path: StrPath) -> Any | None:
+def read_json(path: StrPath) -> JSONValue | None:
     """The decoded file, or None when it does not exist."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -110,7 +116,7 @@ def read_json(path: StrPath) -> Any | None:
 
 
 # ---- JSON lines ---------------------------------------------------------------------------------
-def json_line(record: Mapping[str, Any], *, sort_keys: bool = True) -> bytes:
+def json_line(record: Mapping[str, JSONValue], *, sort_keys: bool = True) -> bytes:
     """One record as one line of tpwarden's JSON-lines files (`default=str` for timestamps and
     paths); `sort_keys=False` keeps the caller's key order (the watchdog's `ts`, `kind` first)."""
     return (json.dumps(dict(record), sort_keys=sort_keys, default=str) + "\n").encode()
@@ -155,7 +161,7 @@ class JsonlLog:
         self._fd: int | None = None
         self._lock = threading.Lock()
 
-    def append(self, record: Mapping[str, Any]) -> None:
+    def append(self, record: Mapping[str, JSONValue]) -> None:
         line = json_line(record, sort_keys=self._sort_keys)
         with self._lock:
             if self._fd is None:
@@ -171,7 +177,7 @@ class JsonlLog:
                 self._close()
                 raise
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[JSONObject]:
         return read_jsonl(self.path)
 
     def _close(self) -> None:
@@ -190,13 +196,13 @@ class JsonlLog:
         self.close()
 
 
-def append_jsonl(path: StrPath, record: Mapping[str, Any], *, sort_keys: bool = True) -> None:
+def append_jsonl(path: StrPath, record: Mapping[str, JSONValue], *, sort_keys: bool = True) -> None:
     """Append one record to `path` (open, write, fsync, close): for occasional records."""
     with JsonlLog(path, sort_keys=sort_keys) as log:
         log.append(record)
 
 
-def iter_jsonl(path: StrPath) -> Iterator[dict[str, Any] | None]:
+def iter_jsonl(path: StrPath) -> Iterator[JSONObject | None]:
     """Each non-blank line of a JSON-lines file, read as it streams: its record, or None for a
     line that is skipped (torn by a writer killed mid-line, undecodable, or not an object).
     A missing file yields nothing."""
@@ -215,10 +221,10 @@ def iter_jsonl(path: StrPath) -> Iterator[dict[str, Any] | None]:
         return
 
 
-def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
+def scan_jsonl(path: StrPath) -> tuple[list[JSONObject], int]:
     """(every complete record, oldest first; how many lines were skipped): `iter_jsonl`
     collected."""
-    records: list[dict[str, Any]] = []
+    records: list[JSONObject] = []
     skipped = 0
     for rec in iter_jsonl(path):
         if rec is None:
@@ -228,7 +234,7 @@ def scan_jsonl(path: StrPath) -> tuple[list[dict[str, Any]], int]:
     return records, skipped
 
 
-def read_jsonl(path: StrPath) -> list[dict[str, Any]]:
+def read_jsonl(path: StrPath) -> list[JSONObject]:
     """Every complete record of a JSON-lines file (`scan_jsonl` without the count)."""
     return scan_jsonl(path)[0]
 

@@ -13,9 +13,8 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from tpwarden.cluster.durable import JsonlLog, iter_jsonl
+from tpwarden.cluster.durable import JsonlLog, JSONObject, JSONValue, iter_jsonl
 
 
 def rotated_path(path: str) -> str:
@@ -33,7 +32,7 @@ class EventLog:
         self._max_bytes = max_bytes
         self._log = JsonlLog(path, sort_keys=False)
 
-    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def append(self, kind: str, **fields: JSONValue) -> JSONObject:
         record = {"ts": self._clock(), "kind": kind, **fields}
         self._log.append(record)
         if self._max_bytes is not None and os.path.getsize(self.path) >= self._max_bytes:
@@ -47,7 +46,7 @@ class EventLog:
 
 @dataclass(frozen=True)
 class EventRead:
-    events: list[dict[str, Any]]
+    events: list[JSONObject]
     skipped_lines: int
 
 
@@ -55,7 +54,7 @@ def read_events(path: str, limit: int | None = None, since: float | None = None)
     """Every well-formed record of the rotated file and the current one, oldest first (the
     last `limit` when given; with `since`, none stamped earlier), read line by line. Torn or
     non-object lines are skipped."""
-    events: deque[dict[str, Any]] = deque(maxlen=limit)
+    events: deque[JSONObject] = deque(maxlen=limit)
     skipped = 0
     for part in (rotated_path(path), path):
         for rec in iter_jsonl(part):
@@ -66,6 +65,6 @@ def read_events(path: str, limit: int | None = None, since: float | None = None)
     return EventRead(list(events), skipped)
 
 
-def _before(rec: dict[str, Any], since: float) -> bool:
+def _before(rec: JSONObject, since: float) -> bool:
     ts = rec.get("ts")
     return isinstance(ts, int | float) and not isinstance(ts, bool) and ts < since

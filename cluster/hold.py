@@ -13,9 +13,8 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
 
-from tpwarden.cluster.durable import atomic_write_json, move_aside, read_json
+from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, move_aside, read_json
 
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
 
@@ -35,13 +34,13 @@ class OperatorHold:
 
 def hold_document(
     *, until: float, reason: str, by: str, now: float, kind: str = "hold"
-) -> dict[str, Any]:
+) -> JSONObject:
     """hold.json holding restarts until `until` (`kind` "down": an intentional stop)."""
     hold = {"until": until, "reason": reason, "by": by, "set_at": now, "kind": kind}
     return {"hold": hold, "released_at": None}
 
 
-def release_document(*, by: str, now: float) -> dict[str, Any]:
+def release_document(*, by: str, now: float) -> JSONObject:
     """hold.json after a release: restarts re-armed at `now`."""
     return {"hold": None, "released_at": now, "released_by": by}
 
@@ -65,13 +64,13 @@ class HoldRead:
     moved_to: str | None = None
 
 
-def _finite(v: Any, what: str) -> float:
+def _finite(v: JSONValue, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{what} {v!r} is not a finite number")
     return float(v)
 
 
-def _parse_hold(data: Any, path: str) -> tuple[OperatorHold | None, float | None]:
+def _parse_hold(data: JSONValue, path: str) -> tuple[OperatorHold | None, float | None]:
     if not isinstance(data, dict):
         raise ValueError("not an object")
     h = data.get("hold")

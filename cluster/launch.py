@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from tpwarden.cluster.container_settings import DeviceSpec, UlimitSpec
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import FlagTable
 from tpwarden.cluster.labels import (
@@ -127,7 +127,7 @@ class ContainerPlan:
         worker runs only `ray start`)."""
         return self.exec_after_start or self.command
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         env = dict(self.env)
         for name, ref in self.secret_env.items():
             env[name] = _ref_text(ref)
@@ -177,7 +177,7 @@ class ClusterPlan:
     def for_node(self, node: str) -> ContainerPlan:
         return next(c for c in self.containers if c.node == node)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "cluster": self.cluster,
             "config_hash": self.config_hash,
@@ -254,7 +254,7 @@ def vllm_serve_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
     if s.model.tokenizer:
         argv += ["--tokenizer", s.model.tokenizer]
     if s.drafter:
-        config: dict[str, Any] = {"method": s.drafter.method}
+        config: JSONObject = {"method": s.drafter.method}
         if s.drafter.path:
             config["model"] = s.drafter.path
         config["num_speculative_tokens"] = s.drafter.num_speculative_tokens

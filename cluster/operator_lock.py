@@ -23,9 +23,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.spec import ClusterSpec
 
 DOWN_HOLD_S = 7 * 24 * 3600.0  # the longest hold the watchdog accepts; `up` ends it sooner
 
@@ -53,7 +54,7 @@ class Holder(Protocol):
     def release(self) -> None: ...
 
 
-def cluster_lock_path(spec: Any, state_dir: str | None = None) -> str:
+def cluster_lock_path(spec: ClusterSpec, state_dir: str | None = None) -> str:
     """The cluster-wide restart lock, next to the watchdog's state dir on this machine."""
     sd = state_dir or spec.watchdog.state_dir
     return os.path.join(os.path.dirname(os.path.abspath(sd)), f"restart-{spec.name}.lock")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from tpwarden.cluster.container_settings import ContainerSpec
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.flag_tables import parse_version
 from tpwarden.cluster.report_settings import ReportSpec
 
@@ -45,7 +46,7 @@ _SIZE_UNITS = {
 }
 
 
-def parse_size(value: Any) -> int:
+def parse_size(value: object) -> int:
     """Parse a byte size: 17179869184, "16GiB", "16Gi", "16G" (binary, as vLLM reads "16G"),
     "16g" (decimal, as vLLM reads it), "16GB" (decimal, SI)."""
     if isinstance(value, bool):
@@ -343,7 +344,7 @@ class WatchdogSpec(_Model):
 
     @field_validator("alert_webhook", mode="before")
     @classmethod
-    def _webhook_url(cls, value: Any) -> Any:
+    def _webhook_url(cls, value: object) -> object:
         # one message for the form given (a union would report both members' errors)
         if isinstance(value, dict):
             try:
@@ -357,7 +358,7 @@ class WatchdogSpec(_Model):
 
     @field_validator("restart_window_s")
     @classmethod
-    def _window_covers_a_boot(cls, value: float, info: ValidationInfo) -> float:
+    def _window_covers_a_boot(cls, value: float, info: ValidationInfo[object]) -> float:
         # max_restarts per window is the restart budget; a window shorter than one boot lets
         # every restart leave the window before the next, so the budget would never run out
         deadline = info.data.get("boot_deadline_s")
@@ -436,7 +437,7 @@ class TpwardenSettings(_Model):
     enforce_eager: bool = Field(
         False, description="--enforce-eager (no CUDA graphs, no torch.compile)."
     )
-    chat_template_kwargs: dict[str, Any] = Field(
+    chat_template_kwargs: JSONObject = Field(
         default_factory=dict,
         description="--default-chat-template-kwargs, e.g. {enable_thinking: false}.",
     )

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 from tpwarden.cluster.container_settings import ContainerSpec
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.flag_tables import FlagChoice
 from tpwarden.cluster.report_settings import ReportSpec
 from tpwarden.cluster.settings import (
@@ -62,7 +63,7 @@ class ServingSpec:
     kv_cache: KvCacheSpec
     max_model_len: int | None
     enforce_eager: bool
-    chat_template_kwargs: dict[str, Any]
+    chat_template_kwargs: JSONObject
     gpu_clock_cap_mhz: int | None
     host: str
     port: int
@@ -137,7 +138,7 @@ class ClusterSpec:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-_LATER_SETTINGS: tuple[tuple[str, Any], ...] = (
+_LATER_SETTINGS: tuple[tuple[str, JSONValue], ...] = (
     ("ipc_mode", "host"),
     ("drafter.prompt_lookup_min", None),
     ("drafter.prompt_lookup_max", None),
@@ -153,7 +154,7 @@ _LATER_SETTINGS: tuple[tuple[str, Any], ...] = (
 )
 
 
-def _drop_default(doc: dict[str, Any], dotted: str, default: Any) -> None:
+def _drop_default(doc: JSONObject, dotted: str, default: JSONValue) -> None:
     *parents, key = dotted.split(".")
     for part in parents:
         doc = doc.get(part) if isinstance(doc, dict) else None  # type: ignore[assignment]
@@ -161,7 +162,7 @@ def _drop_default(doc: dict[str, Any], dotted: str, default: Any) -> None:
         del doc[key]
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JSONValue:
     if isinstance(value, BaseModel):
         return value.model_dump()
     if hasattr(value, "__dataclass_fields__"):
@@ -196,7 +197,7 @@ def serving_from_settings(s: TpwardenSettings) -> ServingSpec:
     )
 
 
-def thermal_metrics_address(thermal: Any, node: Any) -> tuple[str, int]:
+def thermal_metrics_address(thermal: ThermalSpec, node: NodeSpec) -> tuple[str, int]:
     """Where ``node``'s thermal agent serves /metrics: its host vars
     (tpwarden_thermal_metrics_host/_port), else tpwarden.thermal.metrics_host/_port."""
     host = getattr(node, "thermal_metrics_host", None) or thermal.metrics_host

@@ -13,7 +13,8 @@ import os
 import socket
 import sys
 import time
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -57,9 +58,9 @@ def _gpu_pids() -> set[int]:
     return pids
 
 
-def _zones() -> list[dict[str, Any]]:
+def _zones() -> list[JSONObject]:
     base = "/sys/class/thermal"
-    zones: list[dict[str, Any]] = []
+    zones: list[JSONObject] = []
     try:
         names = sorted(n for n in os.listdir(base) if n.startswith("thermal_zone"))
     except OSError:
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> int:
     time.sleep(sample_s)
     dt, b = time.monotonic() - t0, _cpu_ticks()
     gpu = _gpu_pids()
-    procs: list[dict[str, Any]] = []
+    procs: list[JSONObject] = []
     for pid, (ticks, comm) in b.items():
         pct = 100.0 * (ticks - a.get(pid, (ticks, comm))[0]) / HZ / dt
         if pct >= min_cpu or pid in gpu:

@@ -24,9 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tpwarden.cluster.durable import atomic_write_json, read_json
+from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, read_json
 
 RECORD_VERSION = 1
 DEFAULT_RECORD_PATH = "/run/tpwarden/clock-cap.json"
@@ -70,7 +69,7 @@ def make_record(
     mhz: int | None,
     answers: Sequence[LockAnswer],
     now: float,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The JSON record of one ``cap``/``reset``: ``ok`` only if every GPU answered SUCCESS."""
     return {
         "version": RECORD_VERSION,
@@ -82,12 +81,12 @@ def make_record(
     }
 
 
-def write_record(record: Mapping[str, Any], path: Path | None = None) -> None:
+def write_record(record: Mapping[str, JSONValue], path: Path | None = None) -> None:
     """Atomically replace the record (world-readable: ``clocks show`` runs unprivileged)."""
     atomic_write_json(path or record_path(), dict(record), mode=0o644)
 
 
-def read_record(path: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def read_record(path: Path | None = None) -> tuple[JSONObject | None, str | None]:
     """``(record, None)``, or ``(None, reason)`` when there is none or it cannot be read."""
     where = path or record_path()
     try:
@@ -109,7 +108,7 @@ def utc(t: object) -> str:
 
 
 def recorded_cap(
-    record: Mapping[str, Any] | None, reason: str | None, index: int
+    record: Mapping[str, JSONValue] | None, reason: str | None, index: int
 ) -> tuple[int | None, str]:
     """The cap GPU ``index`` runs under by the record: ``(mhz, why)`` or ``(None, why)``."""
     if record is None:
@@ -139,14 +138,14 @@ class CapReading:
     time_unix_s: float | None = None
 
 
-def _refusal(gpus: Sequence[Mapping[str, Any]]) -> str:
+def _refusal(gpus: Sequence[Mapping[str, JSONValue]]) -> str:
     bad = [g for g in gpus if g.get("code") != 0]
     return "; ".join(
         f"GPU{g.get('index')}: NVML answered {g.get('answer')} ({g.get('message')})" for g in bad
     )
 
 
-def read_cap(doc: Mapping[str, Any]) -> CapReading:
+def read_cap(doc: Mapping[str, JSONValue]) -> CapReading:
     """Pure: the collector's JSON (``clock_cap`` and ``gpus``) -> what the record proves."""
     cap = doc.get("clock_cap") or {}
     record = cap.get("record")
@@ -169,7 +168,7 @@ def read_cap(doc: Mapping[str, Any]) -> CapReading:
     return CapReading("set", mhz, text, _violations(doc.get("gpus") or (), mhz), t)
 
 
-def _violations(gpus: Sequence[Mapping[str, Any]], mhz: int | None) -> dict[int, str]:
+def _violations(gpus: Sequence[Mapping[str, JSONValue]], mhz: int | None) -> dict[int, str]:
     out: dict[int, str] = {}
     if mhz is None:
         return out
@@ -183,7 +182,7 @@ def _violations(gpus: Sequence[Mapping[str, Any]], mhz: int | None) -> dict[int,
     return out
 
 
-def annotate_gpus(doc: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+def annotate_gpus(doc: Mapping[str, JSONValue]) -> tuple[JSONObject, ...]:
     """The collector's GPU rows, each with ``clock_cap`` (the reading's text),
     ``clock_cap_state``, ``clock_cap_time_unix_s`` (of the lock call) and
     ``clock_cap_violation`` (text or None) added; nothing removed."""

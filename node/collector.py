@@ -35,16 +35,20 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.node import clockcap
 from tpwarden.node.dossier import collect_dossier
-from tpwarden.node.memory import read_node_memory
+from tpwarden.node.memory import NodeMemory, read_node_memory
 
 COLLECTOR_VERSION = 1
 
+if TYPE_CHECKING:  # imported lazily at run time: pynvml may be absent on the node
+    from tpwarden.node.gpu import Nvml
 
-def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, Any]:
+
+def node_memory_json(read_memory: Callable[[], NodeMemory] | None = None) -> JSONObject:
     """The node's memory as JSON; an unreadable one is ``{"error": ...}``, never a failure."""
     try:
         if read_memory is None:
@@ -54,7 +58,7 @@ def node_memory_json(read_memory: Callable[[], Any] | None = None) -> dict[str, 
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _gpu_facts(lib: str | None) -> tuple[dict[str, Any], Any]:
+def _gpu_facts(lib: str | None) -> tuple[JSONObject, Nvml | None]:
     try:
         from tpwarden.node import gpu  # imported lazily: pynvml may be absent on the node
     except ImportError as e:
@@ -74,7 +78,7 @@ def _milli(path: Path) -> float | None:
     return int(path.read_text().strip()) / 1000.0
 
 
-def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
+def read_zones(root: str | Path = "/sys/class/thermal") -> list[JSONObject]:
     """ACPI thermal zones for `tpwarden status`: name, type, °C and the critical trip. A zone
     that cannot be read gets ``temp_c`` None and a reason; one bad zone never spoils the list
     (the thermal agent's sysfs gateway does the same for the night's samples)."""
@@ -88,7 +92,7 @@ def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
         return []
     out = []
     for name in names:
-        z: dict[str, Any] = {"name": name, "type": None, "temp_c": None, "critical_c": None}
+        z: JSONObject = {"name": name, "type": None, "temp_c": None, "critical_c": None}
         try:
             z["type"] = (base / name / "type").read_text().strip()
             z["temp_c"] = _milli(base / name / "temp")
@@ -106,9 +110,9 @@ def read_zones(root: str | Path = "/sys/class/thermal") -> list[dict[str, Any]]:
     return out
 
 
-def check_ports(ports: list[int], host: str = "0.0.0.0") -> dict[str, Any]:
+def check_ports(ports: list[int], host: str = "0.0.0.0") -> JSONObject:
     """Port -> {"free": bool, "reason"}; binds (without listening) and releases at once."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             # As servers do: TIME-WAIT leftovers of a stopped server must not read as "in use".
@@ -122,11 +126,11 @@ def check_ports(ports: list[int], host: str = "0.0.0.0") -> dict[str, Any]:
     return out
 
 
-def check_paths(paths: list[str]) -> dict[str, Any]:
+def check_paths(paths: list[str]) -> JSONObject:
     return {p: {"exists": os.path.exists(p), "is_dir": os.path.isdir(p)} for p in paths}
 
 
-def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | None]:
+def _lock(args: argparse.Namespace, doc: JSONObject) -> tuple[Nvml, str | None]:
     """``cap``/``reset``: make the lock call and record each GPU's answer on the node (the only
     proof NVML gives) in ``doc["clock_cap"]``. Returns the gateway (to close) and the refusal."""
     facts, nvml = _gpu_facts(args.nvml_lib)
@@ -141,7 +145,7 @@ def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | Non
         raise
     mhz = args.mhz if args.action == "cap" else None
     record = clockcap.make_record(args.action, mhz, answers, time.time())
-    stored: dict[str, Any] = {"record": record, "path": str(clockcap.record_path())}
+    stored: JSONObject = {"record": record, "path": str(clockcap.record_path())}
     try:
         clockcap.write_record(record)
         stored["reason"] = None
@@ -156,14 +160,14 @@ def _lock(args: argparse.Namespace, doc: dict[str, Any]) -> tuple[Any, str | Non
     return nvml, f"cannot {what} GPU clocks on GPU {a.index}: {clockcap.refusal_text(a)}"
 
 
-def _shown_cap(doc: dict[str, Any]) -> None:
+def _shown_cap(doc: JSONObject) -> None:
     """``show``: the node's clock-cap record as stored (``record`` None with ``reason``)."""
     record, reason = clockcap.read_record()
     doc["clock_cap"] = {"record": record, "reason": reason, "path": str(clockcap.record_path())}
 
 
 def _gpu_action(
-    args: argparse.Namespace, doc: dict[str, Any], read_memory: Callable[[], Any] | None
+    args: argparse.Namespace, doc: JSONObject, read_memory: Callable[[], NodeMemory] | None
 ) -> None:
     nvml = None
     try:
@@ -190,7 +194,7 @@ def _gpu_action(
             nvml.close()
 
 
-def _dossier_action(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+def _dossier_action(args: argparse.Namespace, doc: JSONObject) -> None:
     """The node's part of an incident dossier, then the NVML facts of that moment (a failure
     of either is reported in the JSON; the other still counts)."""
     try:
@@ -211,7 +215,7 @@ def _dossier_action(args: argparse.Namespace, doc: dict[str, Any]) -> None:
             nvml.close()
 
 
-def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = None) -> int:
+def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | None = None) -> int:
     """``read_memory`` (tests) replaces cluster.memory.read_node_memory."""
     ap = argparse.ArgumentParser(prog="tpwarden-collector")
     ap.add_argument("--nvml-lib", default=os.environ.get("TPWARDEN_NVML_LIB"))
@@ -235,7 +239,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], Any] | None = 
     dossier.add_argument("--since", type=float, default=600.0, help="kernel log, seconds back")
     dossier.add_argument("--pyspy", action="append", default=[], help="py-spy paths to try")
     args = ap.parse_args(argv)
-    doc: dict[str, Any] = {
+    doc: JSONObject = {
         "collector": COLLECTOR_VERSION,
         "host": socket.gethostname(),
         "euid": os.geteuid(),

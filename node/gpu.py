@@ -25,16 +25,20 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Generic, TypeVar
+from typing import Generic, Never, ParamSpec, TypeVar
 
 import pynvml
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import NvmlError
 from tpwarden.node import clockcap
 from tpwarden.node.clockcap import LockAnswer
 
 log = logging.getLogger(__name__)
 
+P = ParamSpec("P")
 T = TypeVar("T")
+U = TypeVar("U")
+V = TypeVar("V", covariant=True)  # a Reading of nothing (no handle) stands for any field
 LibraryLoader = Callable[[], ctypes.CDLL]
 
 _MIB = 1024 * 1024
@@ -84,10 +88,10 @@ def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Reading(Generic[T]):
+class Reading(Generic[V]):
     """One value NVML was asked for: ``value``, or ``None`` and the ``reason`` it is missing."""
 
-    value: T | None
+    value: V | None
     reason: str | None = None
 
     @property
@@ -134,14 +138,14 @@ class GpuSample:
     clock_event_reasons_mask: Reading[int]
     clock_event_reasons: Reading[tuple[str, ...]]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """JSON-ready dict: values (``null`` when missing) plus ``missing: {field: reason}``."""
-        row: dict[str, Any] = {"index": self.index}
+        row: JSONObject = {"index": self.index}
         missing: dict[str, str] = {}
         for f in fields(self):
             if f.name == "index":
                 continue
-            reading: Reading[Any] = getattr(self, f.name)
+            reading: Reading[object] = getattr(self, f.name)
             value = reading.value
             row[f.name] = list(value) if isinstance(value, tuple) else value
             if value is None:
@@ -196,9 +200,9 @@ def _status_from(exc: pynvml.NVMLError) -> NvmlStatus:
     return NvmlStatus(state="error", reason=f"NVML init failed: error {exc.value} ({exc})")
 
 
-def _call(fn: Callable[..., Any], *args: Any) -> Reading[Any]:
+def _call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Reading[T]:
     try:
-        return Reading(fn(*args))
+        return Reading(fn(*args, **kwargs))
     except pynvml.NVMLError as exc:
         reason = _describe(exc, getattr(fn, "__name__", "nvml"))
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
@@ -206,11 +210,13 @@ def _call(fn: Callable[..., Any], *args: Any) -> Reading[Any]:
         return Reading(None, reason)
 
 
-def _convert(reading: Reading[Any], fn: Callable[[Any], Any]) -> Reading[Any]:
-    return Reading(fn(reading.value)) if reading.value is not None else reading
+def _convert(reading: Reading[T], fn: Callable[[T], U]) -> Reading[U]:
+    return (
+        Reading(fn(reading.value)) if reading.value is not None else Reading(None, reading.reason)
+    )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -314,10 +320,10 @@ class Nvml:
         record, why = clockcap.read_record()
         return [self._sample(i, record, why) for i in range(status.device_count)]
 
-    def _sample(self, index: int, record: dict[str, Any] | None, why: str | None) -> GpuSample:
+    def _sample(self, index: int, record: JSONObject | None, why: str | None) -> GpuSample:
         handle = _call(pynvml.nvmlDeviceGetHandleByIndex, index)
         if not handle.ok:
-            gone: Reading[Any] = Reading(None, handle.reason)
+            gone: Reading[Never] = Reading(None, handle.reason)
             names = [f.name for f in fields(GpuSample) if f.name != "index"]
             return GpuSample(index=index, **{name: gone for name in names})
         h = handle.value
@@ -363,7 +369,7 @@ class Nvml:
         )
 
     @staticmethod
-    def _temperature(h: Any) -> Reading[int]:
+    def _temperature(h: object) -> Reading[int]:
         temp = _call(pynvml.nvmlDeviceGetTemperatureV, h, pynvml.NVML_TEMPERATURE_GPU)
         if temp.ok or "not in this NVML" not in (temp.reason or ""):
             return temp
@@ -395,7 +401,7 @@ class Nvml:
         """Every GPU's answer to ``nvmlDeviceResetGpuLockedClocks``."""
         return self._each_device("reset GPU clocks", pynvml.nvmlDeviceResetGpuLockedClocks)
 
-    def _each_device(self, what: str, action: Callable[[Any], None]) -> tuple[LockAnswer, ...]:
+    def _each_device(self, what: str, action: Callable[[object], None]) -> tuple[LockAnswer, ...]:
         status = self.status()
         if not status.available:
             raise NvmlError(f"cannot {what}: {status.reason}")
@@ -416,9 +422,7 @@ def _raise_refusal(what: str, answers: tuple[LockAnswer, ...]) -> None:
             raise NvmlError(f"cannot {what} on GPU {a.index}: {clockcap.refusal_text(a)}")
 
 
-def collect_json(
-    nvml: Nvml | None = None, clock: Callable[[], float] = time.time
-) -> dict[str, Any]:
+def collect_json(nvml: Nvml | None = None, clock: Callable[[], float] = time.time) -> JSONObject:
     """Everything NVML knows, as a JSON-serialisable dict (for the node-side collector).
 
     Shape: ``{"time_unix_s", "nvml": {state, reason, versions, device_count, available},

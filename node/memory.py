@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
+
+from tpwarden.cluster.durable import JSONObject
 
 MEMINFO = Path("/proc/meminfo")
 
@@ -29,11 +31,21 @@ class NodeMemory:
         """What a workload holds: total minus what could be had without swapping."""
         return self.total_bytes - self.available_bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {**asdict(self), "used_bytes": self.used_bytes}
 
 
-def from_virtual_memory(vm: Any, source: str = "psutil") -> NodeMemory:
+class VirtualMemory(Protocol):
+    """What a psutil ``svmem`` gives that this module reads."""
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def available(self) -> int: ...
+
+
+def from_virtual_memory(vm: VirtualMemory, source: str = "psutil") -> NodeMemory:
     """A psutil ``svmem`` (or anything with ``total`` and ``available``) -> NodeMemory."""
     return NodeMemory(int(vm.total), int(vm.available), source)
 
@@ -51,7 +63,7 @@ def parse_meminfo(text: str) -> NodeMemory:
     return NodeMemory(kb["MemTotal"] * 1024, kb["MemAvailable"] * 1024, str(MEMINFO))
 
 
-def _psutil_virtual_memory() -> Callable[[], Any] | None:
+def _psutil_virtual_memory() -> Callable[[], VirtualMemory] | None:
     try:
         # deferred: the nodes' zipapps run on python3 without psutil (/proc/meminfo then)
         import psutil
@@ -61,7 +73,7 @@ def _psutil_virtual_memory() -> Callable[[], Any] | None:
 
 
 def read_node_memory(
-    virtual_memory: Callable[[], Any] | None = None,
+    virtual_memory: Callable[[], VirtualMemory] | None = None,
     read_meminfo: Callable[[], str] | None = None,
 ) -> NodeMemory:
     """psutil's reading; /proc/meminfo when this interpreter has no psutil. Both injectable."""
@@ -72,7 +84,7 @@ def read_node_memory(
 
 
 def memory_reader(
-    virtual_memory: Callable[[], Any] | None = None,
+    virtual_memory: Callable[[], VirtualMemory] | None = None,
 ) -> Callable[[], NodeMemory]:
     """A reader bound once (the import is looked up once, not per sample)."""
     vm = virtual_memory or _psutil_virtual_memory()

@@ -15,13 +15,16 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Literal, Protocol
 
 from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.results import ApplyResult
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ProbeError, TpwardenError
 from tpwarden.cluster.reports.incident import capture
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.runtime import RestartJobOverdue
@@ -31,6 +34,21 @@ EVIDENCE_LOG_LINES = 50
 EVIDENCE_MAX_CHARS = 8000  # per node, and for the /metrics snapshot
 WATCHDOG_WHO = "tpwarden-watchdog"  # `who` of the watchdog's restarts in events.jsonl
 RESTART_JOB_MODULE = "tpwarden.watchdog.restart_job"  # run as `python -m RESTART_JOB_MODULE`
+
+
+class Spawn(Protocol):
+    """How the restart job is started: `subprocess.Popen` (tests inject a fake)."""
+
+    def __call__(
+        self,
+        args: list[str],
+        *,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        start_new_session: bool,
+        text: Literal[True],
+    ) -> subprocess.Popen[str]: ...
 
 
 class ControllerActuator:
@@ -52,13 +70,13 @@ class ControllerActuator:
 
     def __init__(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         control_state_dir: str | None = None,
         applied_path: str | None = None,
         identity: SshIdentity = SshIdentity(),
         *,
         controller: Controller | None = None,
-        spawn: Callable[..., Any] | None = None,
+        spawn: Spawn | None = None,
     ) -> None:
         self.spec = identity.apply(spec)
         self.control_state_dir = control_state_dir
@@ -82,7 +100,7 @@ class ControllerActuator:
             argv.append(str(self.control_state_dir))
         return argv + self.identity.argv()  # the plan is the control machine's; the key is ours
 
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+    def restart(self, reason: str, evidence: JSONObject) -> None:
         why = f"watchdog: {reason}"
         argv = self.restart_job_argv(why)
         if argv is None:
@@ -129,11 +147,9 @@ class ControllerActuator:
         c = self.controller.head_container()
         return c.started_at.timestamp() if c is not None and c.started_at else None
 
-    def collect_evidence(self) -> dict[str, Any]:
+    def collect_evidence(self) -> JSONObject:
         lines = self.controller.last_log_lines(tail=EVIDENCE_LOG_LINES)
-        doc: dict[str, Any] = {
-            "last_log_lines": {k: v[-EVIDENCE_MAX_CHARS:] for k, v in lines.items()}
-        }
+        doc: JSONObject = {"last_log_lines": {k: v[-EVIDENCE_MAX_CHARS:] for k, v in lines.items()}}
         try:
             status_code, page = self.controller.metrics_page(timeout_s=5.0)
         except ProbeError as exc:
@@ -146,7 +162,7 @@ class ControllerActuator:
         doc["metrics"] = {"status_code": status_code, "text": text[:EVIDENCE_MAX_CHARS]}
         return doc
 
-    def collect_dossier(self, reason: str) -> dict[str, Any]:
+    def collect_dossier(self, reason: str) -> JSONObject:
         return capture(self.spec, self.controller.nodes, reason)
 
     def close(self) -> None:
@@ -178,7 +194,7 @@ def boot_reading(progress: BootProgress) -> BootReading:
     return BootReading(progress.phase.value, float(counter), progress.failed)
 
 
-def result_doc(result: Any, spec: Any) -> dict[str, Any]:
+def result_doc(result: ApplyResult, spec: ClusterSpec) -> JSONObject:
     """ApplyResult -> JSON. `apply()` stops at the first failed wave, so nodes of later waves
     have no outcome at all: a node without an outcome is a failure too, not a silent pass."""
     outcomes = {o.node: {"ok": o.ok, "message": o.message} for o in result.outcomes}
@@ -191,7 +207,7 @@ def result_doc(result: Any, spec: Any) -> dict[str, Any]:
     }
 
 
-def raise_unless_applied(doc: dict[str, Any]) -> None:
+def raise_unless_applied(doc: JSONObject) -> None:
     """TpwardenError naming every node that failed, unless the restart job's `doc` says ok."""
     if doc.get("ok"):
         return
@@ -203,13 +219,16 @@ def raise_unless_applied(doc: dict[str, Any]) -> None:
 
 
 def build_actuator(
-    spec: Any,
+    spec: ClusterSpec,
     control_state_dir: str | None = None,
     applied_path: str | None = None,
     identity: SshIdentity = SshIdentity(),
+    *,
+    spawn: Spawn | None = None,
 ) -> ControllerActuator:
     """THE single place that binds the watchdog to cluster control. `control_state_dir`: where
     cluster control keeps events.jsonl/boots.jsonl (default: tpwarden's, as for an operator);
     `applied_path`: the applied plan a restart replays; `identity`: the SSH key and known_hosts
-    of the host the watchdog runs on, in place of the plan's (which are the control machine's)."""
-    return ControllerActuator(spec, control_state_dir, applied_path, identity)
+    of the host the watchdog runs on, in place of the plan's (which are the control machine's);
+    `spawn`: how the restart job is started (`subprocess.Popen`; tests inject a fake)."""
+    return ControllerActuator(spec, control_state_dir, applied_path, identity, spawn=spawn)

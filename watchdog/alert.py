@@ -15,16 +15,39 @@ import logging
 import math
 import subprocess
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import httpx
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.watchdog.alertmanager import alertmanager_payload
 
 log = logging.getLogger(__name__)
 
-Runner = Callable[..., subprocess.CompletedProcess[bytes]]
-Poster = Callable[..., Any]
+
+class Runner(Protocol):
+    """How the alert command runs: `subprocess.run` (tests inject a fake)."""
+
+    def __call__(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes,
+        capture_output: bool,
+        timeout: float,
+        check: bool,
+        shell: bool,
+    ) -> subprocess.CompletedProcess[bytes]: ...
+
+
+class Poster(Protocol):
+    """How the webhook is posted: `httpx.post` (tests inject a fake)."""
+
+    def __call__(
+        self, url: str, *, content: bytes, headers: Mapping[str, str], timeout: float
+    ) -> httpx.Response: ...
+
+
 WEBHOOK_FORMATS = ("tpwarden", "alertmanager")
 
 
@@ -58,7 +81,7 @@ class Alerter:
     def configured(self) -> bool:
         return bool(self._command or self._webhook)
 
-    def send(self, incident: dict[str, Any]) -> list[str]:
+    def send(self, incident: JSONObject) -> list[str]:
         """Deliver `incident`; returns the problems met (empty list = delivered everywhere)."""
         problems: list[str] = []
         payload = json.dumps(incident, default=str).encode()
@@ -113,12 +136,12 @@ class Outbox:
         self._alerter = alerter
         self._first = first_retry_s
         self._max = max_retry_s
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[JSONObject] = []
 
-    def add(self, incident: dict[str, Any], now: float) -> None:
+    def add(self, incident: JSONObject, now: float) -> None:
         self.pending.append({"incident": incident, "attempts": 0, "next_at": now, "problems": []})
 
-    def load(self, pending: list[Any]) -> list[tuple[Any, str]]:
+    def load(self, pending: list[JSONValue]) -> list[tuple[JSONValue, str]]:
         """Take the items a previous daemon left; returns the malformed ones dropped, with why
         (an item without `next_at` would otherwise raise on every flush)."""
         self.pending, dropped = [], []
@@ -130,11 +153,11 @@ class Outbox:
                 dropped.append((repr(item)[:300], why))
         return dropped
 
-    def flush(self, now: float) -> list[dict[str, Any]]:
+    def flush(self, now: float) -> list[JSONObject]:
         """Try every alert that is due; returns one report per attempt made (or per malformed
         item dropped: `dropped` true). A hook that raises is a failed attempt, retried."""
-        reports: list[dict[str, Any]] = []
-        keep: list[dict[str, Any]] = []
+        reports: list[JSONObject] = []
+        keep: list[JSONObject] = []
         for item in self.pending:
             why = item_problem(item)
             if why is not None:
@@ -172,7 +195,7 @@ class Outbox:
         return reports
 
 
-def item_problem(item: Any) -> str | None:
+def item_problem(item: JSONValue) -> str | None:
     """Why an outbox item cannot be used (None: it can)."""
     if not isinstance(item, dict):
         return f"outbox item is {type(item).__name__}, not an object"

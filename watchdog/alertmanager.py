@@ -15,7 +15,8 @@ the rule's, so one receiver route and one silence cover both paths.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 RECEIVER = "tpwarden-watchdog"
 NEVER = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert that has not resolved
@@ -69,7 +70,7 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def alertmanager_payload(incident: dict[str, Any], now: float) -> dict[str, Any]:
+def alertmanager_payload(incident: JSONObject, now: float) -> JSONObject:
     """The webhook body for one incident (firing; tpwarden sends no resolved notice)."""
     category = str(incident.get("category") or "unknown")
     name, severity, runbook = alert_identity(category)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.hold import hold_path
 from tpwarden.cluster.settings import WatchdogSpec
@@ -42,9 +43,7 @@ SPEC_NAMES = (
     "metrics_port",
     "state_dir",
 )
-SPEC_DEFAULTS: dict[str, Any] = {
-    name: WatchdogSpec.model_fields[name].default for name in SPEC_NAMES
-}
+SPEC_DEFAULTS: JSONObject = {name: WatchdogSpec.model_fields[name].default for name in SPEC_NAMES}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,12 +135,12 @@ class WatchdogConfig:
         restart_lock_path: str | None = None,
         state_dir: str | None = None,
         alert_webhook: str | None = None,
-        **overrides: Any,
+        **overrides: object,
     ) -> WatchdogConfig:
         """Build from a validated `WatchdogSpec` plus caller-resolved values. `alert_webhook`
         is the resolved URL (the spec may hold a reference to it, `wiring.resolve_webhook`);
         left None, the spec's own URL is used (an unresolved reference is a ConfigError)."""
-        values: dict[str, Any] = {name: getattr(spec, name) for name in SPEC_NAMES}
+        values: JSONObject = {name: getattr(spec, name) for name in SPEC_NAMES}
         if spec.alert_command is not None:
             values["alert_command"] = tuple(spec.alert_command)
         if alert_webhook is not None:
@@ -169,10 +168,10 @@ class WatchdogConfig:
 SECRET_SETTINGS = ("api_key", "alert_webhook")  # never in an event: only that they changed
 
 
-def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> dict[str, Any]:
+def config_changes(old: WatchdogConfig, new: WatchdogConfig) -> JSONObject:
     """Every setting that differs, as ``name -> [old, new]`` (a secret as ``"changed"``), for
     the ``plan_changed`` event: which of the watchdog's settings a new applied plan moved."""
-    changes: dict[str, Any] = {}
+    changes: JSONObject = {}
     for f in dataclasses.fields(old):
         before, after = getattr(old, f.name), getattr(new, f.name)
         if f.name == "config_hash" or before == after:

@@ -22,12 +22,16 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TypeVar
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.event_log import EventLog
 from tpwarden.cluster.operator_lock import FileLock
-from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, Prober, ProbeResult
+from tpwarden.cluster.vllm.probe import Outcome, Prober
 from tpwarden.watchdog.alert import Alerter, Outbox
+from tpwarden.watchdog.collaborators import Actuator as Actuator
+from tpwarden.watchdog.collaborators import PlanChange as PlanChange
+from tpwarden.watchdog.collaborators import Prober as ProberLike
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon_io import DaemonIO
 from tpwarden.watchdog.daemon_restart import RestartPath
@@ -45,46 +49,15 @@ from tpwarden.watchdog.policy_state import (
     WatchdogPhase,
     decision_name,
 )
-from tpwarden.watchdog.runtime import Cadence, SteadyClock, bounded
+from tpwarden.watchdog.runtime import Cadence, RestartJobOverdue, SteadyClock, bounded
 from tpwarden.watchdog.state import StateStore
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 REPORT_EVENT_FIELDS = ("incident_id", "headline", "window", "missing")
 TICK_ERRORS_ALERT = 3  # this many failed ticks in a row -> one alert (category tick_errors)
-
-
-class Actuator(Protocol):
-    """Cluster control as the watchdog sees it (implemented in `tpwarden.cluster.control.controller`)."""
-
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
-        """Restart the whole server (all ranks). Raises on failure."""
-
-    def boot_progress(self) -> BootReading | None:
-        """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown
-        (the real actuator reads it from the head's log: `tpwarden.watchdog.actuator`)."""
-
-    def collect_evidence(self) -> dict[str, Any]:
-        """Last log lines per node (and anything else worth keeping before a restart)."""
-
-    # Optional: `server_started_at() -> float | None` (epoch of the head container's start),
-    # used to fence off a restart that someone else already made (see `_restart`).
-
-
-@dataclasses.dataclass(frozen=True)
-class PlanChange:
-    """A new applied plan to follow: its settings, a prober and an actuator built for it."""
-
-    config: WatchdogConfig
-    prober: Any
-    actuator: Any
-    detail: dict[str, Any]
-
-
-class ProberLike(Protocol):
-    def probe(self) -> ProbeResult: ...
-
-    def scrape_metrics(self) -> MetricsSnapshot: ...
 
 
 class Watchdog(DaemonIO, RestartPath):
@@ -101,6 +74,7 @@ class Watchdog(DaemonIO, RestartPath):
         policy: Policy | None = None,
         follow: Callable[[], PlanChange | None] | None = None,
         daily: DailyReport | None = None,
+        restart_lock: FileLock | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -115,7 +89,8 @@ class Watchdog(DaemonIO, RestartPath):
         self._follow_error: str | None = None
         self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
         self._lock = FileLock(config.lock_path)
-        self._restart_lock = (
+        # the cluster-wide restart lock (default: the config's path, if any)
+        self._restart_lock = restart_lock or (
             FileLock(config.restart_lock_path) if config.restart_lock_path else None
         )
         self._state: PolicyState | None = None
@@ -124,7 +99,9 @@ class Watchdog(DaemonIO, RestartPath):
         self._outbox = Outbox(alerter, max_retry_s=config.alert_retry_max_s)
         self._broken_writes: set[str] = set()  # "state" / "events" failing right now
         self._failed_ticks = 0  # consecutive ticks that raised
-        self._overdue_job: Any = None  # a restart job past the actuator's wait, still running
+        self._overdue_job: RestartJobOverdue | None = (
+            None  # a restart job past the actuator's wait, still running
+        )
         self._clock_step_seen: float | None = None
         self._wall: Callable[[], float] = time.time  # /metrics timestamps (Prometheus time())
         # A call into the cluster (boot progress, evidence) waits at most this long per tick.
@@ -151,7 +128,7 @@ class Watchdog(DaemonIO, RestartPath):
         self._record(
             "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
         )
-        for aside, error in getattr(self._store, "quarantined", ()):
+        for aside, error in self._store.quarantined:
             self._file_invalid("state", self.config.state_path, aside, error)
         if loaded is not None and loaded.restart_in_progress:
             self._record(
@@ -172,9 +149,7 @@ class Watchdog(DaemonIO, RestartPath):
             self._events.close()
             if self._metrics is not None:
                 self._metrics.close()
-            close = getattr(self._prober, "close", None)
-            if callable(close):
-                close()
+            self._prober.close()
 
     def start(self) -> None:
         """Run ticks on a background thread; returns at once. Pair with `stop()`."""
@@ -229,7 +204,7 @@ class Watchdog(DaemonIO, RestartPath):
         else:
             self._failed_ticks = 0
 
-    def _post_report(self, payload: dict[str, Any]) -> None:
+    def _post_report(self, payload: JSONObject) -> None:
         """The daily report's job hands its payload here (from the scheduler's thread): queued
         and sent like an alert, under the tick lock, so the event log and the outbox have one
         writer at a time and an undelivered report is retried with the alerts."""
@@ -276,9 +251,7 @@ class Watchdog(DaemonIO, RestartPath):
             self._flush_alerts()
             return decisions
 
-    def _cluster_call(
-        self, fn: Callable[[], Any], what: str, timeout_s: float | None = None
-    ) -> Any:
+    def _cluster_call(self, fn: Callable[[], T], what: str, timeout_s: float | None = None) -> T:
         """A bounded call into the cluster: a frozen node costs this one wait, not the loop."""
         return bounded(fn, timeout_s or self.cluster_call_timeout_s, what)
 
@@ -326,7 +299,7 @@ class Watchdog(DaemonIO, RestartPath):
             | self._dossier_fields(a.incident_id)
         )
 
-    def _dossier_fields(self, incident_id: str) -> dict[str, Any]:
+    def _dossier_fields(self, incident_id: str) -> JSONObject:
         """The suspect of this incident's dossier, for the alert (issue 32); nothing when no
         dossier was taken in this incident."""
         last = self._last_dossier

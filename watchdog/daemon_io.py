@@ -8,14 +8,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
 
-from tpwarden.cluster.durable import atomic_write_json, read_json
-from tpwarden.cluster.hold import load_hold
-from tpwarden.watchdog.config import config_changes
+from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, read_json
+from tpwarden.cluster.event_log import EventLog
+from tpwarden.cluster.hold import OperatorHold, load_hold
+from tpwarden.watchdog.alert import Outbox
+from tpwarden.watchdog.collaborators import Actuator, PlanChange, Prober
+from tpwarden.watchdog.config import WatchdogConfig, config_changes
 from tpwarden.watchdog.daily import DailyReport
+from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import PolicyConfig, PolicyState
+from tpwarden.watchdog.runtime import Cadence
+from tpwarden.watchdog.state import StateStore
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
 
@@ -25,25 +31,25 @@ class DaemonIO:
     _broken_writes, _follow, _follow_error, _prober, _actuator, _policy, _state, _cadence,
     _daily."""
 
-    _events: Any
-    _store: Any
-    _metrics: Any
-    _outbox: Any
-    _clock: Any
+    _events: EventLog
+    _store: StateStore
+    _metrics: WatchdogMetrics | None
+    _outbox: Outbox
+    _clock: Callable[[], float]
     _broken_writes: set[str]
-    _follow: Any
+    _follow: Callable[[], PlanChange | None] | None
     _follow_error: str | None
     _hold_error: str | None = None
-    _prober: Any
-    _actuator: Any
+    _prober: Prober
+    _actuator: Actuator
     _policy: Policy
     _state: PolicyState | None
-    _cadence: Any
+    _cadence: Cadence | None
     _daily: DailyReport | None
-    config: Any
+    config: WatchdogConfig
 
     # -- writes that may fail (full disk) and alerts that may not arrive --------------------
-    def _record(self, kind: str, **fields: Any) -> None:
+    def _record(self, kind: str, **fields: JSONValue) -> None:
         """Append an event; a failed write is counted and alerted, never raised."""
         try:
             self._events.append(kind, **fields)
@@ -81,7 +87,7 @@ class DaemonIO:
             }
         )
 
-    def _read_hold(self) -> tuple[Any, float | None]:
+    def _read_hold(self) -> tuple[OperatorHold | None, float | None]:
         got = load_hold(self.config.hold_path, quarantine=True)
         if got.invalid is not None and got.invalid != self._hold_error:
             self._file_invalid("hold", self.config.hold_path, got.moved_to, got.invalid)
@@ -111,7 +117,7 @@ class DaemonIO:
             self._broken_writes.discard(what)
             self._record("write_recovered", what=what)
 
-    def _queue_alert(self, incident: dict[str, Any]) -> None:
+    def _queue_alert(self, incident: JSONObject) -> None:
         incident = {"at": self._clock(), "probe_url": self.config.probe_url} | incident
         self._outbox.add(incident, self._clock())
         if self._metrics is not None:
@@ -188,10 +194,8 @@ class DaemonIO:
             metrics_host=old.metrics_host,
             metrics_port=old.metrics_port,
         )
-        for old_part in (self._prober, self._actuator):
-            close = getattr(old_part, "close", None)
-            if callable(close):
-                close()
+        self._prober.close()
+        self._actuator.close()
         self._prober, self._actuator = change.prober, change.actuator
         self._policy = Policy(PolicyConfig.from_config(self.config))
         if self._cadence is not None:

@@ -17,18 +17,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
 
-from tpwarden.cluster.operator_lock import WatchdogLocked
+from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.operator_lock import FileLock, WatchdogLocked
+from tpwarden.watchdog.collaborators import Actuator
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.incidents import IncidentStore
-from tpwarden.watchdog.policy_state import Restart
-from tpwarden.watchdog.runtime import CallTimedOut
+from tpwarden.watchdog.policy import Policy
+from tpwarden.watchdog.policy_state import Decision, PolicyState, Restart
+from tpwarden.watchdog.runtime import CallTimedOut, RestartJobOverdue
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
+T = TypeVar("T")
 
 CLOCK_STEP_NOTE_S = 60.0  # wall and steady clocks apart by more than this: a step, recorded
 # The dossier bounds itself (tpwarden.cluster.reports.incident, 10 s for all nodes); this is the net.
 DOSSIER_CALL_TIMEOUT_S = 15.0
+
+
+class _Record(Protocol):  # `DaemonIO._record`: an event, never raises
+    def __call__(self, kind: str, **fields: JSONValue) -> None: ...
+
+
+class _BoundedCall(Protocol):  # `Watchdog._cluster_call`: fn() bounded in time
+    def __call__(self, fn: Callable[[], T], what: str, timeout_s: float | None = None) -> T: ...
 
 
 class RestartPath:
@@ -36,21 +50,22 @@ class RestartPath:
     _restart_lock, _overdue_job, _clock_step_seen, _record, _commit, _cluster_call,
     _seam_error, evidence_timeout_s."""
 
-    config: Any
-    _actuator: Any
-    _clock: Any
-    _metrics: Any
-    _policy: Any
-    _state: Any
-    _restart_lock: Any
-    _overdue_job: Any
+    config: WatchdogConfig
+    _actuator: Actuator
+    _clock: Callable[[], float]
+    _metrics: WatchdogMetrics | None
+    _policy: Policy
+    _state: PolicyState | None
+    _restart_lock: FileLock | None
+    _overdue_job: RestartJobOverdue | None
     _clock_step_seen: float | None
     evidence_timeout_s: float
-    _record: Callable[..., None]
-    _commit: Callable[..., None]
-    _cluster_call: Callable[..., Any]
+    _last_dossier: JSONObject | None = None  # the newest stored dossier's summary
+    dossier_timeout_s: float = DOSSIER_CALL_TIMEOUT_S  # the bound of one dossier call
+    _record: _Record
+    _commit: Callable[[PolicyState, list[Decision]], None]
+    _cluster_call: _BoundedCall
     _seam_error: Callable[[str, BaseException], None]
-    _last_dossier: dict[str, Any] | None = None  # the newest stored dossier's summary
 
     def _restart(self, d: Restart) -> None:
         """Restart, then always hand the result to the policy (ok, failed or skipped)."""
@@ -63,6 +78,7 @@ class RestartPath:
             self._record("restart_skipped", restart_id=d.restart_id, error=error)
         else:
             self._record("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
+        assert self._state is not None
         state, more = self._policy.on_restart_result(
             self._state, self._clock(), ok=ok, error=error, skipped=skipped
         )
@@ -86,14 +102,16 @@ class RestartPath:
         )
         # After restart_begin, so the time from the last counted failure to the decision's
         # record is what it was; the dossier's own cost is its took_s (issue 32).
-        if getattr(self._actuator, "collect_dossier", None) is not None:
-            evidence["incident"] = self._take_dossier(d)
-            self._record("incident_dossier", restart_id=d.restart_id, **evidence["incident"])
+        dossier = self._take_dossier(d)
+        if dossier is not None:
+            evidence["incident"] = dossier
+            self._record("incident_dossier", restart_id=d.restart_id, **dossier)
         lock = self._restart_lock
         if lock is not None:
             if lock.held:  # our own earlier restart job is still running
                 job = self._overdue_job
-                return False, f"restart job (pid {getattr(job, 'pid', '?')}) still running", True
+                pid = job.pid if job is not None else "?"
+                return False, f"restart job (pid {pid}) still running", True
             try:
                 lock.acquire(f"restart_id={d.restart_id}")
             except WatchdogLocked as exc:
@@ -108,26 +126,24 @@ class RestartPath:
             try:
                 self._actuator.restart(d.reason, evidence)
             except Exception as exc:  # noqa: BLE001 - the actuator raises on failure
-                still_running = getattr(exc, "still_running", None)
-                if lock is not None and callable(still_running) and still_running():
+                if lock is not None and isinstance(exc, RestartJobOverdue) and exc.still_running():
                     keep_lock, self._overdue_job = True, exc
-                    pid = getattr(exc, "pid", None)
-                    self._record("restart_job_overdue", restart_id=d.restart_id, pid=pid)
+                    self._record("restart_job_overdue", restart_id=d.restart_id, pid=exc.pid)
                 return False, f"{type(exc).__name__}: {exc}", False
             return True, "", False
         finally:
             if lock is not None and not keep_lock:
                 lock.release()
 
-    def _take_dossier(self, d: Restart) -> dict[str, Any]:
+    def _take_dossier(self, d: Restart) -> JSONObject | None:
         """Which rank hung, and where (issue 32): the incident dossier, stored with this
         restart under the state dir. Bounded, and never in the restart's way: any failure is
-        an ``error`` in the evidence, and the restart goes on."""
-        take = getattr(self._actuator, "collect_dossier", None)
-        if take is None:
-            return {"error": "this actuator takes no dossier"}
+        an ``error`` in the evidence, and the restart goes on. None: the actuator takes none."""
+        take = self._actuator.collect_dossier
         try:
-            doc = self._cluster_call(lambda: take(d.reason), "dossier", DOSSIER_CALL_TIMEOUT_S)
+            doc = self._cluster_call(lambda: take(d.reason), "dossier", self.dossier_timeout_s)
+            if doc is None:
+                return None
             doc["restart_id"] = d.restart_id
             ident = IncidentStore(self.config.state_dir).save(doc)
         except Exception as exc:  # noqa: BLE001 - the dossier is best effort
@@ -136,7 +152,7 @@ class RestartPath:
         v = doc.get("verdict") or {}
         summary = {
             "id": ident,
-            "incident_id": getattr(self._state, "incident_id", None),
+            "incident_id": self._state.incident_id if self._state is not None else None,
             "suspect": v.get("suspect"),
             "summary": v.get("summary"),
             "took_s": doc.get("took_s"),
@@ -159,7 +175,7 @@ class RestartPath:
         self._overdue_job = None
         if self._restart_lock is not None:
             self._restart_lock.release()
-        self._record("restart_job_ended", pid=getattr(job, "pid", None))
+        self._record("restart_job_ended", pid=job.pid)
 
     def _wall_offset(self) -> float:
         """wall - steady now (0 without a wall clock). A step is recorded once per size."""
@@ -187,9 +203,7 @@ class RestartPath:
         less one probe period: refusals of a boot that began just before it), or after the boot
         this watchdog is timing, the restart was made by someone else -> skip.
         """
-        started_at = getattr(self._actuator, "server_started_at", None)
-        if not callable(started_at):
-            return None
+        assert self._state is not None
         if d.cause == "boot_deadline":
             since = self._state.boot_started_at
         else:
@@ -205,7 +219,7 @@ class RestartPath:
             return None
         since += offset  # steady -> wall: the container's start is the node's wall time
         try:
-            started = self._cluster_call(started_at, "started_at")
+            started = self._cluster_call(self._actuator.server_started_at, "started_at")
         except (Exception, CallTimedOut) as exc:  # cannot tell: restarting is the safe side
             log.warning("server_started_at() failed: %s", exc)
             return None

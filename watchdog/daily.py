@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from datetime import time as dtime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.report_settings import clock_time, zone
 from tpwarden.watchdog.config import ReportConfig
 
@@ -39,7 +39,7 @@ JOB_ID = "morning-report"
 # stepped) still goes out within this long; later than that it waits for the next day.
 MISFIRE_GRACE_S = 3600
 
-Builder = Callable[[ReportConfig, float], dict[str, Any]]
+Builder = Callable[[ReportConfig, float], JSONObject]
 
 
 class DailyTrigger(BaseTrigger):  # type: ignore[misc]  # APScheduler 3 ships no types
@@ -91,10 +91,10 @@ class DailyReport:
         # lookup on hosts without a configured local zone
         self._scheduler = scheduler or BackgroundScheduler(daemon=True, timezone=UTC)
         self._wall = wall
-        self._post: Callable[[dict[str, Any]], None] | None = None
+        self._post: Callable[[JSONObject], None] | None = None
         self.report: ReportConfig | None = None
 
-    def start(self, report: ReportConfig | None, post: Callable[[dict[str, Any]], None]) -> None:
+    def start(self, report: ReportConfig | None, post: Callable[[JSONObject], None]) -> None:
         self._post = post
         self.apply(report)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 from tpwarden.cluster.errors import TpwardenError
@@ -97,8 +98,8 @@ class WatchdogMetrics:
             "The probe timeout in force (for the probes-stopped alert).",
             registry=r,
         )
-        self._server: Any = None
-        self._thread: Any = None
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP server; returns the bound port (useful with port 0)."""

@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.reports.thermal.fakes import (
     FakeGpuSampler,
     FakeReading,
@@ -88,7 +88,7 @@ def thermal_collector(sysfs_dir: Path) -> Collector:
     """A ThermalCollector after one real tick that exercises every family the agent exports."""
 
     class _Writer:
-        def write(self, record: dict[str, Any]) -> bool:
+        def write(self, record: JSONObject) -> bool:
             return True
 
     discrete = dataclasses.replace(

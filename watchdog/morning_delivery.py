@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.reports.morning import headline, morning_to_json
 from tpwarden.cluster.reports.morning_io import Sources, morning_from_files
 from tpwarden.cluster.reports.thermal.localtime import local_iso, parse_tz, span_text
@@ -19,7 +19,7 @@ CATEGORY = "morning_report"
 NOT_HERE = "bench and eval runs and operator restarts are recorded on the control machine"
 
 
-def morning_payload(report: ReportConfig, events_path: str, now: float) -> dict[str, Any]:
+def morning_payload(report: ReportConfig, events_path: str, now: float) -> JSONObject:
     """The incident record the alert hooks get: window, headline, what is missing, and the
     report's facts (`tpwarden report --json`'s document)."""
     zone = parse_tz(report.tz)

@@ -12,10 +12,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tpwarden.cluster.control.applied import AppliedPlan, read_applied
-from tpwarden.watchdog.daemon import PlanChange
+from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.watchdog.collaborators import Actuator, PlanChange, Prober
+from tpwarden.watchdog.config import WatchdogConfig
+
+# (spec, plan) -> (settings, prober, actuator) for a newly applied plan
+Build = Callable[[ClusterSpec, AppliedPlan], tuple[WatchdogConfig, Prober, Actuator]]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,7 @@ class PlanFollower:
         self,
         path: str,
         current: AppliedPlan | None,
-        build: Callable[[Any, AppliedPlan], tuple[Any, Any, Any]],
+        build: Build,
         cluster: str,
     ) -> None:
         self.path = path

@@ -8,8 +8,8 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.vllm.probe_types import MetricsSnapshot
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
@@ -49,7 +49,7 @@ class Restart:
     restart_id: str
     reason: str
     cause: str  # "probe_failures" | "boot_deadline": bounded label for metrics
-    evidence: dict[str, Any]
+    evidence: JSONObject
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ class PolicyState:
     baseline: MetricsSnapshot | None = None
     flat_since: float | None = None
     busy_since: float | None = None
-    failure_log: tuple[dict[str, Any], ...] = ()
-    last_probe: dict[str, Any] | None = None
+    failure_log: tuple[JSONObject, ...] = ()
+    last_probe: JSONObject | None = None
     last_verdict: str | None = None
     last_ok_at: float | None = None
     updated_at: float | None = None
@@ -118,7 +118,7 @@ class PolicyState:
     hold_expired_alerted: float | None = None  # `until` of the last expired hold alerted on
     restart_started_at: float | None = None  # when the restart in progress was decided
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         data = asdict(self)
         data["phase"] = self.phase.value
         data["baseline"] = self.baseline.to_json() if self.baseline else None
@@ -128,7 +128,7 @@ class PolicyState:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PolicyState:
+    def from_json(cls, data: JSONObject) -> PolicyState:
         """The state from its JSON; ValueError naming the first field of a wrong type or value
         (state.json is data, not trust: `"consecutive_failures": "3"` must not load)."""
         check_state_json(data)
@@ -166,11 +166,11 @@ _TIME_FIELDS = (
 _STR_FIELDS = ("restart_in_progress", "incident_id", "last_verdict")
 
 
-def _is_time(v: Any) -> bool:
+def _is_time(v: JSONValue) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_state_json(data: Any) -> None:
+def check_state_json(data: JSONValue) -> None:
     """ValueError unless `data` has the shape `PolicyState.to_json()` writes."""
     if not isinstance(data, dict):
         raise ValueError("policy state is not an object")

@@ -22,10 +22,12 @@ from __future__ import annotations
 import io
 import ipaddress
 import os.path
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ruamel.yaml import YAML
+from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.watchdog.monitoring_files import rules_path
 
 JOB_THERMAL, JOB_WATCHDOG, JOB_VLLM = "tpwarden-thermal", "tpwarden-watchdog", "vllm"
@@ -59,7 +61,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class PromConfig:
-    doc: dict[str, Any]
+    doc: JSONObject
     findings: tuple[Finding, ...] = field(default=())
 
     @property
@@ -143,11 +145,11 @@ def _dial(
     return _hostport(listen, port), []
 
 
-def _job(name: str, groups: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def _job(name: str, groups: list[JSONObject], **extra: JSONValue) -> JSONObject:
     return {"job_name": name, **extra, "static_configs": groups}
 
 
-def _thermal_job(spec: Any) -> tuple[dict[str, Any], list[Finding]]:
+def _thermal_job(spec: ClusterSpec) -> tuple[JSONObject, list[Finding]]:
     groups, findings = [], []
     for node in spec.nodes:
         host, port = spec.thermal_metrics_address(node)
@@ -165,7 +167,7 @@ def _thermal_job(spec: Any) -> tuple[dict[str, Any], list[Finding]]:
     return _job(JOB_THERMAL, groups, honor_labels=True), findings
 
 
-def _watchdog_job(spec: Any) -> tuple[dict[str, Any], list[Finding]]:
+def _watchdog_job(spec: ClusterSpec) -> tuple[JSONObject, list[Finding]]:
     where = spec.watchdog_host or spec.head.name
     by_name = {n.name: n for n in spec.nodes}
     reach = by_name[where].ssh_host if where in by_name else None
@@ -178,12 +180,12 @@ def _watchdog_job(spec: Any) -> tuple[dict[str, Any], list[Finding]]:
     return _job(JOB_WATCHDOG, [{"targets": [addr], "labels": labels}]), found
 
 
-def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Finding]]:
+def _vllm_job(spec: ClusterSpec, options: PromOptions) -> tuple[JSONObject, list[Finding]]:
     head = spec.head
     addr, findings = _dial(
         JOB_VLLM, head.name, spec.serving.host, spec.serving.port, head.ssh_host, "tpwarden.host"
     )
-    extra: dict[str, Any] = {"metrics_path": "/metrics"}
+    extra: JSONObject = {"metrics_path": "/metrics"}
     key = spec.secrets.api_key
     key_file = options.api_key_file or (key.file if key is not None else None)
     if key_file:
@@ -217,13 +219,15 @@ def _vllm_job(spec: Any, options: PromOptions) -> tuple[dict[str, Any], list[Fin
     return _job(JOB_VLLM, [{"targets": [addr], "labels": labels}], **extra), findings
 
 
-def build_config(spec: Any, options: PromOptions, rules_exists: Any = None) -> PromConfig:
+def build_config(
+    spec: ClusterSpec, options: PromOptions, rules_exists: Callable[[str], bool] | None = None
+) -> PromConfig:
     """The scrape config for ``spec`` (a ClusterSpec). ``rules_exists(path) -> bool`` decides
     whether the default rules file is named (injected; default: os.path.isfile)."""
     exists = rules_exists or os.path.isfile
     interval = options.scrape_interval_s
     evaluation = options.evaluation_interval_s or interval
-    doc: dict[str, Any] = {
+    doc: JSONObject = {
         "global": {
             "scrape_interval": duration(interval),
             "scrape_timeout": duration(min(interval, 10.0)),  # must not exceed the interval

@@ -14,15 +14,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Protocol, TextIO
 
 from tpwarden.cluster.control.applied import read_applied
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
+
+
+class ControllerFactory(Protocol):
+    """`Controller` itself (tests inject a fake)."""
+
+    def __call__(
+        self,
+        spec: ClusterSpec,
+        *,
+        state_dir: str | None,
+        applied_source: tuple[str, str] | None,
+    ) -> Controller: ...
 
 
 def restart_job(
@@ -32,7 +44,7 @@ def restart_job(
     identity: SshIdentity = SshIdentity(),
     *,
     out: TextIO | None = None,
-    controller: Callable[..., Any] | None = None,
+    controller: ControllerFactory | None = None,
 ) -> int:
     """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
     one JSON line (the result) to `out` (stdout) and returns the exit status (0 applied,
@@ -58,8 +70,9 @@ def restart_job(
     return 0 if doc["ok"] else 1
 
 
-def main(argv: list[str]) -> int:
-    """`INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]` -> exit status."""
+def main(argv: list[str], controller: ControllerFactory | None = None) -> int:
+    """`INVENTORY WHY [CONTROL_STATE_DIR] [--ssh-key P] [--known-hosts P]` -> exit status.
+    `controller`: as for `restart_job` (tests inject a fake)."""
     parser = argparse.ArgumentParser(prog=f"python -m {RESTART_JOB_MODULE}")
     parser.add_argument("inventory")
     parser.add_argument("why")
@@ -68,7 +81,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--known-hosts")
     args = parser.parse_args(argv)
     identity = SshIdentity(args.ssh_key, args.known_hosts)
-    return restart_job(args.inventory, args.why, args.control_state_dir, identity)
+    return restart_job(
+        args.inventory, args.why, args.control_state_dir, identity, controller=controller
+    )
 
 
 if __name__ == "__main__":

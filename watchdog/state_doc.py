@@ -8,15 +8,14 @@ blocks, never writes.
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from tpwarden.cluster.durable import read_json
+from tpwarden.cluster.durable import JSONObject, read_json
 from tpwarden.cluster.hold import hold_path, read_hold
 from tpwarden.cluster.operator_lock import lock_holder
 from tpwarden.watchdog.state import StateStore
 
 
-def state_document(state_dir: str, now: float) -> dict[str, Any]:
+def state_document(state_dir: str, now: float) -> JSONObject:
     """The document for `state_dir` at `now` (a hold that ended before `now` is `hold_expired`).
 
     `state` is None when the daemon never wrote one. Raises OSError/ValueError/TpwardenError
@@ -24,7 +23,7 @@ def state_document(state_dir: str, now: float) -> dict[str, Any]:
     sd = state_dir
     state = StateStore(os.path.join(sd, "state.json")).load()
     hold, _released = read_hold(hold_path(sd))
-    doc: dict[str, Any] = {
+    doc: JSONObject = {
         "state_dir": sd,
         "daemon": lock_holder(os.path.join(sd, "watchdog.lock")),
         "hold": None,

@@ -7,13 +7,30 @@ described in `tpwarden.watchdog.policy` (counting rules). Split from the policy 
 from __future__ import annotations
 
 import enum
-from dataclasses import replace
-from typing import Any, TypeVar
+from dataclasses import Field, replace
+from typing import ClassVar, Protocol, TypeVar
 
 from tpwarden.cluster.vllm.probe_types import COUNTERS, MetricsSnapshot, Outcome, is_healthy
 from tpwarden.watchdog.observation import Observation
 
-PolicyStateT = TypeVar("PolicyStateT", bound=Any)
+
+class VerdictState(Protocol):
+    """What a verdict reads of the policy's state (`tpwarden.watchdog.policy_state.PolicyState`,
+    a frozen dataclass the verdict `replace`s: it imports this module, so not named here)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[object]]]  # a dataclass, for `replace`
+
+    @property
+    def baseline(self) -> MetricsSnapshot | None: ...
+
+    @property
+    def flat_since(self) -> float | None: ...
+
+    @property
+    def unreadable_since(self) -> float | None: ...
+
+
+PolicyStateT = TypeVar("PolicyStateT", bound=VerdictState)
 
 
 class ProbeVerdict(enum.StrEnum):

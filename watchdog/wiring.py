@@ -11,7 +11,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from tpwarden.cluster.control.applied import AppliedPlan, local_paths, read_applied
 from tpwarden.cluster.errors import ConfigError
@@ -19,6 +18,7 @@ from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.operator_lock import cluster_lock_path
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.settings import SecretRef, http_url
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.cluster.vllm.probe import Prober
 from tpwarden.watchdog.actuator import ControllerActuator, build_actuator
@@ -88,7 +88,7 @@ def resolve_webhook(
 
 
 def build_config(
-    spec: Any, state_dir: str | None = None, environ: Mapping[str, str] | None = None
+    spec: ClusterSpec, state_dir: str | None = None, environ: Mapping[str, str] | None = None
 ) -> WatchdogConfig:
     """Resolve probe target, model, API key, alert webhook and the cluster restart lock from the
     ClusterSpec."""
@@ -109,7 +109,7 @@ def build_config(
     )
 
 
-def report_config(spec: Any) -> ReportConfig | None:
+def report_config(spec: ClusterSpec) -> ReportConfig | None:
     """The daily morning report from `tpwarden.report` (None when `deliver_at` is unset)."""
     report = spec.report
     if report.deliver_at is None:
@@ -150,11 +150,19 @@ def watched_plan(
             spec = plan.spec()  # what runs, not what the inventory wants next
         else:
             plan = None
-    here = {"metrics_host": own.watchdog.metrics_host, "metrics_port": own.watchdog.metrics_port}
-    cfg = dataclasses.replace(build_config(spec, state_dir or own.watchdog.state_dir), **here)
+    mine = own.watchdog
 
-    def build(new_spec: Any, _plan: Any) -> tuple[Any, Any, Any]:
-        new_cfg = dataclasses.replace(build_config(new_spec, cfg.state_dir), **here)
+    def here(c: WatchdogConfig) -> WatchdogConfig:  # /metrics where this daemon serves it
+        return dataclasses.replace(
+            c, metrics_host=mine.metrics_host, metrics_port=mine.metrics_port
+        )
+
+    cfg = here(build_config(spec, state_dir or own.watchdog.state_dir))
+
+    def build(
+        new_spec: ClusterSpec, _plan: AppliedPlan
+    ) -> tuple[WatchdogConfig, Prober, ControllerActuator]:
+        new_cfg = here(build_config(new_spec, cfg.state_dir))
         return new_cfg, Prober(new_cfg), build_actuator(new_spec, None, path, identity)
 
     follower = PlanFollower(path, plan, build, spec.name)

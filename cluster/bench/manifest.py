@@ -13,14 +13,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 from tpwarden.cluster.bench.parse import kv_cache_facts
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.settings import looks_like_secret
-from tpwarden.cluster.spec import ClusterSpec, _jsonable
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec, _jsonable
 from tpwarden.node import bench_facts
 from tpwarden.node.clockcap import annotate_gpus
 
@@ -72,7 +73,7 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
-def defaults_from_plan(spec: ClusterSpec) -> dict[str, Any]:
+def defaults_from_plan(spec: ClusterSpec) -> JSONObject:
     """The defaults the head's `vllm serve` argv sets: chat template kwargs (thinking on or
     off: vLLM chat templates default to thinking on when nothing says otherwise), drafter, k."""
     argv = plan_cluster(spec).for_node(spec.head.name).vllm_argv
@@ -94,11 +95,11 @@ def defaults_from_plan(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def summary_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
     """The facts that explain a change in throughput, flattened to named values."""
     d = manifest.get("server_defaults") or {}
     srv = manifest.get("server") or {}
-    facts: dict[str, Any] = {
+    facts: JSONObject = {
         "config hash": (manifest.get("cluster") or {}).get("config_hash"),
         "vLLM version (server)": srv.get("version"),
         "client image": (manifest.get("client") or {}).get("image"),
@@ -149,12 +150,12 @@ _CAUSAL = (
 @dataclass(frozen=True)
 class Difference:
     fact: str
-    a: Any
-    b: Any
+    a: JSONValue
+    b: JSONValue
     likely_cause: bool
 
 
-def manifest_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
+def manifest_diff(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[Difference]:
     fa, fb = summary_facts(a), summary_facts(b)
     out = []
     for key in sorted(set(fa) | set(fb)):
@@ -171,16 +172,16 @@ def manifest_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference
     return out
 
 
-def _flatten(doc: Any, prefix: str) -> dict[str, Any]:
+def _flatten(doc: JSONValue, prefix: str) -> JSONObject:
     if isinstance(doc, Mapping):
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for k, v in doc.items():
             out.update(_flatten(v, f"{prefix}.{k}"))
         return out
     return {prefix: json.dumps(doc, sort_keys=True) if isinstance(doc, list) else doc}
 
 
-def mark_own(node_doc: dict[str, Any], own_markers: Sequence[str]) -> dict[str, Any]:
+def mark_own(node_doc: JSONObject, own_markers: Sequence[str]) -> JSONObject:
     """Mark the processes that belong to the benchmark itself or the server (by argv)."""
     for p in node_doc.get("processes") or []:
         text = " ".join(p.get("argv") or [])
@@ -191,8 +192,8 @@ def mark_own(node_doc: dict[str, Any], own_markers: Sequence[str]) -> dict[str, 
 # --- collection (I/O) ---------------------------------------------------------------------------
 
 
-def collect_server(http: httpx.Client, base: str, timeout: float = 10.0) -> dict[str, Any]:
-    out: dict[str, Any] = {"api_base": base}
+def collect_server(http: httpx.Client, base: str, timeout: float = 10.0) -> JSONObject:
+    out: JSONObject = {"api_base": base}
     try:
         out["health_status"] = http.get(f"{base}/health", timeout=timeout).status_code
     except httpx.HTTPError as e:
@@ -211,9 +212,9 @@ def collect_server(http: httpx.Client, base: str, timeout: float = 10.0) -> dict
     return out
 
 
-def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str, Any]:
+def collect_node(ctl: Controller, node: NodeSpec, sample_s: float = 1.0) -> JSONObject:
     """Clocks, GPU temps (collector) and busy processes + thermal zones (node script)."""
-    doc: dict[str, Any] = {}
+    doc: JSONObject = {}
     try:
         shown = ctl.collector(node, ["show"], timeout=30)
         # clock_cap: "2000 MHz set at T; NVML has no read-back" (the node's record of the lock call)
@@ -236,7 +237,7 @@ def collect_node(ctl: Controller, node: Any, sample_s: float = 1.0) -> dict[str,
     return doc
 
 
-def _gpu_row(g: Mapping[str, Any]) -> dict[str, Any]:
+def _gpu_row(g: Mapping[str, JSONValue]) -> JSONObject:
     keys = (
         "index",
         "name",
@@ -253,8 +254,8 @@ def _gpu_row(g: Mapping[str, Any]) -> dict[str, Any]:
     return {k: g.get(k) for k in keys}
 
 
-def collect_temps(ctl: Controller) -> dict[str, list[dict[str, Any]]]:
-    def one(node: Any) -> list[dict[str, Any]]:
+def collect_temps(ctl: Controller) -> dict[str, list[JSONObject]]:
+    def one(node: NodeSpec) -> list[JSONObject]:
         return [_gpu_row(g) for g in annotate_gpus(ctl.collector(node, ["show"], timeout=30))]
 
     return {
@@ -263,7 +264,7 @@ def collect_temps(ctl: Controller) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def collect_kv_cache(ctl: Controller) -> dict[str, Any]:
+def collect_kv_cache(ctl: Controller) -> JSONObject:
     head = ctl.spec.head
     name = plan_cluster(ctl.spec).for_node(head.name).name
     try:
@@ -275,7 +276,7 @@ def collect_kv_cache(ctl: Controller) -> dict[str, Any]:
     return facts
 
 
-def cluster_section(spec: ClusterSpec) -> dict[str, Any]:
+def cluster_section(spec: ClusterSpec) -> JSONObject:
     return {
         "name": spec.name,
         "config_hash": spec.config_hash(),

@@ -13,8 +13,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.vllm.metrics import sum_by_sample
 
 SPEC_COUNTERS = {
@@ -42,7 +42,7 @@ class NoCompletedRequests(ResultFormatError):
         super().__init__(f"no request completed ({what}): nothing was measured")
 
 
-def load_result_text(text: str) -> dict[str, Any]:
+def load_result_text(text: str) -> JSONObject:
     """One saved result: a JSON object, or the last line of an `--append-result` file."""
     text = text.strip()
     try:
@@ -68,7 +68,7 @@ def load_result_text(text: str) -> dict[str, Any]:
     return doc
 
 
-def _num(doc: Mapping[str, Any], *keys: str) -> float | None:
+def _num(doc: Mapping[str, JSONValue], *keys: str) -> float | None:
     for key in keys:
         value = doc.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -76,7 +76,7 @@ def _num(doc: Mapping[str, Any], *keys: str) -> float | None:
     return None
 
 
-def _pct(doc: Mapping[str, Any], metric: str, p: str) -> float | None:
+def _pct(doc: Mapping[str, JSONValue], metric: str, p: str) -> float | None:
     if p == "50":
         return _num(doc, f"median_{metric}_ms", f"p50_{metric}_ms")
     return _num(doc, f"p{p}_{metric}_ms")
@@ -111,11 +111,11 @@ class LevelResult:
     spec_source: str | None
     schema: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
-def result_schema(doc: Mapping[str, Any]) -> str:
+def result_schema(doc: Mapping[str, JSONValue]) -> str:
     """A coarse label for the key layout (for the manifest, not for branching)."""
     if "rtfx" in doc or "queue_times" in doc:
         return "vllm>=0.12 (rtfx/queue_times)"
@@ -124,7 +124,7 @@ def result_schema(doc: Mapping[str, Any]) -> str:
     return "benchmark_serving (pre-0.10)"
 
 
-def parse_result(doc: Mapping[str, Any], spec: SpecDelta | None = None) -> LevelResult:
+def parse_result(doc: Mapping[str, JSONValue], spec: SpecDelta | None = None) -> LevelResult:
     """One saved result -> the table's row. Raises `NoCompletedRequests` when nothing
     completed (vLLM still writes 0.0 for every throughput and percentile then)."""
     completed = doc.get("completed")
@@ -212,7 +212,7 @@ class SpecDelta:
             return None
         return 1.0 + self.accepted_tokens / self.drafts
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             **asdict(self),
             "acceptance_pct": self.acceptance_pct,
@@ -230,9 +230,9 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> SpecD
     )
 
 
-def kv_cache_facts(log_text: str) -> dict[str, Any]:
+def kv_cache_facts(log_text: str) -> JSONObject:
     """The head's boot log -> KV cache facts (last occurrence wins: the latest boot)."""
-    out: dict[str, Any] = {"kv_cache_tokens": None, "kv_cache_gib": None, "max_concurrency": None}
+    out: JSONObject = {"kv_cache_tokens": None, "kv_cache_gib": None, "max_concurrency": None}
     for m in _KV_TOKENS.finditer(log_text):
         out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
     for m in _KV_GIB.finditer(log_text):

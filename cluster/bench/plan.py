@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.labels import LABEL_BENCH_RUN, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
 from tpwarden.cluster.launch import ContainerPlan, Mount
@@ -47,7 +47,7 @@ class BenchOptions:
     dataset: str = "prompts"  # sweep input: "prompts" (the prompt set) or "random" tokens
     random_input_len: int = 256  # sweep with dataset "random": input tokens per request
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
         prompts = self.kind == "sweep" and self.dataset == "prompts"
         doc["prompts"] = str(self.prompts) if prompts else None

@@ -6,10 +6,9 @@ import statistics
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from tpwarden.cluster.boot.phase import TIMED_PHASES, BootPhase
-from tpwarden.cluster.durable import append_jsonl, default_state_dir, read_jsonl
+from tpwarden.cluster.durable import JSONObject, append_jsonl, default_state_dir, read_jsonl
 
 
 def estimate_eta(
@@ -56,7 +55,7 @@ class BootHistory:
         self.path = Path(path) if path else default_state_dir() / "boots.jsonl"
         self.keep = keep
 
-    def records(self, cluster: str | None = None) -> list[dict[str, Any]]:
+    def records(self, cluster: str | None = None) -> list[JSONObject]:
         out = [r for r in read_jsonl(self.path) if cluster is None or r.get("cluster") == cluster]
         return out[-self.keep :]
 

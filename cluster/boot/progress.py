@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tpwarden.cluster.boot.history import estimate_eta
 from tpwarden.cluster.boot.phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
 from tpwarden.cluster.boot.rules import BootEvent, Cause, parse_line, root_cause
+from tpwarden.cluster.durable import JSONObject
 
 MAX_NOTES = 30
 # A traceback whose first frame is one of these reached the top of its process: `vllm serve`
@@ -36,7 +36,7 @@ class BootNote:
     after_ready: bool = False
     count: int = 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "level": self.level,
             "process": self.who,
@@ -111,7 +111,7 @@ class BootProgress:
             text += f": {self.error}"
         return text
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "verdict": self.verdict,
             "phase": self.phase.value,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from tpwarden.cluster.boot.phase import BootPhase
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.vllm.log_prefix import LogLine, parse_prefix
 
 
@@ -27,7 +27,7 @@ from tpwarden.cluster.vllm.log_prefix import LogLine, parse_prefix
 class BootEvent:
     kind: str
     phase: BootPhase | None  # the phase this event implies (None: no phase change)
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, JSONValue] = field(default_factory=dict)
     line: str = ""
     who: str = "main"  # the emitting process (LogLine.who)
     level: str | None = None
@@ -193,8 +193,8 @@ _PROCESS_HEADER = re.compile(r"^Process [\w-]+:$")
 _CARETS = re.compile(r"^[\^~\s]+$")  # Python 3.11+ underlines under a traceback's code line
 
 
-def _coerce(data: Mapping[str, str | None]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _coerce(data: Mapping[str, str | None]) -> JSONObject:
+    out: JSONObject = {}
     for k, v in data.items():
         if v is None:
             continue
@@ -217,7 +217,7 @@ def classify(ln: LogLine) -> BootEvent | None:
         return None
 
     def ev(
-        kind: str, phase: BootPhase | None = None, data: Mapping[str, Any] | None = None
+        kind: str, phase: BootPhase | None = None, data: Mapping[str, JSONValue] | None = None
     ) -> BootEvent:
         return BootEvent(
             kind=kind, phase=phase, data=data or {}, line=ln.raw, who=ln.who, level=ln.level

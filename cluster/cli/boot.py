@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,6 +25,7 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult, ControlEvent
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
@@ -35,7 +36,7 @@ Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wai
 BOOT_SCHEMA_VERSION = 2
 
 
-def boot_fields(progress: BootProgress) -> dict[str, Any]:
+def boot_fields(progress: BootProgress) -> JSONObject:
     """The boot's JSON fields under the envelope: ``error`` renamed ``boot_error``."""
     doc = progress.to_json()
     doc["boot_error"] = doc.pop("error", None)

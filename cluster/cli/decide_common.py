@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -14,6 +14,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
 from tpwarden.cluster.decide.core import DEFAULT_MARGIN, Decider
+from tpwarden.cluster.spec import ClusterSpec
 
 PathOpt = Annotated[
     str, typer.Option("--path", help="completions (raw prompt) or chat (chat template).")
@@ -44,10 +45,10 @@ RunsDirOpt = Annotated[
 
 @dataclass(kw_only=True)
 class Setup:
-    spec: Any
-    client: Any
-    decider: Any
-    fitted: Any
+    spec: ClusterSpec
+    client: LogprobClient
+    decider: Decider
+    fitted: fitted_mod.Fitted | None
     notes: list[str]
     calibration_file: str | None = None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -31,6 +31,7 @@ from tpwarden.cluster.cli.common import (
 from tpwarden.cluster.cli.eval_datasets import app as datasets_app
 from tpwarden.cluster.cli.eval_image import app as image_app
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.eval.cache import read_index
 from tpwarden.cluster.eval.catalog import DEFAULT_TASKS, SUITES, preset_rows, suite_tasks
 from tpwarden.cluster.eval.datasets import data_refusal, hub_tasks
@@ -59,7 +60,7 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(image_app, name="image")
 
 
-def _fmt(v: Any, scale: float = 100.0) -> str:
+def _fmt(v: JSONValue, scale: float = 100.0) -> str:
     return "-" if not isinstance(v, (int, float)) else f"{scale * v:.1f}"
 
 
@@ -67,7 +68,7 @@ def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (text or "").split(",") if x.strip())
 
 
-def _print_preflight(pre: dict[str, Any]) -> None:
+def _print_preflight(pre: JSONObject) -> None:
     d, s = pre["server_defaults"], pre["server"]
     console.print(
         f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
@@ -82,14 +83,14 @@ def _print_preflight(pre: dict[str, Any]) -> None:
     )
 
 
-def _print_plans(plans: list[dict[str, Any]]) -> None:
+def _print_plans(plans: list[JSONObject]) -> None:
     for p in plans:
         console.print(
             plain(f"{p['task']}: {p['path']} · {p['stops']} · {p['note']}"), highlight=False
         )
 
 
-def _stops_cell(row: dict[str, Any]) -> str:
+def _stops_cell(row: JSONObject) -> str:
     sent, yaml_stops = row["stops_sent"], row["stops_yaml"]
     if not yaml_stops:
         return "-"
@@ -148,7 +149,7 @@ def _missing_data(
     """Why the Hub tasks cannot run offline, or None. Reads the head's cache index over SSH
     only when the inventory names a cache (without one, nothing is contacted)."""
 
-    def head_index() -> dict[str, Any] | None:
+    def head_index() -> JSONObject | None:
         with Controller(spec) as ctl:
             return read_index(ctl.session(spec.head), hf_cache or "")
 
@@ -260,7 +261,7 @@ def run(
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
     failed = [f["task"] for f in manifest.get("failed") or [] if f["task"] in _unscored(rows)]
     if as_json:
-        doc: dict[str, Any] = {"run_dir": str(run_dir), "suite": opts.suite, "rows": rows}
+        doc: JSONObject = {"run_dir": str(run_dir), "suite": opts.suite, "rows": rows}
         doc["summary"] = manifest.get("summary")
         if failed:
             message = f"tasks failed (the suite went on): {', '.join(failed)}"
@@ -279,13 +280,13 @@ def _rerun(inventory: Path, opts: EvalOptions, run_dir: Path) -> str:
     return f"tpwarden eval run -i {inventory} {what} --resume {run_dir}"
 
 
-def _unscored(rows: list[dict[str, Any]]) -> set[str]:
+def _unscored(rows: list[JSONObject]) -> set[str]:
     return {r["task"] for r in rows if r.get("score") is None}
 
 
 def _print_run(
-    spec: ClusterSpec, inventory: Path, opts: EvalOptions, run_dir: Path, manifest: dict[str, Any],
-    rows: list[dict[str, Any]],
+    spec: ClusterSpec, inventory: Path, opts: EvalOptions, run_dir: Path, manifest: JSONObject,
+    rows: list[JSONObject],
 ) -> None:  # fmt: skip
     _print_plans(manifest["plans"])
     table = Table(title=f"{manifest['run_id']} ({spec.name}, config {spec.config_hash()})")

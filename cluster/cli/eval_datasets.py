@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from tpwarden.cluster.cli.common import (
@@ -20,6 +20,7 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.cache import load_to_head
 from tpwarden.cluster.eval.catalog import suite_tasks
 from tpwarden.cluster.eval.datasets import fetch as fetch_archive
@@ -46,7 +47,7 @@ def _tasks(suite: str | None, tasks: str | None) -> tuple[str, ...]:
     return tuple(t.strip() for t in (tasks or "").split(",") if t.strip())
 
 
-def _summary(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _summary(doc: JSONObject) -> list[JSONObject]:
     return [
         {"task": t, "datasets": len(e.get("datasets") or []), "metrics": e.get("metrics") or []}
         for t, e in sorted((doc.get("tasks") or {}).items())

@@ -8,7 +8,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from tpwarden.cluster.bench.runner import default_runs_dir
@@ -22,7 +22,7 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
-from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.durable import JSONValue, default_state_dir
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.reports.morning import MorningReport, headline, morning_to_json
 from tpwarden.cluster.reports.morning_html import morning_html, text_lines
@@ -187,7 +187,7 @@ def report(
     raise typer.Exit(code)
 
 
-def _empty(rep: MorningReport, records: Sequence[Any]) -> bool:
+def _empty(rep: MorningReport, records: Sequence[JSONValue]) -> bool:
     """Nothing at all in the window: no probe, restart, alert, thermal sample, bench, eval or
     tune run."""
     wd = rep.watchdog

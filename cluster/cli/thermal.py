@@ -12,9 +12,10 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,7 +26,10 @@ from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unre
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.reports.thermal.remote import (
     LiveRow,
+    NodeCall,
+    NodePlan,
     StatusRow,
+    UnitFacts,
     apply_plan,
     call_each_node,
     live_row,
@@ -36,6 +40,7 @@ from tpwarden.cluster.reports.thermal.remote import (
     read_units,
     status_row,
 )
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.cluster.ssh.gateway import SshPool
 from tpwarden.node.thermal.app import AgentOptions, run_agent
 
@@ -100,22 +105,26 @@ InvOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible invento
 _INV = Path(os.environ.get("TPWARDEN_INVENTORY", "inventory.yml"))
 
 
-def _node_timeout(spec: Any) -> float:
+# (node, its units) -> what to do there (`plan_start` / `plan_stop`)
+MakePlan = Callable[[NodeSpec, dict[str, UnitFacts]], NodePlan]
+
+
+def _node_timeout(spec: ClusterSpec) -> float:
     return float(spec.ssh.connect_timeout_s) * 4
 
 
-def _plans(spec: Any, pool: Any, make: Any) -> list[Any]:
+def _plans(spec: ClusterSpec, pool: SshPool, make: MakePlan) -> list[NodeCall[NodePlan]]:
     t = _node_timeout(spec)
     return call_each_node(spec.nodes, lambda n: make(n, read_units(pool.session(n), t)))
 
 
-def _run_plans(spec: Any, make: Any, dry_run: bool, as_json: bool, verb: str) -> None:
+def _run_plans(spec: ClusterSpec, make: MakePlan, dry_run: bool, as_json: bool, verb: str) -> None:
 
     console = Console()
     with SshPool(spec.ssh) as pool, tempfile.TemporaryDirectory() as tmp:
         planned = _plans(spec, pool, make)
-        plans = {o.node: o.value for o in planned if o.ok}
-        failed = {o.node: o.error for o in planned if not o.ok}
+        plans = {o.node: o.value for o in planned if o.ok and o.value is not None}
+        failed = {o.node: o.error or "unknown error" for o in planned if not o.ok}
         if dry_run:
             doc = {n: [s.render() for s in p.steps] for n, p in plans.items()}
             if as_json:
@@ -202,14 +211,17 @@ def status(
                 built.append(build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path)
             return built[0]
 
-        def one(n: Any) -> StatusRow:
+        def one(n: NodeSpec) -> StatusRow:
             sess = pool.session(n)
             units = read_units(sess, t)
             return status_row(n.name, units, node_status_doc(sess, spec, n, zipapp, t), budget)
 
         outs = call_each_node(spec.nodes, one)
     rows = [
-        o.value if o.ok else StatusRow(node=o.node, reachable=False, reason=o.error) for o in outs
+        o.value
+        if o.ok and o.value is not None
+        else StatusRow(node=o.node, reachable=False, reason=o.error)
+        for o in outs
     ]
     stale_after = 3 * spec.thermal.interval_s + 2
     healthy = all(

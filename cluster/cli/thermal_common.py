@@ -6,8 +6,9 @@ which imports them to register their commands (no import cycle).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -28,7 +29,10 @@ def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
         console.print(Text(line, style="red"))
 
 
-def _load_or_exit(inventory: Path, load: Any) -> Any:
+T = TypeVar("T")
+
+
+def _load_or_exit(inventory: Path, load: Callable[[Path], T]) -> T:
     try:
         return load(inventory)
     except ConfigError as exc:

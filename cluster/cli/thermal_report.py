@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 import time
-from datetime import UTC
+from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,7 +30,7 @@ from tpwarden.cluster.reports.thermal.localtime import (
     parse_window,
     span_text,
 )
-from tpwarden.cluster.reports.thermal.report import report_to_json
+from tpwarden.cluster.reports.thermal.report import FieldReport, report_to_json
 
 
 @app.command()
@@ -129,7 +129,7 @@ def report(
         raise typer.Exit(1)
 
 
-def _render(console: Console, rep: Any, zone: Any = UTC) -> None:
+def _render(console: Console, rep: FieldReport, zone: tzinfo = UTC) -> None:
     t = Table(title=f"Thermal {span_text(rep.since, rep.until, zone)}, every {rep.interval_s:g} s")
     for col in (
         "node",

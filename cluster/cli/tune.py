@@ -13,7 +13,7 @@ import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
@@ -41,8 +41,10 @@ from tpwarden.cluster.cli.tune_apply import (
 )
 from tpwarden.cluster.cli.tune_view import render_table, write_plot
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.rollout.edit import Guard, parse_guard
+from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.tune.acceptance import DraftCounts
 from tpwarden.cluster.tune.history import history_points, last_applied
 from tpwarden.cluster.tune.model import (
@@ -94,7 +96,7 @@ def _history(paths: list[Path]) -> list[StepPoint]:
     return points
 
 
-def _from_run(path: Path) -> tuple[list[LevelMeasure], dict[str, Any]]:
+def _from_run(path: Path) -> tuple[list[LevelMeasure], JSONObject]:
     try:
         doc = json.loads((path / "tune.json").read_text())
     except FileNotFoundError:
@@ -119,7 +121,7 @@ def _doc(
     preds: list[Prediction],
     rec: Recommendation,
     source: str,
-) -> dict[str, Any]:
+) -> JSONObject:
     return {
         "source": source,
         "measured_k": levels[0].counts.k,
@@ -148,7 +150,7 @@ class Analysis:
     model: StepModel
     preds: list[Prediction]
     rec: Recommendation
-    doc: dict[str, Any]
+    doc: JSONObject
 
 
 def _analyse(
@@ -167,7 +169,7 @@ def _analyse(
     )
 
 
-def _last_applied(runs_dir: Path | None, own: str) -> dict[str, Any] | None:
+def _last_applied(runs_dir: Path | None, own: str) -> JSONObject | None:
     """The latest earlier tune run whose recommendation was rolled out (not this run)."""
     runs = runs_dir or default_runs_dir()
     mine = Path(own).resolve()
@@ -197,7 +199,7 @@ def _finish(a: Analysis, as_json: bool, plot: Path | None, runs_dir: Path | None
         raise typer.Exit(1)
 
 
-def _dry_run(spec: Any, opts: BenchOptions, plan: dict[str, Any] | None, as_json: bool) -> None:
+def _dry_run(spec: ClusterSpec, opts: BenchOptions, plan: JSONObject | None, as_json: bool) -> None:
     lv = opts.levels
     containers = [client_plan(spec, opts, c, i, "dry-run").to_json() for i, c in enumerate(lv)]
     if as_json:
@@ -312,7 +314,7 @@ def drafter(
 
 def _live(
     inventory: Path,
-    spec: Any,
+    spec: ClusterSpec,
     opts: BenchOptions,
     prof: dict[int, float],
     past: list[StepPoint],

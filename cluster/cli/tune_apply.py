@@ -12,13 +12,13 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import typer
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRun
 from tpwarden.cluster.cli.common import console, err_console
 from tpwarden.cluster.cli.rollout import ports_for, render_record, rollout_locks, rollout_store
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.rollout.edit import Guard, parse_set
 from tpwarden.cluster.rollout.sequence import TERMINAL, Rollout
@@ -97,7 +97,7 @@ def dry_run_plan(
     levels: Sequence[int],
     guards: Sequence[Guard],
     k_max: int | None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """What --apply would do; the k it rolls out to is only known after the sweep."""
     k = current_k(spec)
     return {
@@ -112,7 +112,7 @@ def dry_run_plan(
     }
 
 
-def print_plan(plan: Mapping[str, Any]) -> None:
+def print_plan(plan: Mapping[str, JSONValue]) -> None:
     console.print(
         f"then --apply: from k={plan['current_k']} to the recommended k' of "
         f"{plan['candidates'][0]}..{plan['candidates'][-1]}, measured at c="
@@ -139,7 +139,7 @@ class ApplyInput:
     as_json: bool
 
 
-def apply_recommendation(a: ApplyInput) -> dict[str, Any]:
+def apply_recommendation(a: ApplyInput) -> JSONObject:
     """Roll out the recommendation (or say why not); the `applied` section of tune.json."""
     out = err_console if a.as_json else console
     if a.rec.k == a.rec.k_ref:
@@ -165,7 +165,7 @@ def apply_recommendation(a: ApplyInput) -> dict[str, Any]:
     return applied_doc(done.__dict__, a.preds, a.rec, a.profile, after)
 
 
-def print_applied(doc: Mapping[str, Any], title: str) -> None:
+def print_applied(doc: Mapping[str, JSONValue], title: str) -> None:
     """The predicted-vs-measured lines of a tune.json with an `applied` section."""
     lines = applied_lines(doc)
     if not lines:

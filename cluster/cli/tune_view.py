@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 from tpwarden.cluster.cli.common import console
-from tpwarden.cluster.durable import atomic_write_bytes
+from tpwarden.cluster.durable import JSONValue, atomic_write_bytes
 from tpwarden.cluster.tune.model import LevelMeasure, Prediction, Recommendation
 from tpwarden.cluster.tune.plot import tune_png
 from tpwarden.cluster.tune.steptime import StepModel
@@ -63,7 +62,7 @@ def write_plot(
     levels: list[LevelMeasure],
     preds: list[Prediction],
     rec: Recommendation,
-    applied: Mapping[str, Any] | None,
+    applied: Mapping[str, JSONValue] | None,
 ) -> None:
     """The PNG: predictions per level, the measured points, the rollout's if applied."""
     measured = [

@@ -10,11 +10,11 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.markup import escape
 from tpwarden.cluster.cli.common import load
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.state_doc import state_document
@@ -26,7 +26,7 @@ def iso(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
+def watchdog_line(state_dir: str) -> tuple[JSONObject | None, str]:
     """For `tpwarden status`: the watchdog's state from `state_dir` on this machine (file reads
     only, never blocks) as (JSON doc or None, one line of text)."""
     try:
@@ -54,7 +54,7 @@ def watchdog_line(state_dir: str) -> tuple[dict[str, Any] | None, str]:
     return doc, text + _last_incident(doc, state_dir)
 
 
-def _last_incident(doc: dict[str, Any], state_dir: str) -> str:
+def _last_incident(doc: JSONObject, state_dir: str) -> str:
     """The newest incident dossier's suspect (issue 32), into ``doc["last_incident"]`` and as
     text for the line; nothing when there is none."""
     last = IncidentStore(state_dir).last()

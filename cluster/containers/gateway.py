@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 import docker
 import docker.errors
@@ -41,6 +41,7 @@ from tpwarden.cluster.containers.job import (
     untar_files,
 )
 from tpwarden.cluster.containers.ssh_transport import VerifiedSSHAdapter
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.labels import (
     LABEL_CLUSTER,
@@ -49,6 +50,7 @@ from tpwarden.cluster.labels import (
 )
 
 if TYPE_CHECKING:
+    from docker.types.daemon import CancellableStream
     from tpwarden.cluster.launch import ContainerPlan
     from tpwarden.cluster.ssh.gateway import NodeSession
 
@@ -57,18 +59,16 @@ log = logging.getLogger(__name__)
 _BOOTSTRAP_API_VERSION = "1.41"
 
 
-def restart_policy(spec: str) -> dict[str, Any]:
+def restart_policy(spec: str) -> JSONObject:
     """`unless-stopped`, `always`, `no`, `on-failure[:N]` -> the engine's RestartPolicy."""
     name, _, count = (spec or "no").partition(":")
-    policy: dict[str, Any] = {"Name": "" if name == "no" else name}
+    policy: JSONObject = {"Name": "" if name == "no" else name}
     if name == "on-failure" and count:
         policy["MaximumRetryCount"] = int(count)
     return policy
 
 
-def create_kwargs(
-    plan: ContainerPlan, env: Mapping[str, str], api: docker.APIClient
-) -> dict[str, Any]:
+def create_kwargs(plan: ContainerPlan, env: Mapping[str, str], api: docker.APIClient) -> JSONObject:
     """Pure apart from `create_host_config` (which only builds a dict): the create request for
     a plan, with `env` = the plan's env plus resolved secret values."""
     host_config = api.create_host_config(
@@ -110,7 +110,7 @@ class ImageBuildFailed(DockerError):
 class LogStream:
     """Lines of a followed container log; iterate it, `close()` it from any thread."""
 
-    def __init__(self, node: str, raw: Any) -> None:
+    def __init__(self, node: str, raw: CancellableStream[bytes]) -> None:
         self._node = node
         self._raw = raw
         self._closed = threading.Event()
@@ -386,7 +386,7 @@ class DockerGateway:
 
 
 def wait_watching(
-    api: Any, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
+    api: docker.APIClient, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
     sleep: Callable[[float], None] = time.sleep, role: str = "eval client",
 ) -> int:  # fmt: skip
     """The container's exit code. Without `watch`, one blocking wait; with it, poll the state

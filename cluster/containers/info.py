@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.labels import LABEL_CONFIG_HASH, LABEL_ROLE
 
 
@@ -63,7 +63,7 @@ def _parse_ts(value: str | None) -> datetime | None:
         return None
 
 
-def container_info_from_inspect(node: str, attrs: Mapping[str, Any]) -> ContainerInfo:
+def container_info_from_inspect(node: str, attrs: Mapping[str, JSONValue]) -> ContainerInfo:
     """Pure: `docker inspect` JSON -> ContainerInfo."""
     st = attrs.get("State") or {}
     cfg = attrs.get("Config") or {}

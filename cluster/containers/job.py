@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpwarden.cluster.durable import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     from tpwarden.cluster.launch import ContainerPlan
@@ -50,7 +52,7 @@ class JobResult:
     exit_code: int
     logs: str  # stdout and stderr, whole
     results: dict[str, bytes]  # base name -> content, from `results_dir`
-    facts: dict[str, Any]  # `container_facts` of the created container, plus "exit_code"
+    facts: JSONObject  # `container_facts` of the created container, plus "exit_code"
     elapsed_s: float  # start to exit
 
 
@@ -89,7 +91,7 @@ def untar_files(chunks: Iterable[bytes]) -> dict[str, bytes]:
     return out
 
 
-def container_facts(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def container_facts(attrs: Mapping[str, JSONValue]) -> JSONObject:
     """Pure: what the engine says about a client container (for the run dir and tests)."""
     hc = attrs.get("HostConfig") or {}
     cfg = attrs.get("Config") or {}

@@ -3,13 +3,16 @@ per node, channels opened within the SSH connect timeout. `DockerGateway.over_ss
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 import paramiko
 from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
+from tpwarden.cluster.durable import JSONObject
 
 if TYPE_CHECKING:
     from tpwarden.cluster.ssh.gateway import NodeSession
+    from urllib3._collections import RecentlyUsedContainer
 
 
 class VerifiedSSHAdapter(SSHHTTPAdapter):
@@ -29,20 +32,22 @@ class VerifiedSSHAdapter(SSHHTTPAdapter):
 
     def _create_paramiko_client(self, base_url: str) -> None:  # noqa: ARG002 - docker-py hook
         self.ssh_client = self._session.client()
-        self.ssh_params: dict[str, Any] = {}
+        self.ssh_params: JSONObject = {}
 
     def _connect(self) -> None:
         # called by docker-py when the transport is gone: reconnect (and re-verify) via the
         # gateway instead of its own unverified path
         self.ssh_client = self._session.client()
 
-    def get_connection(self, url: str | bytes, proxies: Any = None) -> Any:
+    def get_connection(
+        self, url: str | bytes, proxies: Mapping[str, str] | None = None
+    ) -> SSHConnectionPool:
         # docker-py keys its SSH pools by the full request URL, so every distinct URL
         # (/containers/X/start, /containers/X/wait, ...) opened a new SSH session that stayed
         # open in its own pool; after ten, sshd (MaxSessions 10) refused new ones. One pool per
         # node keeps the sessions at max_pool_size.
         # types-docker declares `pools` an int; docker-py keeps urllib3's RecentlyUsedContainer
-        pools: Any = self.pools
+        pools = cast("RecentlyUsedContainer[str, SSHConnectionPool]", self.pools)
         transport = self.ssh_client.get_transport() if self.ssh_client else None
         if transport is None or not transport.is_active():
             # The node was cut off and came back: reconnect (re-verified) and drop the pool

@@ -23,12 +23,19 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from tpwarden.cluster.durable import atomic_write_json, default_state_dir, json_bytes, read_json
+from tpwarden.cluster.durable import (
+    JSONObject,
+    atomic_write_json,
+    default_state_dir,
+    json_bytes,
+    read_json,
+)
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.inventory.load import build_spec
 from tpwarden.cluster.inventory.plain import export_resolved, resolved_from_text
+from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.cluster.ssh.gateway import NodeSession
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +53,18 @@ class AppliedPlan:
     by: str
     applied_at: float
 
-    def spec(self) -> Any:  # -> ClusterSpec
+    def spec(self) -> ClusterSpec:
         # The text is the inventory as Ansible resolved it (export_resolved): read back without
         # Ansible, so the watchdog on a node (no Ansible there) rebuilds exactly what was applied.
         return build_spec(
             resolved_from_text(self.inventory_text, self.inventory_path), self.inventory_path
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AppliedPlan:
+    def from_json(cls, data: JSONObject) -> AppliedPlan:
         try:
             return cls(**{k: data[k] for k in cls.__dataclass_fields__})
         except (KeyError, TypeError) as exc:
@@ -68,7 +75,9 @@ def revision(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> AppliedPlan | None:
+def plan_for(
+    spec: ClusterSpec, action: str, by: str, now: float | None = None
+) -> AppliedPlan | None:
     """The applied-plan record for `spec`: the inventory as Ansible resolved it (group_vars,
     host_vars, vault and templates applied), one file, so that it means the same everywhere."""
     source = getattr(spec, "source_file", None) or "<inventory>"
@@ -85,7 +94,7 @@ def plan_for(spec: Any, action: str, by: str, now: float | None = None) -> Appli
     )
 
 
-def local_paths(spec: Any, state_dir: str | Path | None = None) -> list[str]:
+def local_paths(spec: ClusterSpec, state_dir: str | Path | None = None) -> list[str]:
     """Where this machine keeps the applied plan of `spec`'s cluster."""
     base = Path(state_dir) if state_dir else default_state_dir()
     paths = [str(base / "applied" / f"{spec.name}.json")]
@@ -100,7 +109,7 @@ def write_local(plan: AppliedPlan, paths: list[str]) -> None:
         atomic_write_json(path, plan.to_json())
 
 
-def write_head(plan: AppliedPlan, session: Any, wd_state_dir: str) -> bool:
+def write_head(plan: AppliedPlan, session: NodeSession, wd_state_dir: str) -> bool:
     """Copy the record to the head node's watchdog state dir (if there is one). Never raises
     for the node: a record that could not be copied is logged (the head's watchdog then keeps
     the previous plan; `tpwarden watchdog status` shows which hash it follows)."""

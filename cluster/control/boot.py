@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from tpwarden.cluster.boot.history import BootHistory, phase_durations
 from tpwarden.cluster.boot.phase import BootPhase
@@ -24,7 +25,12 @@ from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.spec import ClusterSpec
 
 Observed = Mapping[str, list[ContainerInfo] | TpwardenError]
-Probe = Callable[..., tuple[bool, float | None, str | None]]
+
+
+class Probe(Protocol):
+    """The 1-token probe: (answered, latency in s, why not)."""
+
+    def __call__(self, *, timeout: float) -> tuple[bool, float | None, str | None]: ...
 
 
 def dead_containers(observed: Observed) -> list[str]:

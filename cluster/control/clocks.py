@@ -20,15 +20,15 @@ The reading itself (`read_cap`, `annotate_gpus`) lives with the record, in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.results import ClockResult
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import annotate_gpus, read_cap
 
 
-def gpu_problems(node: str, doc: Mapping[str, Any]) -> list[str]:
+def gpu_problems(node: str, doc: Mapping[str, JSONValue]) -> list[str]:
     """Pure: collector JSON -> what stops a start: the action failed (a refused lock call says
     the driver's answer), no GPU visible. A cap that cannot be read back is never a problem
     (NVML has no read-back; see `cap_notices`)."""
@@ -42,7 +42,7 @@ def gpu_problems(node: str, doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def cap_notices(node: str, doc: Mapping[str, Any], cap: int | None) -> list[str]:
+def cap_notices(node: str, doc: Mapping[str, JSONValue], cap: int | None) -> list[str]:
     """Pure: what an operator should know about the cap without it stopping anything: no
     record, a record of another value, the record not stored, an SM clock above the cap."""
     if not cap:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 from tpwarden.cluster.boot.history import BootHistory
@@ -51,7 +51,7 @@ from tpwarden.cluster.control.results import (
 from tpwarden.cluster.control.server import ServerEndpoint
 from tpwarden.cluster.control.status import gather_status
 from tpwarden.cluster.control.status_model import ClusterStatus, ServerStatus
-from tpwarden.cluster.durable import JsonlLog, default_state_dir
+from tpwarden.cluster.durable import JsonlLog, JSONObject, default_state_dir
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
 from tpwarden.cluster.operator_lock import operator_identity
@@ -153,7 +153,7 @@ class Controller:
 
     def collector(
         self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
         return self.nodes.collector(node, args, sudo=sudo, timeout=timeout)
 

@@ -16,9 +16,10 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
 from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
 from tpwarden.cluster.settings import SshSpec
@@ -38,7 +39,7 @@ class Nodes(Protocol):
 
     def collector(
         self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
-    ) -> dict[str, Any]: ...
+    ) -> JSONObject: ...
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
@@ -91,7 +92,7 @@ class NodeConnector:
 
     def collector(
         self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
         with self._collector_lock:
             if self._collector is None:

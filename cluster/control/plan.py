@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class NodeStep:
     remove: tuple[str, ...] = ()  # container names/ids to stop and remove first
     container: ContainerPlan | None = None  # what to start (START / REPLACE)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "action": self.action.value,
@@ -76,7 +77,7 @@ class ControlPlan:
     def step(self, node: str) -> NodeStep:
         return next(s for s in self.steps if s.node == node)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "cluster": self.cluster,
             "config_hash": self.config_hash,

@@ -11,12 +11,11 @@ another value recorded, an SM clock above the cap) is a notice, printed and kept
 
 from __future__ import annotations
 
-from typing import Any
-
 from tpwarden.cluster.control.clocks import cap_notices, gpu_problems
 from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import Emit, PreflightReport
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
@@ -50,7 +49,7 @@ def preflight(
         # One collector run per node where it can be (each is an upload and a python3 start
         # over SSH): the GPU check carries the paths.
         gpu_check = s.gpus == "all" or bool(s.gpu_clock_cap_mhz)
-        doc: dict[str, Any] = {}
+        doc: JSONObject = {}
         if gpu_check:
             args = ["cap", str(s.gpu_clock_cap_mhz)] if s.gpu_clock_cap_mhz else ["show"]
             with_paths = [arg for p in paths for arg in ("--path", p)]

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.plan import ControlPlan
+from tpwarden.cluster.durable import JSONValue
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class NodeOutcome:
 class PreflightReport:
     ok: bool
     problems: tuple[str, ...]
-    facts: Mapping[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, JSONValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,4 +93,4 @@ class ClockResult:
     node: str
     ok: bool
     message: str
-    gpus: tuple[Mapping[str, Any], ...] = ()
+    gpus: tuple[Mapping[str, JSONValue], ...] = ()

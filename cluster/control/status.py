@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
 
 from tpwarden.cluster.control.nodes import Nodes, daemon_call
 from tpwarden.cluster.control.status_model import (
@@ -17,6 +16,7 @@ from tpwarden.cluster.control.status_model import (
     derive_verdict,
     node_memory,
 )
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import annotate_gpus
@@ -38,9 +38,9 @@ def node_status(
     t = time.monotonic()
     containers = nodes.docker(node).list_tpwarden(spec.name)
     c = containers[0] if containers else None
-    gpus: tuple[Mapping[str, Any], ...] = ()
+    gpus: tuple[Mapping[str, JSONValue], ...] = ()
     gpu_reason = None
-    zones: tuple[Mapping[str, Any], ...] = ()
+    zones: tuple[Mapping[str, JSONValue], ...] = ()
     memory = None
     if with_gpus:
         try:

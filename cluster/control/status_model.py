@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject, JSONValue
 
 
 class Verdict(StrEnum):
@@ -37,14 +38,14 @@ class NodeStatus:
     exit_code: int | None = None
     config_hash: str | None = None
     drift: bool = False
-    gpus: tuple[Mapping[str, Any], ...] = ()
+    gpus: tuple[Mapping[str, JSONValue], ...] = ()
     gpu_reason: str | None = None
     elapsed_s: float = 0.0
-    zones: tuple[Mapping[str, Any], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
+    zones: tuple[Mapping[str, JSONValue], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
     # total_bytes, used_bytes, available_bytes, unified (node_memory); None = not read
-    memory: Mapping[str, Any] | None = None
+    memory: Mapping[str, JSONValue] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         d = asdict(self)
         d["gpus"] = [dict(g) for g in self.gpus]
         d["zones"] = [dict(z) for z in self.zones]
@@ -67,7 +68,7 @@ class ServerStatus:
     kv_cache_usage_pct: float | None = None
     drafter_k: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -85,7 +86,7 @@ class ClusterStatus:
     def ok(self) -> bool:
         return self.verdict is Verdict.HEALTHY
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "cluster": self.cluster,
             "config_hash": self.config_hash,
@@ -98,13 +99,15 @@ class ClusterStatus:
         }
 
 
-def gpu_memory_unsupported(gpus: Sequence[Mapping[str, Any]]) -> bool:
+def gpu_memory_unsupported(gpus: Sequence[Mapping[str, JSONValue]]) -> bool:
     """True when NVML answers Not Supported for every GPU's memory: GB10's unified memory."""
     reasons = [str((g.get("missing") or {}).get("memory_total_mib", "")) for g in gpus]
     return bool(reasons) and all("not supported" in r.lower() for r in reasons)
 
 
-def node_memory(doc: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def node_memory(
+    doc: Mapping[str, JSONValue], gpus: Sequence[Mapping[str, JSONValue]]
+) -> JSONObject | None:
     """The collector's ``memory`` -> NodeStatus.memory; None when the node could not read it."""
     m = doc.get("memory") or {}
     if m.get("total_bytes") is None:

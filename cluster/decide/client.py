@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 from tpwarden.cluster.decide.labels import DecideError
+from tpwarden.cluster.durable import JSONObject
 
 VLLM_DEFAULT_MAX_LOGPROBS = 20
 Path_ = Literal["completions", "chat"]
@@ -93,8 +94,8 @@ class LogprobClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def body(self, prompt: str, k: int) -> tuple[str, dict[str, Any]]:
-        common: dict[str, Any] = {"model": self.model, "max_tokens": 1, "temperature": 0}
+    def body(self, prompt: str, k: int) -> tuple[str, JSONObject]:
+        common: JSONObject = {"model": self.model, "max_tokens": 1, "temperature": 0}
         if self.path == "completions":
             return "/v1/completions", {**common, "prompt": prompt, "logprobs": k}
         return "/v1/chat/completions", {
@@ -139,7 +140,7 @@ def _message(r: httpx.Response) -> str:
         return r.text
 
 
-def parse_first_token(doc: dict[str, Any], path: Path_, k: int) -> FirstToken:
+def parse_first_token(doc: JSONObject, path: Path_, k: int) -> FirstToken:
     """Pure: vLLM's completion or chat response -> FirstToken (top list best first)."""
     choice = doc["choices"][0]
     lp = choice["logprobs"]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tpwarden.cluster.decide.client import LogprobClient
 from tpwarden.cluster.decide.labels import (
@@ -27,6 +27,7 @@ from tpwarden.cluster.decide.labels import (
     top_two,
     yes_no_labels,
 )
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 
 Kind = Literal["choice", "yesno", "score"]
@@ -75,7 +76,7 @@ def render_prompt(item: Item, cue: str = DEFAULT_CUE) -> str:
     return "\n".join(lines) + f"\n{cue}"
 
 
-def item_from_json(doc: Mapping[str, Any], where: str) -> Item:
+def item_from_json(doc: Mapping[str, JSONValue], where: str) -> Item:
     """One JSONL line: {"id", "question", "choices": {"A": "...", ...}, "answer"?, "kind"?}."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("question"), str):
         raise ConfigError("each line needs a string `question`", file=where, key="question")
@@ -147,7 +148,7 @@ class Decision:
         except ValueError:
             return None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         doc = {
             "id": self.id,
             "probs": self.probs,

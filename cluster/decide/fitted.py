@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from tpwarden.cluster.bench.runner import write_json
 from tpwarden.cluster.decide.calibrate import (
@@ -23,7 +22,7 @@ from tpwarden.cluster.decide.calibrate import (
     selective_curve,
 )
 from tpwarden.cluster.decide.labels import normalise, top_two
-from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.durable import JSONObject, JSONValue, default_state_dir
 from tpwarden.cluster.errors import ConfigError
 
 
@@ -38,7 +37,7 @@ class Fitted:
     path: str  # completions | chat: a fit is only valid for the path it was fitted on
     source: str | None = None  # run directory or data file
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -64,7 +63,7 @@ def load(path: Path) -> Fitted | None:
         raise ConfigError(f"not a calibration file: {e}", file=str(path)) from None
 
 
-def examples_from_docs(docs: Iterable[Mapping[str, Any]]) -> list[Example]:
+def examples_from_docs(docs: Iterable[Mapping[str, JSONValue]]) -> list[Example]:
     """(label logprobs, answer) of every decided, graded item in items.jsonl-shaped docs."""
     out: list[Example] = []
     for d in docs:

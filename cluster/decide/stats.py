@@ -12,7 +12,8 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 MARGIN_EDGES = (0.0, 0.05, 0.1, 0.2, 0.4, 1.0000001)
 
@@ -73,7 +74,7 @@ def find_flips(
 
 def flips_by_margin(
     flips: Sequence[Flip], mean_margin: Mapping[str, float], edges: Sequence[float] = MARGIN_EDGES
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Per margin bin (of each item's mean margin): items, flips, flip rate."""
     flipped = {f.id for f in flips}
     rows = []
@@ -94,7 +95,7 @@ def flips_by_margin(
 
 def position_table(
     decisions: Sequence[str], answers: Sequence[str | None], labels: Sequence[str]
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Per label: how often predicted, how often the right answer, accuracy when it is right.
     A model without position bias predicts each label about as often as it is right."""
     predicted = Counter(decisions)
@@ -124,7 +125,7 @@ def chi_square_uniform(counts: Sequence[int]) -> float:
 
 def order_consistency(
     original: Mapping[str, str], permuted: Mapping[str, str], mappings: Mapping[str, dict[str, str]]
-) -> dict[str, Any]:
+) -> JSONObject:
     """`original`: id -> chosen label; `permuted`: id -> chosen label with the choices reordered;
     `mappings`: id -> permuted label -> original label. The chosen *text* should not move when
     the order does; how often it moves, and where the permuted picks land, measures position bias."""

@@ -12,10 +12,12 @@ import json
 import posixpath
 import secrets
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.datasets import CACHE_PREFIX, INDEX_NAME, merge_index, read_archive
 from tpwarden.cluster.eval.presets import EvalError
+from tpwarden.cluster.ssh.gateway import Result
 
 UNPACK_TIMEOUT_S = 3600.0
 
@@ -28,7 +30,7 @@ class HeadSession(Protocol):
 
     def run(
         self, argv: list[str], timeout: float = ..., sudo: bool = ..., check: bool = ...
-    ) -> Any: ...
+    ) -> Result: ...
 
     def exists(self, remote: str) -> bool: ...
 
@@ -41,7 +43,7 @@ class HeadSession(Protocol):
     ) -> None: ...
 
 
-def read_index(session: HeadSession, hf_cache: str) -> dict[str, Any] | None:
+def read_index(session: HeadSession, hf_cache: str) -> JSONObject | None:
     """The cache's index of loaded tasks, None when nothing was ever loaded there."""
     path = posixpath.join(hf_cache, INDEX_NAME)
     if not session.exists(path):
@@ -55,9 +57,7 @@ def read_index(session: HeadSession, hf_cache: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def load_to_head(
-    session: HeadSession, archive: Path, hf_cache: str, loaded_at: str
-) -> dict[str, Any]:
+def load_to_head(session: HeadSession, archive: Path, hf_cache: str, loaded_at: str) -> JSONObject:
     """Unpack `archive` into the head's cache and merge its tasks into the index."""
     doc = read_archive(archive)
     session.run(["mkdir", "-p", hf_cache], check=True)

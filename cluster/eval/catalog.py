@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.eval.presets import ApiPath, EvalInputError, TaskPreset
 
 MC, GEN = "multiple_choice", "generate_until"
@@ -144,7 +144,7 @@ def suite_tasks(name: str) -> tuple[str, ...]:
         raise EvalInputError(f"no suite {name!r}; known: {', '.join(sorted(SUITES))}") from None
 
 
-def preset_rows() -> list[dict[str, Any]]:
+def preset_rows() -> list[JSONObject]:
     """`eval presets`: one row per built-in preset, the report's score beside it."""
     rows = []
     for name, p in PRESETS.items():
@@ -169,7 +169,7 @@ def preset_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def preset_for(task: str, local: Mapping[str, Any] | None, chat: bool = False) -> TaskPreset:
+def preset_for(task: str, local: Mapping[str, JSONValue] | None, chat: bool = False) -> TaskPreset:
     """A built-in preset, else one derived from the local YAML's output type."""
     if task in PRESETS and local is None:
         return PRESETS[task]

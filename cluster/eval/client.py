@@ -5,10 +5,10 @@ asked: the progress of a night-long task), collect /bench/results, remove."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.containers.job import Watch, folder_job
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.presets import CONTAINER_DIR
 from tpwarden.cluster.launch import ContainerPlan
 
@@ -18,7 +18,7 @@ __all__ = ["Watch", "run_container"]
 def run_container(
     gw: DockerGateway, plan: ContainerPlan, files: Mapping[str, bytes], secrets: Mapping[str, str],
     timeout_s: float, watch: Watch | None = None,
-) -> tuple[int, str, dict[str, bytes], dict[str, Any]]:  # fmt: skip
+) -> tuple[int, str, dict[str, bytes], JSONObject]:  # fmt: skip
     """(exit code, logs, /bench/results files, container facts). The folders under /bench are
     world-writable (0777): lm-eval writes its results and request cache there."""
     job = folder_job(

@@ -20,9 +20,9 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal, Protocol
 
-from tpwarden.cluster.durable import atomic_write_bytes
+from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_bytes
 from tpwarden.cluster.eval.catalog import PRESETS
 from tpwarden.cluster.eval.presets import LM_EVAL_VERSION, EvalError, EvalInputError
 from tpwarden.cluster.eval.taskdefs import dataset_refs, index_tasks, resolve, tasks_dir
@@ -45,13 +45,25 @@ for name in plan["metrics"]:
     evaluate.load(name)
 """
 
-Run = Callable[..., "subprocess.CompletedProcess[str]"]
+
+class Run(Protocol):
+    """How the fetch runs: `subprocess.run` (tests inject a fake)."""
+
+    def __call__(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        capture_output: bool,
+        text: Literal[True],
+        timeout: float,
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
-def fetch_plan(tasks: Sequence[str], root: Path) -> dict[str, Any]:
+def fetch_plan(tasks: Sequence[str], root: Path) -> JSONObject:
     """Per task, the datasets its leaf tasks load (from lm-eval's own YAMLs under `root`)."""
     index = index_tasks(root)
-    per_task: dict[str, Any] = {}
+    per_task: JSONObject = {}
     for task in tasks:
         leaves = resolve(index, task)
         per_task[task] = {
@@ -66,7 +78,7 @@ def fetch_plan(tasks: Sequence[str], root: Path) -> dict[str, Any]:
     return {"tasks": per_task, "datasets": every, "metrics": metrics}
 
 
-def manifest(plan: Mapping[str, Any], created_at: str) -> dict[str, Any]:
+def manifest(plan: Mapping[str, JSONValue], created_at: str) -> JSONObject:
     return {
         "format": FORMAT,
         "lm_eval_version": LM_EVAL_VERSION,
@@ -77,7 +89,7 @@ def manifest(plan: Mapping[str, Any], created_at: str) -> dict[str, Any]:
 
 def fetch(
     tasks: Sequence[str], venv: Path, out: Path, created_at: str, run: Run = subprocess.run
-) -> dict[str, Any]:
+) -> JSONObject:
     """Download every dataset (and metric) the tasks need with the venv's own `datasets`, into
     a fresh cache, and pack it into `out`. Needs Hub access; `run` is injectable for tests."""
     root = tasks_dir(venv)
@@ -101,7 +113,7 @@ def fetch(
     return doc
 
 
-def pack(cache: Path, doc: Mapping[str, Any], out: Path) -> None:
+def pack(cache: Path, doc: Mapping[str, JSONValue], out: Path) -> None:
     """The archive: the manifest first, then the cache under `hf/` (lock files left out).
     Written to a temp name beside `out` and renamed (a cache can be gigabytes: not in memory)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +132,7 @@ def pack(cache: Path, doc: Mapping[str, Any], out: Path) -> None:
     os.replace(tmp, out)
 
 
-def read_archive(archive: Path) -> dict[str, Any]:
+def read_archive(archive: Path) -> JSONObject:
     """The archive's manifest, after checking every member: regular files and directories
     under `hf/`, and symlinks that stay inside it (what the hub's snapshots use)."""
     try:
@@ -151,7 +163,7 @@ def _check_member(archive: Path, m: tarfile.TarInfo) -> None:
         raise EvalInputError(f"{archive}: member {m.name!r} is not a cache file under hf/")
 
 
-def unpack(archive: Path, cache: Path, loaded_at: str) -> dict[str, Any]:
+def unpack(archive: Path, cache: Path, loaded_at: str) -> JSONObject:
     """Put the archive's cache files into a local cache dir and merge its index (the head
     does the same with `tar` over SSH: cluster/eval/cache.py)."""
     doc = read_archive(archive)
@@ -169,8 +181,8 @@ def unpack(archive: Path, cache: Path, loaded_at: str) -> dict[str, Any]:
 
 
 def merge_index(
-    old: Mapping[str, Any] | None, doc: Mapping[str, Any], archive: str, loaded_at: str
-) -> dict[str, Any]:
+    old: Mapping[str, JSONValue] | None, doc: Mapping[str, JSONValue], archive: str, loaded_at: str
+) -> JSONObject:
     """The cache's index after loading `doc`'s tasks (earlier loads kept)."""
     tasks = dict((old or {}).get("tasks") or {})
     for task, entry in doc["tasks"].items():
@@ -178,12 +190,12 @@ def merge_index(
     return {"format": FORMAT, "lm_eval_version": doc.get("lm_eval_version"), "tasks": tasks}
 
 
-def hub_tasks(tasks: Sequence[str], local: Mapping[str, Any]) -> list[str]:
+def hub_tasks(tasks: Sequence[str], local: Mapping[str, JSONValue]) -> list[str]:
     """Tasks whose data comes from the Hub (a task under --include-path brings its own)."""
     return [t for t in tasks if t not in local and t in PRESETS]
 
 
-def missing_tasks(tasks: Sequence[str], index: Mapping[str, Any] | None) -> list[str]:
+def missing_tasks(tasks: Sequence[str], index: Mapping[str, JSONValue] | None) -> list[str]:
     held = set(((index or {}).get("tasks") or {}).keys())
     return [t for t in tasks if t not in held]
 
@@ -210,7 +222,7 @@ def data_refusal(
     suite: str | None,
     inventory: str,
     hf_cache: str | None,
-    read_index: Callable[[], Mapping[str, Any] | None],
+    read_index: Callable[[], Mapping[str, JSONValue] | None],
 ) -> str | None:
     """None when every Hub task's data is in the cache the client will mount, else why not.
     `tasks` are the Hub tasks (`hub_tasks`); `read_index` is called only when there is a

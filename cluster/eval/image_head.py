@@ -10,11 +10,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 from tpwarden.cluster.containers.gateway import DockerGateway, ImageBuildFailed
 from tpwarden.cluster.containers.job import OneShot
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,
     REPO,
@@ -49,7 +49,7 @@ class ImagePlan:
     built: bool = False
     wheel_files: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         f = self.facts
         return {
             "base": self.base,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.presets import (
     DEFAULT_NUM_CONCURRENT,
     RESULTS_DIR,
@@ -53,7 +53,7 @@ class EvalOptions:
     task_timeout_s: float = 6 * 3600.0
     max_resumes: int = 3
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
         doc["tasks"], doc["chat_tasks"] = list(self.tasks), list(self.chat_tasks)
         return doc
@@ -68,7 +68,7 @@ class TaskPlan:
     env: Mapping[str, str]
     shots: int | None = None  # None: the task YAML's own count (nothing passed)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "task": self.task,
             "path": self.preset.path.value,
@@ -89,9 +89,9 @@ class TaskPlan:
 
 def model_args(
     preset: TaskPreset, stops: StopPlan, srv: ServerFacts, opts: EvalOptions
-) -> dict[str, Any]:
+) -> JSONObject:
     chat = preset.path is ApiPath.CHAT
-    args: dict[str, Any] = {
+    args: JSONObject = {
         "model": srv.model,
         "base_url": srv.base_url.rstrip("/")
         + ("/v1/chat/completions" if chat else "/v1/completions"),

@@ -21,8 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.settings import EvalSpec
 
@@ -169,7 +169,7 @@ def max_length(max_model_len: int | None) -> int:
 # --- local task definitions (--include-path) ----------------------------------------------------
 
 
-def scan_task_yaml(text: str) -> dict[str, Any]:
+def scan_task_yaml(text: str) -> JSONObject:
     """Pure: the few facts we need from a task YAML (without a YAML loader, because lm-eval's
     YAMLs use `!function` tags): task name, output type, `until`, unsafe_code."""
     name = _TASK_NAME.search(text)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject, JSONValue
 
 # tqdm's line: "Requesting API:  45%|████▌     | 450/1000 [00:30<00:37, 14.9it/s]"
 _BAR = re.compile(r"Requesting API:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")
@@ -39,7 +40,7 @@ class TaskProgress:
     rate_rps: float | None  # measured over the window; None until two samples differ in time
     eta_s: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return dict(self.__dict__)
 
 
@@ -127,8 +128,8 @@ def render_progress(p: TaskProgress) -> str:
 
 
 def suite_summary(
-    manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+    manifest: Mapping[str, JSONValue], rows: Sequence[Mapping[str, JSONValue]]
+) -> list[JSONObject]:
     """Per task in run order: score, attempts, and how it ended (ran, resumed, kept)."""
     attempts: dict[str, int] = {}
     for a in manifest.get("attempts") or []:
@@ -162,7 +163,7 @@ def suite_summary(
     return out
 
 
-def render_summary(suite: str | None, summary: Sequence[Mapping[str, Any]]) -> list[str]:
+def render_summary(suite: str | None, summary: Sequence[Mapping[str, JSONValue]]) -> list[str]:
     """Lines for the end of a run: one per task, then which tasks were resumed or kept."""
     lines = [f"suite {suite}:" if suite else "tasks:"]
     for s in summary:

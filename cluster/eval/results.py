@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tpwarden.cluster.bench import manifest as bm
+from tpwarden.cluster.durable import JSONObject, JSONValue
 
 # The headline metric per task type, in order of preference (lm-eval key = "metric,filter").
 _PRIMARY = ("pass@1", "exact_match", "acc", "acc_norm", "f1")
@@ -24,12 +24,12 @@ class Score:
     stderr: float | None
     stops: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return dict(self.__dict__)
 
 
 def primary_metric(
-    metrics: Mapping[str, Any], prefer: str | None = None
+    metrics: Mapping[str, JSONValue], prefer: str | None = None
 ) -> tuple[str | None, float | None, float | None]:
     """(metric key, value, stderr) of the headline metric in one task's results block: the
     preset's `prefer` ("exact_match,strict-match") when present, else by _PRIMARY."""
@@ -46,7 +46,7 @@ def primary_metric(
 
 
 def score_row(
-    task: str, path: str, stops: str, doc: Mapping[str, Any], metric: str | None = None
+    task: str, path: str, stops: str, doc: Mapping[str, JSONValue], metric: str | None = None
 ) -> Score:
     """One task's row from lm-eval's `results_*.json` (a group's row is its aggregate)."""
     metrics = (doc.get("results") or {}).get(task) or {}
@@ -55,14 +55,14 @@ def score_row(
     return Score(task=task, path=path, n=n, metric=key, score=value, stderr=err, stops=stops)
 
 
-def failed_row(task: str, path: str, stops: str, error: str) -> dict[str, Any]:
+def failed_row(task: str, path: str, stops: str, error: str) -> JSONObject:
     """The row of a task that did not finish (a suite went on without it)."""
     row = Score(task=task, path=path, n=None, metric=None, score=None, stderr=None, stops=stops)
     last = error.strip().splitlines()[-1] if error.strip() else "failed"
     return {**row.to_json(), "error": last[:300]}
 
 
-def n_items(task: str, doc: Mapping[str, Any], depth: int = 0) -> int | None:
+def n_items(task: str, doc: Mapping[str, JSONValue], depth: int = 0) -> int | None:
     """Items scored: a task's own count, a group's the sum of its subtasks' (lm-eval keeps
     `n-samples` per leaf task and the tree in `group_subtasks`)."""
     n_doc = (doc.get("n-samples") or {}).get(task)
@@ -80,7 +80,7 @@ class Refusal:
     reasons: tuple[str, ...]
 
 
-def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> Refusal | None:
+def comparability(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> Refusal | None:
     """Runs under different chat-template defaults (thinking) or with a task on a different
     path measure different things; None when comparable."""
     reasons = []
@@ -100,19 +100,19 @@ def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> Refusal | None:
     return Refusal(tuple(reasons)) if reasons else None
 
 
-def _onoff(d: Mapping[str, Any]) -> str:
+def _onoff(d: Mapping[str, JSONValue]) -> str:
     t = d.get("thinking")
     return "?" if t is None else ("on" if t else "off")
 
 
-def task_paths(manifest: Mapping[str, Any]) -> dict[str, str]:
+def task_paths(manifest: Mapping[str, JSONValue]) -> dict[str, str]:
     return {p["task"]: p["path"] for p in manifest.get("plans") or []}
 
 
-def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Difference]:
+def eval_differences(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[bm.Difference]:
     """`bench compare`'s manifest diff plus what only an eval run records."""
     out = list(bm.manifest_diff(a, b))
-    extra: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    extra: dict[str, Callable[[Mapping[str, JSONValue]], JSONValue]] = {
         "lm-eval version": lambda m: m.get("lm_eval_version"),
         "option limit": lambda m: (m.get("options") or {}).get("limit"),
         "option num_concurrent": lambda m: (m.get("options") or {}).get("num_concurrent"),
@@ -131,8 +131,8 @@ def eval_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[bm.Diff
 
 
 def compare_scores(
-    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+    a: Sequence[Mapping[str, JSONValue]], b: Sequence[Mapping[str, JSONValue]]
+) -> list[JSONObject]:
     """Join rows by task; delta in points (score is a fraction, delta x100)."""
     by_a = {r["task"]: r for r in a}
     by_b = {r["task"]: r for r in b}

@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.eval.presets import EvalError
 
 _KEY = r"""^["']?({key})["']?\s*:\s*"""
@@ -82,7 +82,7 @@ def index_tasks(root: Path) -> TaskIndex:
     return TaskIndex(root, tasks, groups, {k: tuple(v) for k, v in tags.items()})
 
 
-def load_config(path: Path, depth: int = 0) -> dict[str, Any]:
+def load_config(path: Path, depth: int = 0) -> JSONObject:
     """A task YAML with its `include:` chain merged (the including file's keys win)."""
     if depth > _MAX_DEPTH:
         raise EvalError(f"{path}: include chain deeper than {_MAX_DEPTH}")
@@ -97,7 +97,7 @@ def load_config(path: Path, depth: int = 0) -> dict[str, Any]:
     return {**base, **doc}
 
 
-def resolve(index: TaskIndex, name: str, depth: int = 0) -> list[dict[str, Any]]:
+def resolve(index: TaskIndex, name: str, depth: int = 0) -> list[JSONObject]:
     """The leaf task configs `name` (a task, a group or a tag) runs, in definition order."""
     if depth > _MAX_DEPTH:
         raise EvalError(f"{name}: group nesting deeper than {_MAX_DEPTH}")
@@ -105,7 +105,7 @@ def resolve(index: TaskIndex, name: str, depth: int = 0) -> list[dict[str, Any]]
         return [load_config(index.tasks[name])]
     if name in index.groups:
         group = load_config(index.groups[name])
-        out: list[dict[str, Any]] = []
+        out: list[JSONObject] = []
         for entry in group.get("task") or []:
             out += _entry(index, entry, index.groups[name], depth)
         return out
@@ -114,13 +114,13 @@ def resolve(index: TaskIndex, name: str, depth: int = 0) -> list[dict[str, Any]]
     raise EvalError(f"{name}: no task, group or tag of that name under {index.root}")
 
 
-def _entry(index: TaskIndex, entry: Any, where: Path, depth: int) -> list[dict[str, Any]]:
+def _entry(index: TaskIndex, entry: JSONValue, where: Path, depth: int) -> list[JSONObject]:
     """One item of a group's `task:` list: a name, or an inline config over a named task."""
     if isinstance(entry, str):
         return resolve(index, entry, depth + 1)
     if isinstance(entry, Mapping) and isinstance(entry.get("task"), str):
         inline = dict(entry)
-        base: dict[str, Any] = {}
+        base: JSONObject = {}
         if inline["task"] in index.tasks:
             base = load_config(index.tasks[inline["task"]])
         elif "include" in inline:
@@ -137,9 +137,9 @@ def tasks_dir(venv: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def dataset_refs(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def dataset_refs(configs: list[JSONObject]) -> list[JSONObject]:
     """The distinct datasets a list of leaf configs load: path, name and kwargs."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, JSONObject] = {}
     for cfg in configs:
         path = cfg.get("dataset_path")
         if not path:

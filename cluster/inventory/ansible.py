@@ -19,18 +19,22 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.yaml_guard import MAX_DEPTH
+
+if TYPE_CHECKING:  # Ansible comes with tpwarden[control], imported where used
+    from ansible.parsing.dataloader import DataLoader
 
 log = logging.getLogger(__name__)
 
 Loc = tuple[str | None, int | None]  # (file, line)
-PathKey = tuple[Any, ...]  # ("tpwarden", "model", "path") or ("node3", "ansible_port")
+PathKey = tuple[str | int, ...]  # ("tpwarden", "model", "path") or ("node3", "ansible_port")
 
 HOST_VARS = (
     "ansible_host",
@@ -57,9 +61,9 @@ class Resolved:
 
     source: str
     groups: dict[str, list[str]]  # head/workers -> host names, in inventory order
-    host_vars: dict[str, dict[str, Any]]  # host -> HOST_VARS present for it (templated)
-    settings: Any  # the tpwarden value of group all (templated), None if absent
-    settings_by_host: dict[str, Any]  # host -> its tpwarden value, when it differs from all's
+    host_vars: dict[str, JSONObject]  # host -> HOST_VARS present for it (templated)
+    settings: JSONValue  # the tpwarden value of group all (templated), None if absent
+    settings_by_host: JSONObject  # host -> its tpwarden value, when it differs from all's
     locs: dict[PathKey, Loc] = field(default_factory=dict)
 
     def loc(self, path: PathKey) -> Loc:
@@ -82,19 +86,25 @@ def resolve(source: Path) -> Resolved:
         return engine.resolve()
 
 
+class _Ignore(Protocol):
+    def __call__(self, *args: object, **kwargs: object) -> None: ...
+
+
 class _Collector:
     """Stands in for Ansible's Display while we load: keeps messages, prints nothing."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
 
-    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def warning(self, msg: str, *args: object, **kwargs: object) -> None:
         self.messages.append(str(msg))
 
-    def error_as_warning(self, msg: str | None = None, exception: Any = None, **kw: Any) -> None:
+    def error_as_warning(
+        self, msg: str | None = None, exception: object = None, **kw: object
+    ) -> None:
         self.messages.append(f"{msg} {_reason(exception)}" if exception else str(msg))
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> _Ignore:
         return lambda *args, **kwargs: None  # debug, vvv, deprecated, ...
 
 
@@ -195,7 +205,9 @@ class _Engine:
             return exc
         return ConfigError(exc.message, file=file, line=exc.line, key=exc.key, hint=exc.hint)
 
-    def _host(self, resolved: Resolved, name: str, hvars: Any, loader: Any) -> None:
+    def _host(
+        self, resolved: Resolved, name: str, hvars: Mapping[str, JSONValue], loader: DataLoader
+    ) -> None:
         picked = {}
         for key in HOST_VARS:
             if key in hvars:
@@ -208,8 +220,13 @@ class _Engine:
             resolved.settings_by_host[name] = value
 
     def _template(
-        self, resolved: Resolved, path: PathKey, raw: Any, variables: Any, loader: Any
-    ) -> Any:
+        self,
+        resolved: Resolved,
+        path: PathKey,
+        raw: JSONValue,
+        variables: Mapping[str, JSONValue],
+        loader: DataLoader,
+    ) -> JSONValue:
         # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
         from ansible.template import Templar
 
@@ -242,7 +259,7 @@ class _Engine:
         )
 
 
-def _setup_vault(loader: Any) -> None:
+def _setup_vault(loader: DataLoader) -> None:
     """Vault passwords from the usual Ansible settings (ansible.cfg, ANSIBLE_VAULT_PASSWORD_FILE,
     ANSIBLE_VAULT_IDENTITY_LIST); never prompts."""
     # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
@@ -267,7 +284,7 @@ def _setup_vault(loader: Any) -> None:
     VaultSecretsContext._current = VaultSecretsContext(secrets)
 
 
-def _origin(value: Any) -> Loc | None:
+def _origin(value: object) -> Loc | None:
     # deferred: Ansible comes with tpwarden[control]; a node (the watchdog) never loads it
     from ansible._internal._datatag._tags import Origin
 
@@ -277,7 +294,7 @@ def _origin(value: Any) -> Loc | None:
     return (str(origin.path), origin.line_num)
 
 
-def _plain(value: Any, path: PathKey, locs: dict[PathKey, Loc], here: Loc | None) -> Any:
+def _plain(value: object, path: PathKey, locs: dict[PathKey, Loc], here: Loc | None) -> JSONValue:
     """Tagged Ansible values -> exact builtin types, recording each path's origin."""
     loc = _origin(value) or here
     if loc:
@@ -308,7 +325,7 @@ def _plain(value: Any, path: PathKey, locs: dict[PathKey, Loc], here: Loc | None
     return str(value)
 
 
-def _canonical(value: Any) -> str:
+def _canonical(value: JSONValue) -> str:
     """Equality that holds for NaN too (NaN != NaN would make equal settings differ)."""
     return json.dumps(value, sort_keys=True, default=repr)
 
@@ -318,12 +335,12 @@ def dotted(path: PathKey) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _reason(exc: Any) -> str:
+def _reason(exc: object) -> str:
     text = str(getattr(exc, "message", None) or exc)
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _translate(exc: Any, source: str) -> ConfigError:
+def _translate(exc: BaseException, source: str) -> ConfigError:
     """An AnsibleError -> ConfigError at the origin Ansible attached to it."""
     origin = None
     obj = getattr(exc, "obj", None)

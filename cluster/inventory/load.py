@@ -15,10 +15,10 @@ import ipaddress
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 from tpwarden.cluster import flag_tables
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.ansible import Resolved, resolve
 from tpwarden.cluster.inventory.plain import read_resolved
@@ -171,7 +171,7 @@ def _topology(inv: Resolved, path: str) -> tuple[str, list[str]]:
     return heads[0], list(workers)
 
 
-def _settings(inv: Resolved, path: str) -> dict[str, Any]:
+def _settings(inv: Resolved, path: str) -> JSONObject:
     for host in inv.settings_by_host:
         raise located(
             inv,
@@ -194,7 +194,7 @@ def _settings(inv: Resolved, path: str) -> dict[str, Any]:
     return raw
 
 
-def _cross_checks(inv: Resolved, raw: dict[str, Any], s: TpwardenSettings) -> None:
+def _cross_checks(inv: Resolved, raw: JSONObject, s: TpwardenSettings) -> None:
     if s.port == s.parallel.master_port:
         where = ("tpwarden", "port") if "port" in raw else ("tpwarden", "parallel", "master_port")
         raise located(
@@ -237,7 +237,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
         check_address(inv, (name, "ansible_host"), host, hint=_ADDRESS_HINT)
         if not isinstance(user, str) or not user or user.startswith("-"):
             raise located(inv, (name, "ansible_user"), "ansible_user must be a user name")
-        vllm_ip = hvars.get("vllm_host_ip", host)
+        vllm_ip = hvars["vllm_host_ip"] if "vllm_host_ip" in hvars else host
         try:
             ipaddress.ip_address(vllm_ip)
         except ValueError:
@@ -283,9 +283,7 @@ def _nodes(inv: Resolved, names: list[str]) -> list[NodeSpec]:
     return nodes
 
 
-def _thermal_metrics(
-    inv: Resolved, name: str, hvars: dict[str, Any]
-) -> tuple[str | None, int | None]:
+def _thermal_metrics(inv: Resolved, name: str, hvars: JSONObject) -> tuple[str | None, int | None]:
     """Per-host override of the thermal agent's /metrics address (the unit template reads the
     same two host vars)."""
     host = hvars.get("tpwarden_thermal_metrics_host")
@@ -319,13 +317,13 @@ def _watchdog_host(inv: Resolved, head: str) -> str | None:
     return value
 
 
-def _ssh_args(hvars: dict[str, Any]) -> str | None:
+def _ssh_args(hvars: JSONObject) -> str | None:
     parts = [hvars.get("ansible_ssh_common_args"), hvars.get("ansible_ssh_extra_args")]
     text = " ".join(str(p) for p in parts if p)
     return text or None
 
 
-def _truthy(value: Any) -> bool:
+def _truthy(value: JSONValue) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)

@@ -10,12 +10,12 @@ same `build_spec` validates it, so it means exactly what the operator's inventor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.ansible import HOST_VARS, Resolved
-from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 HEADER = "# Resolved by tpwarden from {source} (Ansible applied); do not edit, re-provision.\n"
 
@@ -23,8 +23,8 @@ HEADER = "# Resolved by tpwarden from {source} (Ansible applied); do not edit, r
 def export_resolved(spec: ClusterSpec) -> str:
     """A single-file inventory equivalent to `spec` (same config hash), for nodes."""
 
-    def host(node: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def host(node: NodeSpec) -> JSONObject:
+        out: JSONObject = {
             "ansible_host": node.ssh_host,
             "ansible_port": node.ssh_port,
             "ansible_user": node.ssh_user,

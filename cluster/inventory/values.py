@@ -10,10 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.flag_tables import FlagChoice, FlagTable, fetch_hint
 from tpwarden.cluster.inventory.ansible import PathKey, Resolved, dotted
@@ -78,7 +78,7 @@ def check_host_name(inv: Resolved, name: str) -> None:
         )
 
 
-def check_address(inv: Resolved, path: PathKey, value: Any, *, hint: str) -> None:
+def check_address(inv: Resolved, path: PathKey, value: JSONValue, *, hint: str) -> None:
     """A host var that must be a host name or IP address (it reaches ssh argv and sockets)."""
     try:
         if not isinstance(value, str):
@@ -91,7 +91,7 @@ def check_address(inv: Resolved, path: PathKey, value: Any, *, hint: str) -> Non
 _CHECKING_OFF = ("no", "off", "false", "accept-new")
 
 
-def check_host_key_checking(inv: Resolved, name: str, hvars: Mapping[str, Any]) -> None:
+def check_host_key_checking(inv: Resolved, name: str, hvars: Mapping[str, JSONValue]) -> None:
     """Refuse host vars that would make Ansible accept unknown host keys: `tpwarden provision`
     turns checking on (ANSIBLE_HOST_KEY_CHECKING=True), but inventory variables outrank it."""
     for var in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
@@ -117,10 +117,10 @@ def check_host_key_checking(inv: Resolved, name: str, hvars: Mapping[str, Any]) 
             )
 
 
-def check_strings(inv: Resolved, node: Any, path: PathKey) -> None:
+def check_strings(inv: Resolved, node: JSONValue, path: PathKey) -> None:
     """Reject values that would break a command line or that are secrets written inline."""
     if isinstance(node, dict):
-        items: Any = node.items()
+        items: Iterable[tuple[str | int, JSONValue]] = node.items()
     elif isinstance(node, list):
         items = enumerate(node)
     else:
@@ -215,7 +215,7 @@ def check_extra_args(
 # --- pydantic errors -> located errors ------------------------------------------------------
 
 
-def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> ConfigError:
+def translate(inv: Resolved, raw: JSONObject, exc: ValidationError) -> ConfigError:
     errors = exc.errors()
     # An unknown key often also makes a required one "missing": report the typo, it is the cause.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -247,9 +247,9 @@ def translate(inv: Resolved, raw: dict[str, Any], exc: ValidationError) -> Confi
 _TYPE_TAGS = {"str", "int", "float", "bool", "list[str]", "dict[str,any]", "none", "literal"}
 
 
-def _real_path(raw: Any, loc: list[Any]) -> list[Any]:
+def _real_path(raw: JSONValue, loc: list[JSONValue]) -> list[JSONValue]:
     """Drop the union-member names pydantic adds to a location ('str', 'int'...)."""
-    path: list[Any] = []
+    path: list[JSONValue] = []
     node = raw
     for part in loc:
         if isinstance(node, dict) and part in node:
@@ -264,8 +264,8 @@ def _real_path(raw: Any, loc: list[Any]) -> list[Any]:
     return path
 
 
-def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
-    current: Any = model
+def _fields_at(model: type[BaseModel], loc: list[JSONValue]) -> list[str]:
+    current: object = model
     for part in loc:
         if (
             not (isinstance(current, type) and issubclass(current, BaseModel))
@@ -278,7 +278,7 @@ def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
     return []
 
 
-def _model_in(annotation: Any) -> Any:
+def _model_in(annotation: object) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in typing.get_args(annotation):
@@ -288,7 +288,7 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def _hint_for(err: Mapping[str, Any]) -> str | None:
+def _hint_for(err: Mapping[str, JSONValue]) -> str | None:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return f"expected {ctx['expected']}"

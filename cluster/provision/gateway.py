@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.inventory.plain import export_resolved
@@ -83,7 +84,7 @@ class ProvisionRequest:
 class PreparedRun:
     ident: str
     private_data_dir: Path
-    kwargs: dict[str, Any] = field(repr=False)
+    kwargs: JSONObject = field(repr=False)
 
     @property
     def artifact_dir(self) -> Path:
@@ -136,7 +137,7 @@ class ProvisionResult:
     def changed(self) -> int:
         return sum(h.changed for h in self.hosts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "ident": self.ident,
             "artifact_dir": str(self.artifact_dir),
@@ -204,7 +205,7 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
     if request.vault_password_file:
         cmdline += ["--vault-password-file", str(request.vault_password_file.resolve())]
     bindir = str(Path(python).parent)
-    kwargs: dict[str, Any] = {
+    kwargs: JSONObject = {
         "private_data_dir": str(private),
         "project_dir": str(request.playbook_dir),
         "playbook": request.playbook,
@@ -239,7 +240,7 @@ def _shell_quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def task_event(raw: Mapping[str, Any]) -> TaskEvent | None:
+def task_event(raw: Mapping[str, JSONValue]) -> TaskEvent | None:
     """An ansible-runner job event -> a TaskEvent (None for events that are not task results).
     Loop items are folded into their task's final result."""
     status = _EVENT_STATUS.get(str(raw.get("event", "")))
@@ -257,7 +258,7 @@ def task_event(raw: Mapping[str, Any]) -> TaskEvent | None:
     return TaskEvent(data["host"], str(data.get("task", "")), status, message)
 
 
-def host_stats(stats: Mapping[str, Any] | None) -> tuple[HostStats, ...]:
+def host_stats(stats: Mapping[str, JSONValue] | None) -> tuple[HostStats, ...]:
     """ansible-runner's ``runner.stats`` ({counter: {host: n}}) -> one HostStats per host."""
     stats = stats or {}
     hosts = sorted({h for counter in stats.values() if isinstance(counter, dict) for h in counter})
@@ -301,7 +302,7 @@ def run(
     prepared.kwargs["extravars"]["tpwarden_inventory_source"] = str(resolved)
     failures: list[TaskEvent] = []
 
-    def handler(raw: dict[str, Any]) -> bool:
+    def handler(raw: JSONObject) -> bool:
         event = task_event(raw)
         if event is not None:
             if event.status in ("failed", "unreachable"):

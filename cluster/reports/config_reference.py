@@ -7,7 +7,6 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
@@ -38,7 +37,7 @@ Provisioning's own `tpwarden_*` variables (install prefix, checks, secrets' sour
 """
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     if any(getattr(m, "func", None) is parse_size for m in _metadata(annotation)):
         return "size (16GiB, 16G, 17179869184)" + (
             " \\| None" if type(None) in typing.get_args(annotation) else ""
@@ -56,7 +55,7 @@ def _type_name(annotation: Any) -> str:
     return re.sub(r"tpwarden\.cluster\.\w+\.", "", text).replace("|", "\\|")
 
 
-def _plain(annotation: Any) -> str:
+def _plain(annotation: object) -> str:
     """The annotation without its validators: list[Annotated[X, BeforeValidator(f)]] -> list[X]."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is typing.Annotated:
@@ -67,14 +66,14 @@ def _plain(annotation: Any) -> str:
     return annotation.__name__ if isinstance(annotation, type) else str(annotation)
 
 
-def _metadata(annotation: Any) -> list[Any]:
+def _metadata(annotation: object) -> list[object]:
     found = list(getattr(annotation, "__metadata__", ()))
     for arg in typing.get_args(annotation):
         found.extend(_metadata(arg))
     return found
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
+def _nested_model(annotation: object) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in typing.get_args(annotation):

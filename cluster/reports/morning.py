@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.reports.morning_tune import TuneSummary
 from tpwarden.cluster.reports.thermal.report import FieldReport, build_report, report_to_json
 
@@ -49,7 +49,7 @@ class WatchdogSummary:
     verdicts: dict[str, int]  # ok / busy / stalled / hard_fail / misconfig / unknown
     decisions: dict[str, int]  # count_failure / reset_failures / alert / hold / give_up / wait
     restarts: tuple[RestartRow, ...]
-    alerts: tuple[dict[str, Any], ...]
+    alerts: tuple[JSONObject, ...]
     holds: int
     answering_pct: float | None  # share of probes that answered (ok or busy)
     probe_gaps: tuple[tuple[float, float], ...]  # stretches with no probe record
@@ -66,8 +66,8 @@ class BenchSummary:
     kind: str
     started_at: float
     config_hash: str | None
-    drafter_k: Any
-    rows: tuple[dict[str, Any], ...]
+    drafter_k: JSONValue
+    rows: tuple[JSONObject, ...]
 
 
 EVAL_FIELDS = ("task", "path", "n", "metric", "score", "stderr")
@@ -78,9 +78,9 @@ class EvalSummary:
     run_id: str
     started_at: float
     finished: bool  # False: still running (or killed) when the report was made
-    thinking: Any  # the server's chat-template default the run measured under
+    thinking: JSONValue  # the server's chat-template default the run measured under
     restarts: int  # server restarts the run waited out and resumed after
-    rows: tuple[dict[str, Any], ...]  # EVAL_FIELDS + previous, delta_points (vs the last run)
+    rows: tuple[JSONObject, ...]  # EVAL_FIELDS + previous, delta_points (vs the last run)
     suite: str | None = None  # `eval run --suite` (e.g. "field")
 
 
@@ -104,7 +104,7 @@ class MorningReport:
         return sum(n.throttle.episodes for n in self.thermal.nodes)
 
 
-def _in(ts: Any, since: float | None, until: float | None) -> bool:
+def _in(ts: JSONValue, since: float | None, until: float | None) -> bool:
     return (
         isinstance(ts, int | float)
         and (since is None or ts >= since)
@@ -112,16 +112,16 @@ def _in(ts: Any, since: float | None, until: float | None) -> bool:
     )
 
 
-def _token_counters(probe: Mapping[str, Any]) -> dict[str, float]:
+def _token_counters(probe: Mapping[str, JSONValue]) -> dict[str, float]:
     values = ((probe.get("metrics") or {}).get("values")) or {}
     return {k: v for k, v in values.items() if k.endswith("tokens_total")}
 
 
-def _progress_before(probes: Sequence[Mapping[str, Any]], at: float) -> str | None:
+def _progress_before(probes: Sequence[Mapping[str, JSONValue]], at: float) -> str | None:
     """Did the engine make progress during the failure streak that ended in a restart at
     ``at``? Token counters that grew between the streak's first and last probe say it was
     busy, not hung: a false restart candidate."""
-    streak: list[Mapping[str, Any]] = []
+    streak: list[Mapping[str, JSONValue]] = []
     for p in probes:
         if p["ts"] > at:
             break
@@ -138,7 +138,7 @@ def _progress_before(probes: Sequence[Mapping[str, Any]], at: float) -> str | No
     return None
 
 
-def _incident_of(inc: Mapping[str, Any] | None) -> dict[str, Any]:
+def _incident_of(inc: Mapping[str, JSONValue] | None) -> JSONObject:
     """What a watchdog restart's ``incident_dossier`` event says: the verdict's summary (or
     "no dossier: why") and the dossier's id."""
     if not isinstance(inc, Mapping):
@@ -149,8 +149,8 @@ def _incident_of(inc: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def summarize_watchdog(
-    events: Iterable[Mapping[str, Any]],
-    operator_restarts: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[Mapping[str, JSONValue]],
+    operator_restarts: Iterable[Mapping[str, JSONValue]] = (),
     since: float | None = None,
     until: float | None = None,
     skipped_lines: int = 0,
@@ -226,7 +226,7 @@ def probe_gaps(ts: Sequence[float]) -> list[tuple[float, float]]:
     ]
 
 
-def iso_ts(text: Any) -> float | None:
+def iso_ts(text: JSONValue) -> float | None:
     if isinstance(text, int | float):
         return float(text)
     try:
@@ -235,12 +235,12 @@ def iso_ts(text: Any) -> float | None:
         return None
 
 
-def _is_eval(manifest: Mapping[str, Any], table: Mapping[str, Any]) -> bool:
+def _is_eval(manifest: Mapping[str, JSONValue], table: Mapping[str, JSONValue]) -> bool:
     return "eval" in (manifest.get("kind"), table.get("kind"))
 
 
 def summarize_evals(
-    runs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    runs: Iterable[tuple[Mapping[str, JSONValue], Mapping[str, JSONValue]]],
     since: float | None = None,
     until: float | None = None,
 ) -> tuple[EvalSummary, ...]:
@@ -268,7 +268,9 @@ def summarize_evals(
     return tuple(out)
 
 
-def _with_previous(row: Mapping[str, Any], earlier: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _with_previous(
+    row: Mapping[str, JSONValue], earlier: list[Mapping[str, JSONValue]]
+) -> JSONObject:
     out = {k: row.get(k) for k in EVAL_FIELDS}
     prev = None
     for table in reversed(earlier):
@@ -285,7 +287,7 @@ def _with_previous(row: Mapping[str, Any], earlier: list[Mapping[str, Any]]) -> 
 
 
 def summarize_bench(
-    runs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    runs: Iterable[tuple[Mapping[str, JSONValue], Mapping[str, JSONValue]]],
     since: float | None = None,
     until: float | None = None,
 ) -> tuple[BenchSummary, ...]:
@@ -310,15 +312,15 @@ def summarize_bench(
 
 
 def build_morning(
-    events: Iterable[Mapping[str, Any]],
-    thermal_records: Iterable[Mapping[str, Any]],
-    bench_runs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]] = (),
+    events: Iterable[Mapping[str, JSONValue]],
+    thermal_records: Iterable[Mapping[str, JSONValue]],
+    bench_runs: Iterable[tuple[Mapping[str, JSONValue], Mapping[str, JSONValue]]] = (),
     *,
     since: float | None = None,
     until: float | None = None,
     roles: Mapping[str, str] | None = None,
     zone_roles: Mapping[str, str] | None = None,
-    operator_restarts: Iterable[Mapping[str, Any]] = (),
+    operator_restarts: Iterable[Mapping[str, JSONValue]] = (),
     skipped_lines: int = 0,
     tune_runs: Iterable[TuneSummary] = (),
 ) -> MorningReport:
@@ -364,7 +366,7 @@ def headline(rep: MorningReport) -> str:
     return ", ".join(parts)
 
 
-def morning_to_json(rep: MorningReport) -> dict[str, Any]:
+def morning_to_json(rep: MorningReport) -> JSONObject:
     wd = asdict(rep.watchdog)
     wd["false_restart_candidates"] = rep.watchdog.false_restart_candidates
     return {

@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 from datetime import tzinfo
 from html import escape
-from typing import Any
 
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.reports.morning import MorningReport, headline
 from tpwarden.cluster.reports.morning_tune import tune_line
 from tpwarden.cluster.reports.thermal.localtime import local, span_text
@@ -19,7 +19,7 @@ def _c(v: float | None) -> str:
     return DASH if v is None else f"{v:.1f}\u00a0°C"  # no line break inside "82.0 °C"
 
 
-def _n(v: Any, fmt: str = "{:.1f}") -> str:
+def _n(v: JSONValue, fmt: str = "{:.1f}") -> str:
     if v is None:
         return DASH
     try:

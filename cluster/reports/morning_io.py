@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from tpwarden.cluster.durable import read_jsonl
+from tpwarden.cluster.durable import JSONObject, read_jsonl
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.reports.morning import MorningReport, build_morning, iso_ts
 from tpwarden.cluster.reports.morning_tune import TuneSummary, tune_summary
@@ -65,7 +64,7 @@ class Sources:
         )
 
 
-def load_runs(runs_dir: Path | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def load_runs(runs_dir: Path | None) -> list[tuple[JSONObject, JSONObject]]:
     """(manifest, table) of every complete run directory; half-written ones are skipped."""
     if runs_dir is None or not runs_dir.is_dir():
         return []
@@ -101,7 +100,7 @@ def load_tunes(runs_dir: Path | None) -> list[TuneSummary]:
     return out
 
 
-def operator_restarts(path: Path | None) -> list[dict[str, Any]]:
+def operator_restarts(path: Path | None) -> list[JSONObject]:
     """Cluster control's restart records made by people; the watchdog's own restarts are in
     its event log already (with their cause), so they are left out here."""
     if path is None or not path.is_file():
@@ -124,7 +123,7 @@ def morning_from_files(
     roles: Mapping[str, str] | None = None,
     zone_roles: Mapping[str, str] | None = None,
     events_from: float | None = None,
-) -> tuple[MorningReport, list[dict[str, Any]]]:
+) -> tuple[MorningReport, list[JSONObject]]:
     """The report and the thermal records in its window (for the plot). `events_from` leaves
     older event records unread (a daemon reading its own log keeps its memory small)."""
     got = read_events(str(src.events), since=events_from)

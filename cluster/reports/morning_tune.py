@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject, JSONValue
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,14 +25,14 @@ class TuneSummary:
     to_k: int | None
     kept: bool | None
     measured_gain: float | None  # the profile score the rollout measured
-    levels: tuple[dict[str, Any], ...]  # per level: c, predicted, measured, ratio
+    levels: tuple[JSONObject, ...]  # per level: c, predicted, measured, ratio
 
 
-def _num(v: Any) -> float | None:
+def _num(v: JSONValue) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def tune_summary(run_id: str, started_at: float, doc: Mapping[str, Any]) -> TuneSummary:
+def tune_summary(run_id: str, started_at: float, doc: Mapping[str, JSONValue]) -> TuneSummary:
     """One tune.json as the report shows it; missing fields stay None (an older or partly
     written document)."""
     rec = doc.get("recommendation") or {}
@@ -75,7 +76,7 @@ def tune_line(t: TuneSummary) -> str:
     return f"{head}; applied: {what}{got}" + (f"; {per}" if per else "")
 
 
-def _level_text(lv: Mapping[str, Any]) -> str:
+def _level_text(lv: Mapping[str, JSONValue]) -> str:
     got, ratio = lv["measured_tok_s"], lv["ratio"]
     measured = "not measured" if got is None else f"measured {got:,.1f}"
     return f"c={lv['concurrency']} predicted {lv['predicted_tok_s']:,.1f}, {measured}" + (

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.node.clockcap import NO_READ_BACK, utc
 from tpwarden.node.thermal.roles import zone_role
 
@@ -52,7 +52,7 @@ COLUMNS: tuple[Column, ...] = (
 REASON = Column("reason", "reason", "reason", 0)
 
 
-def fmt(value: Any, unit: str = "", digits: int = 0) -> str:
+def fmt(value: JSONValue, unit: str = "", digits: int = 0) -> str:
     """None -> "-" (never "None"); numbers rounded, with a unit when given."""
     if value is None or value == "":
         return DASH
@@ -94,7 +94,7 @@ def node_verdict(n: NodeStatus) -> tuple[str, str | None]:
     return "ok", n.gpu_reason
 
 
-def _gpu(n: NodeStatus) -> Mapping[str, Any]:
+def _gpu(n: NodeStatus) -> Mapping[str, JSONValue]:
     return n.gpus[0] if n.gpus else {}
 
 
@@ -217,7 +217,7 @@ def clock_cap_summary(nodes: Sequence[NodeStatus]) -> str | None:
     """The GPU clock cap of every node by its record of the lock call (GPU rows annotated by
     `tpwarden.node.clockcap.annotate_gpus`), e.g. "2000 MHz on node1, node2, set at
     2026-12-04T03:20:11Z; NVML has no read-back"; None when no node reported one."""
-    groups: dict[tuple[str, Any], list[tuple[str, float | None]]] = {}
+    groups: dict[tuple[str, JSONValue], list[tuple[str, float | None]]] = {}
     for n in nodes:
         for g in n.gpus[:1]:
             state = g.get("clock_cap_state")

@@ -8,13 +8,14 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from ruamel.yaml import YAML
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import parse_inventory
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.rollout.yaml_edit import set_value, yaml_text
+from tpwarden.cluster.settings import DrafterSpec
 from tpwarden.cluster.spec import ClusterSpec
 
 SETTINGS_PATH = ("all", "vars", "tpwarden")
@@ -23,7 +24,7 @@ SETTINGS_PATH = ("all", "vars", "tpwarden")
 @dataclass(frozen=True)
 class Change:
     key: str  # dotted under tpwarden, e.g. drafter.num_speculative_tokens
-    value: Any
+    value: JSONValue
     text: str  # the YAML text of the value (a mapping is written as a block)
 
 
@@ -92,21 +93,21 @@ def describe_changes(old: ClusterSpec, new: ClusterSpec) -> list[str]:
     return out
 
 
-def _drafter_name(d: Any) -> str:
+def _drafter_name(d: DrafterSpec | None) -> str:
     return "off" if d is None else f"{d.method} k={d.num_speculative_tokens}"
 
 
-def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+def _flat(doc: JSONValue, prefix: str = "") -> JSONObject:
     """{"a": {"b": 1}, "c": {}} -> {"a.b": 1}: leaves only (an empty mapping has none)."""
     if isinstance(doc, dict):
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for key, value in doc.items():
             out.update(_flat(value, f"{prefix}{key}."))
         return out
     return {prefix.rstrip("."): doc}
 
 
-def _shown(flat: dict[str, Any], key: str) -> str:
+def _shown(flat: JSONObject, key: str) -> str:
     return yaml_text(flat[key]) if key in flat else "(unset)"
 
 

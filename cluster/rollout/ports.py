@@ -7,14 +7,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.control.results import ApplyResult
-from tpwarden.cluster.durable import atomic_write_json, json_bytes
+from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.durable import JSONObject, atomic_write_json, json_bytes
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.hold import hold_document, hold_path, release_document
 from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
@@ -28,7 +27,7 @@ class ControllerCluster:
     `tpwarden restart`, so a rollout restart looks the same in the history."""
 
     def __init__(
-        self, on_event: Callable[[Any], None] | None = None, who: str = "tpwarden-rollout"
+        self, on_event: Callable[[ControlEvent], None] | None = None, who: str = "tpwarden-rollout"
     ):
         self.on_event = on_event
         self.who = who
@@ -76,18 +75,27 @@ class WatchdogHolder:
     head node, wherever the watchdog's state directory exists. Released at the end (or it
     expires on its own)."""
 
-    def __init__(self, spec: ClusterSpec, by: str = "tpwarden-rollout") -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        by: str = "tpwarden-rollout",
+        *,
+        controller: Callable[[ClusterSpec], Controller] = Controller,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.spec = spec
         self.by = by
         self.path = hold_path(spec.watchdog.state_dir)
+        self._controller = controller  # cluster control, to reach the head (tests inject)
+        self._clock = clock
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: JSONObject) -> None:
         wrote = False
         if os.path.isdir(self.spec.watchdog.state_dir):
             atomic_write_json(self.path, doc)
             wrote = True
         try:
-            with Controller(self.spec) as ctl:
+            with self._controller(self.spec) as ctl:
                 session = ctl.session(self.spec.head)
                 if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
                     session.put_atomic(json_bytes(doc), self.path)
@@ -101,11 +109,11 @@ class WatchdogHolder:
 
     def hold(self, reason: str, until: float, kind: str = "hold") -> None:
         self._write(
-            hold_document(until=until, reason=reason, by=self.by, now=time.time(), kind=kind)
+            hold_document(until=until, reason=reason, by=self.by, now=self._clock(), kind=kind)
         )
 
     def release(self) -> None:
-        self._write(release_document(by=self.by, now=time.time()))
+        self._write(release_document(by=self.by, now=self._clock()))
 
 
 QUICK_LEVELS = (1, 8, 32)
@@ -123,7 +131,7 @@ ROW_METRICS = (
 )
 
 
-def measurement_rows(bench_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+def measurement_rows(bench_rows: list[JSONObject]) -> dict[int, dict[str, float]]:
     """Bench rows -> {concurrency: {metric: value}}; a metric without a value is left out."""
     return {
         int(row["level"]): {

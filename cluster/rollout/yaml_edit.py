@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 
 VAULT_HINT = (
@@ -30,7 +30,7 @@ VAULT_HINT = (
 )
 
 
-def yaml_text(value: Any) -> str:
+def yaml_text(value: JSONValue) -> str:
     """How a scalar or list is written in YAML: 3, true, null, 24GiB, "0", ["a", "b"]."""
     if isinstance(value, (dict, list)):
         return json.dumps(value)
@@ -49,7 +49,7 @@ def _needs_quotes(value: str) -> bool:
     return not safe or value.lower() in words or ": " in value or value.endswith((":", " "))
 
 
-def set_value(text: str, root: tuple[str, ...], key: str, value: Any, shown: str) -> str:
+def set_value(text: str, root: tuple[str, ...], key: str, value: JSONValue, shown: str) -> str:
     """`text` with the setting at `root` + `key` (dotted) set to `value`."""
     if text.lstrip().startswith("$ANSIBLE_VAULT;"):
         raise ConfigError(
@@ -82,7 +82,7 @@ def set_value(text: str, root: tuple[str, ...], key: str, value: Any, shown: str
     return _set_leaf(text, node, parts[-1], value, key, shown)
 
 
-def _load(text: str, shown: str) -> Any:
+def _load(text: str, shown: str) -> JSONValue:
     try:
         return YAML(typ="rt").load(text)
     except MarkedYAMLError as exc:
@@ -97,13 +97,15 @@ def _load(text: str, shown: str) -> Any:
         raise ConfigError(f"cannot edit: {type(exc).__name__}: {exc}", file=shown) from None
 
 
-def _nest(parts: list[str], value: Any) -> dict[str, Any]:
+def _nest(parts: list[str], value: JSONValue) -> JSONObject:
     for part in reversed(parts):
         value = {part: value}
     return value  # type: ignore[no-any-return]
 
 
-def _set_leaf(text: str, node: CommentedMap, leaf: str, value: Any, key: str, shown: str) -> str:
+def _set_leaf(
+    text: str, node: CommentedMap, leaf: str, value: JSONValue, key: str, shown: str
+) -> str:
     lines = text.splitlines(keepends=True)
     nl = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     if leaf not in node:
@@ -148,7 +150,7 @@ def _set_leaf(text: str, node: CommentedMap, leaf: str, value: Any, key: str, sh
 
 
 def _insert(
-    lines: list[str], node: CommentedMap, leaf: str, value: Any, key: str, shown: str, nl: str
+    lines: list[str], node: CommentedMap, leaf: str, value: JSONValue, key: str, shown: str, nl: str
 ) -> str:
     """A new key: after the parent's last child (and its block), at the children's column."""
     if not node or node.fa.flow_style():
@@ -167,7 +169,7 @@ def _insert(
     return "".join(lines)
 
 
-def _render(key: str, value: Any, indent: int, nl: str) -> list[str]:
+def _render(key: str, value: JSONValue, indent: int, nl: str) -> list[str]:
     pad = " " * indent
     name = yaml_text(str(key))
     if isinstance(value, dict) and value:
@@ -178,7 +180,7 @@ def _render(key: str, value: Any, indent: int, nl: str) -> list[str]:
     return [f"{pad}{name}: {yaml_text(value)}{nl}"]
 
 
-def _vault_line(value: Any, line: int) -> int | None:
+def _vault_line(value: JSONValue, line: int) -> int | None:
     """The 0-based line of the first vaulted value in `value` (itself at `line`), or None."""
     if isinstance(value, TaggedScalar):
         return line if str(value.tag.value) == "!vault" else None

@@ -13,7 +13,7 @@ import logging
 import os
 import shlex
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import paramiko
 from tpwarden.cluster.errors import HostKeyError, NodeUnreachable
@@ -133,7 +133,7 @@ def connect(
     to the node over a direct-tcpip channel of the last hop, or a ProxyCommand. Returns the
     node's client and the jump clients (close them after it)."""
     jumps: list[paramiko.SSHClient] = []
-    sock: Any = None
+    sock: paramiko.Channel | paramiko.ProxyCommand | None = None
     try:
         for hop in t.route.jumps:
             via = f"jump host {hop.host}:{hop.port} for {t.node}"
@@ -163,7 +163,9 @@ def connect(
         raise
 
 
-def _channel_through(jump: paramiko.SSHClient, hop: Hop, t: SshTarget, timeout_s: float) -> Any:
+def _channel_through(
+    jump: paramiko.SSHClient, hop: Hop, t: SshTarget, timeout_s: float
+) -> paramiko.Channel:
     """A direct-tcpip channel from the jump host to the node: the socket of the next hop."""
     transport = jump.get_transport()
     try:
@@ -179,7 +181,7 @@ def _channel_through(jump: paramiko.SSHClient, hop: Hop, t: SshTarget, timeout_s
 
 def _connect_one(
     t: SshTarget,
-    sock: Any,
+    sock: paramiko.Channel | paramiko.ProxyCommand | None,
     o: SshOptions,
     factory: type[paramiko.SSHClient],
     route_known_hosts: str | None,

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 from tpwarden.cluster.errors import CommandFailed, NodeUnreachable
@@ -393,20 +393,24 @@ class SshPool:
     nothing: sessions connect lazily on first use.
     """
 
-    def __init__(self, options: SshOptions | SshSpec | None = None, **session_kw: Any) -> None:
+    def __init__(
+        self,
+        options: SshOptions | SshSpec | None = None,
+        client_factory: type[paramiko.SSHClient] = paramiko.SSHClient,
+    ) -> None:
         if not isinstance(options, SshOptions):
             options = SshOptions.from_spec(options)
         self.options = options
         self._sessions: dict[str, NodeSession] = {}
         self._lock = threading.Lock()
-        self._session_kw = session_kw
+        self._client_factory = client_factory
 
     def session(self, node: NodeSpec | SshTarget) -> NodeSession:
         target = node if isinstance(node, SshTarget) else SshTarget.from_node(node)
         with self._lock:
             sess = self._sessions.get(target.node)
             if sess is None or sess.target != target:
-                sess = NodeSession(target, self.options, **self._session_kw)
+                sess = NodeSession(target, self.options, self._client_factory)
                 self._sessions[target.node] = sess
             return sess
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.rollout.edit import Guard
 from tpwarden.cluster.tune.model import Prediction, Recommendation
 
@@ -73,7 +73,7 @@ class Judged:
     def within(self) -> bool | None:
         return None if self.measured is None else self.lo <= self.measured <= self.hi
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "concurrency": self.concurrency,
             "predicted_tok_s": self.predicted,
@@ -108,18 +108,18 @@ def measured_score(profile: Mapping[int, float], before: Rows, after: Rows) -> f
     return s
 
 
-def rows_of(doc: Mapping[str, Any] | None) -> dict[int, dict[str, float]]:
+def rows_of(doc: Mapping[str, JSONValue] | None) -> dict[int, dict[str, float]]:
     """A rollout record's `baseline` / `after` section -> rows keyed by int concurrency."""
     return {int(c): dict(v) for c, v in ((doc or {}).get("rows") or {}).items()}
 
 
 def applied_doc(
-    record: Mapping[str, Any],
+    record: Mapping[str, JSONValue],
     preds: Sequence[Prediction],
     rec: Recommendation,
     profile: Mapping[int, float],
-    after_levels: Sequence[Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+    after_levels: Sequence[Mapping[str, JSONValue]] | None = None,
+) -> JSONObject:
     """The `applied` section of `tune.json`: which rollout, kept or not, and per level the
     prediction against the measurement (what later runs read to judge the model)."""
     before, after = rows_of(record.get("baseline")), rows_of(record.get("after"))
@@ -142,7 +142,7 @@ def applied_doc(
     }
 
 
-def not_applied(rec: Recommendation, step: str, reason: str) -> dict[str, Any]:
+def not_applied(rec: Recommendation, step: str, reason: str) -> JSONObject:
     """`applied` when no rollout ran: the recommendation is the current k, or the operator
     declined."""
     return {

@@ -7,12 +7,14 @@ table as `bench.runner.load_run` returns them, and tune.json documents as
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.tune.steptime import StepPoint
 
 
-def history_points(manifest: Mapping[str, Any], table: Mapping[str, Any]) -> list[StepPoint]:
+def history_points(
+    manifest: Mapping[str, JSONValue], table: Mapping[str, JSONValue]
+) -> list[StepPoint]:
     """One point per sweep level with a median ITL; [] for a prefill run or a run without a
     drafter (k unknown). Drafts are taken as full (fill 1): the table keeps no per-draft count."""
     if table.get("kind") != "sweep":
@@ -28,7 +30,7 @@ def history_points(manifest: Mapping[str, Any], table: Mapping[str, Any]) -> lis
     return out
 
 
-def applied_lines(doc: Mapping[str, Any]) -> list[str]:
+def applied_lines(doc: Mapping[str, JSONValue]) -> list[str]:
     """A `tune.json` with an `applied` section -> "predicted X tok/s, measured Y" per level, the
     line a later `tune drafter` prints to judge the model; [] when nothing was applied."""
     ap = doc.get("applied") or {}
@@ -51,8 +53,8 @@ def applied_lines(doc: Mapping[str, Any]) -> list[str]:
 
 
 def last_applied(
-    docs: Iterable[tuple[str, Mapping[str, Any]]],
-) -> tuple[str, Mapping[str, Any]] | None:
+    docs: Iterable[tuple[str, Mapping[str, JSONValue]]],
+) -> tuple[str, Mapping[str, JSONValue]] | None:
     """The latest (run id, tune.json) whose recommendation went through a rollout. Run ids sort
     by time (bench.runner.run_id_for)."""
     done = [(rid, d) for rid, d in docs if (d.get("applied") or {}).get("rollout_id")]

@@ -41,7 +41,9 @@ if __name__ == "__main__":
         del sys.path[0]
 
 VLLM_VERSION = "0.33.0"
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"  # cluster/data (a copy run from / has no parents[1])
+DATA_DIR = (
+    Path(__file__).resolve().parent.parent / "data"
+)  # cluster/data (a copy run from / has no parents[1])
 
 
 def default_output(version: str) -> Path:

@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.vllm.metrics import sum_by_sample
 from tpwarden.cluster.vllm.probe_types import (
     ALIASES,
@@ -79,7 +80,7 @@ def metrics_snapshot(text: str, taken_at: float) -> MetricsSnapshot:
     return MetricsSnapshot(taken_at=taken_at, values=values)
 
 
-def completion_payload(model: str | None) -> dict[str, Any]:
+def completion_payload(model: str | None) -> JSONObject:
     """THE 1-token probe request: `tpwarden status`, rollouts and the watchdog all send this one
     and judge the answer with `classify_completion`, so they agree on "healthy"."""
     return {
@@ -91,7 +92,7 @@ def completion_payload(model: str | None) -> dict[str, Any]:
     }
 
 
-def classify_completion(status: int, body: Any) -> tuple[Outcome, str]:
+def classify_completion(status: int, body: JSONValue) -> tuple[Outcome, str]:
     """Pure: HTTP status + decoded JSON body (or None) -> outcome and a short detail."""
     if status >= 500:
         return Outcome.HTTP_5XX, f"HTTP {status}: {_error_text(body)}"
@@ -154,7 +155,7 @@ def probe_completion(
     return ProbeResult(outcome, monotonic() - start, detail, resp.status_code, model)
 
 
-def _error_text(body: Any) -> str:
+def _error_text(body: JSONValue) -> str:
     if isinstance(body, dict):
         err = body.get("error", body.get("message", body.get("detail")))
         if isinstance(err, dict):
@@ -274,14 +275,14 @@ class Prober:
         return metrics_snapshot(resp.text, now)
 
 
-def _json(resp: httpx.Response) -> Any:
+def _json(resp: httpx.Response) -> JSONValue:
     try:
         return resp.json()
     except ValueError:
         return None
 
 
-def _first_model_id(body: Any) -> str | None:
+def _first_model_id(body: JSONValue) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("data"), list):
         for card in body["data"]:
             model_id = card.get("id") if isinstance(card, dict) else None

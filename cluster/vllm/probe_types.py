@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 # Sample names read from /metrics (exact sample names: `*_created` twins are ignored). These
 # counters move only when the engine does work. `request_success_total` is deliberately absent: the
@@ -43,7 +44,7 @@ class ProbeResult:
     status_code: int | None = None
     model: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "outcome": self.outcome.value,
             "latency_s": round(self.latency_s, 4),
@@ -69,7 +70,7 @@ class MetricsSnapshot:
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "taken_at": self.taken_at,
             "values": dict(self.values),
@@ -78,7 +79,7 @@ class MetricsSnapshot:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MetricsSnapshot:
+    def from_json(cls, data: JSONObject) -> MetricsSnapshot:
         return cls(
             taken_at=float(data["taken_at"]),
             values=dict(data.get("values") or {}),

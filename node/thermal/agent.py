@@ -12,8 +12,9 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
+from tpwarden.node.memory import NodeMemory
 from tpwarden.node.thermal.alerts import AlertPolicy
 from tpwarden.node.thermal.records import (
     GpuSampler,
@@ -51,13 +52,13 @@ class ThermalAgent:
         zone_reader: ZoneReader,
         writer: RecordWriter,
         clock: Callable[[], float],
-        sleeper: Callable[[float], Any],
+        sleeper: Callable[[float], object],
         *,
         role: str | None = None,
         alerts: AlertPolicy | None = None,
         late_threshold_s: float | None = None,
         align: bool = True,
-        memory: Callable[[], Any] | None = None,
+        memory: Callable[[], NodeMemory] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -78,7 +79,7 @@ class ThermalAgent:
         # The node's memory (cluster.memory.memory_reader: psutil; GB10's is the GPU's too).
         self.memory = memory
         self.stats = AgentStats()
-        self.latest: dict[str, Any] | None = None
+        self.latest: JSONObject | None = None
         self.t0: float | None = None
         self._next_k = 0
         self._seq = 0
@@ -100,7 +101,7 @@ class ThermalAgent:
         return None if self.t0 is None else self.t0 + self._next_k * self.interval_s
 
     # -- the job ----------------------------------------------------------------------------------
-    def tick(self) -> dict[str, Any] | None:
+    def tick(self) -> JSONObject | None:
         """Take the sample for the latest due slot, write it, return the record.
 
         Returns None (and samples nothing) when called before the next slot is due. The first
@@ -143,8 +144,8 @@ class ThermalAgent:
 
     def _sample(
         self, now: float, slot_ts: float, late_s: float, skipped: int, errors: list[dict[str, str]]
-    ) -> dict[str, Any]:
-        gpus: list[dict[str, Any]] = []
+    ) -> JSONObject:
+        gpus: list[JSONObject] = []
         try:
             gpus = [gpu_to_record(s) for s in self.gpu_sampler.sample_all()]
             status = getattr(self.gpu_sampler, "status", None)
@@ -154,8 +155,8 @@ class ThermalAgent:
                     errors.append({"source": "gpu", "error": f"NVML {st.state}: {st.reason}"})
         except Exception as exc:  # noqa: BLE001 - a broken GPU must never stop zone logging
             errors.append({"source": "gpu", "error": f"{type(exc).__name__}: {exc}"})
-        zones: list[dict[str, Any]] = []
-        hwmon: list[dict[str, Any]] = []
+        zones: list[JSONObject] = []
+        hwmon: list[JSONObject] = []
         try:
             snap = self.zone_reader.read()
             zones = [zone_to_record(z) for z in snap.zones]
@@ -163,14 +164,14 @@ class ThermalAgent:
             errors += [{"source": "sysfs", "error": e} for e in snap.errors]
         except Exception as exc:  # noqa: BLE001
             errors.append({"source": "sysfs", "error": f"{type(exc).__name__}: {exc}"})
-        memory: dict[str, Any] | None = None
+        memory: JSONObject | None = None
         if self.memory is not None:
             try:
                 memory = self.memory().to_json()
             except Exception as exc:  # noqa: BLE001 - memory is one reading among many
                 errors.append({"source": "memory", "error": f"{type(exc).__name__}: {exc}"})
         self._seq += 1
-        record: dict[str, Any] = {
+        record: JSONObject = {
             "node": self.node,
             "ts": round(now, 3),
             "ts_iso": iso_utc(now),

@@ -4,8 +4,8 @@ starts, one when it clears), so an overnight run near a limit does not log every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.node.thermal.records import THERMAL_REASONS
 from tpwarden.node.thermal.zones import critical_trip_c
 
@@ -17,11 +17,11 @@ class AlertPolicy:
 
     zone_margin_c: float | None = None
     clock_events: bool = True
-    _active: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _active: dict[tuple[str, str], JSONObject] = field(default_factory=dict)
 
-    def evaluate(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+    def evaluate(self, record: JSONObject) -> list[JSONObject]:
         """Events (state "raised" or "cleared") that this record starts or ends."""
-        now: dict[tuple[str, str], dict[str, Any]] = {}
+        now: dict[tuple[str, str], JSONObject] = {}
         if self.zone_margin_c is not None:
             for z in record.get("zones", []):
                 crit = _critical(z)
@@ -54,5 +54,5 @@ class AlertPolicy:
         return events
 
 
-def _critical(zone: dict[str, Any]) -> float | None:
+def _critical(zone: JSONObject) -> float | None:
     return critical_trip_c(zone.get("trips") or [])

@@ -22,12 +22,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.node.memory import memory_reader
-from tpwarden.node.thermal.agent import ThermalAgent
+from tpwarden.node.thermal.agent import AgentStats, ThermalAgent
 from tpwarden.node.thermal.alerts import AlertPolicy
+from tpwarden.node.thermal.records import GpuSampler
 from tpwarden.node.thermal.writer import DurableWriter
 from tpwarden.node.thermal.zones import SysfsZoneReader
 
@@ -61,11 +63,11 @@ class NoGpu:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def sample_all(self) -> list[Any]:
+    def sample_all(self) -> list[object]:
         raise RuntimeError(f"GPU unavailable: {self.reason}")
 
 
-def gpu_sampler() -> Any:
+def gpu_sampler() -> GpuSampler:
     try:
         # deferred: an optional dependency (see below)
         from tpwarden.node.gpu import Nvml
@@ -79,7 +81,7 @@ def gpu_sampler() -> Any:
     return nvml
 
 
-def run_agent(opts: AgentOptions) -> Any:
+def run_agent(opts: AgentOptions) -> AgentStats:
     """Wire sampler, writer, agent and /metrics; run until SIGTERM/SIGINT. Returns AgentStats."""
     stop = threading.Event()
     writer = DurableWriter(
@@ -95,7 +97,7 @@ def run_agent(opts: AgentOptions) -> Any:
         memory=memory_reader(),  # psutil; /proc/meminfo where python3 has none (node/memory.py)
     )  # fmt: skip
 
-    def _stop(signum: int, _frame: Any) -> None:
+    def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
         agent.stop()
         stop.set()
@@ -136,7 +138,7 @@ def run_agent(opts: AgentOptions) -> Any:
 
 
 # -- status: facts about this node's files --------------------------------------------------------
-def _last_record(path: Path) -> dict[str, Any] | None:
+def _last_record(path: Path) -> JSONObject | None:
     """The last whole JSON line of a file (reads only its tail)."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
@@ -154,11 +156,11 @@ def _last_record(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def node_status(node: str, directory: Path, now: float) -> dict[str, Any]:
+def node_status(node: str, directory: Path, now: float) -> JSONObject:
     """Files, bytes used, today's sample count, dropped records, the latest record."""
     files = DurableWriter(directory, node).files()
     today = time.strftime("%Y%m%d", time.gmtime(now))
-    doc: dict[str, Any] = {
+    doc: JSONObject = {
         "node": node,
         "dir": str(directory),
         "now": now,

@@ -10,11 +10,12 @@ fresh: a stale reading is not served (a frozen metric is worse than none, therma
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.metrics_gpu import gpu_metrics
@@ -86,7 +87,7 @@ class ThermalCollector(Collector):
         yield margin
 
 
-def _node_memory(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
+def _node_memory(rec: Mapping[str, JSONValue], node: str) -> Iterator[Metric]:
     mem = rec.get("memory") or {}
     for key, help_ in (
         ("total", "Node memory size (psutil; on GB10 the GPU's memory too)."),
@@ -100,7 +101,7 @@ def _node_memory(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
 
 
 def zone_metrics(
-    rec: Mapping[str, Any], node: str, zone_roles: Mapping[str, str]
+    rec: Mapping[str, JSONValue], node: str, zone_roles: Mapping[str, str]
 ) -> Iterator[Metric]:
     """ACPI zones: temperature, every trip point, and the margin to the lowest critical trip.
     ``zone`` is the number ("0" for thermal_zone0); ``trip`` the trip's position in the zone."""
@@ -137,7 +138,7 @@ def zone_metrics(
     yield from (temp, trips, margin)
 
 
-def _hwmon(rec: Mapping[str, Any], node: str) -> Metric:
+def _hwmon(rec: Mapping[str, JSONValue], node: str) -> Metric:
     g = GaugeMetricFamily(
         "tpwarden_hwmon_temperature_celsius",
         "hwmon temperature sensor (chip is hwmonN, unstable across boots; chip_name is not).",
@@ -158,7 +159,7 @@ class MetricsServer:
         self.registry.register(collector)
         self.host = host
         self.port = port
-        self._server: Any = None
+        self._server: WSGIServer | None = None
 
     def start(self) -> int:
         """Start listening; returns the bound port (useful with port 0)."""

@@ -8,9 +8,9 @@ zero; the family is still declared so that its HELP and TYPE are always there.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.node.thermal.records import CLOCK_EVENT_BITS, THERMAL_REASONS, clock_event_mask
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
@@ -37,11 +37,11 @@ GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
 )  # fmt: skip
 
 
-def gpu_labels(gpu: Mapping[str, Any], node: str) -> list[str]:
+def gpu_labels(gpu: Mapping[str, JSONValue], node: str) -> list[str]:
     return [node, str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("name") or "")]
 
 
-def memory_unified(gpu: Mapping[str, Any]) -> bool | None:
+def memory_unified(gpu: Mapping[str, JSONValue]) -> bool | None:
     """True when NVML said memory info is Not Supported (GB10: the memory is the CPU's),
     False when it reported the memory, None when it is missing for another reason."""
     if gpu.get("memory_total_mib") is not None:
@@ -50,7 +50,7 @@ def memory_unified(gpu: Mapping[str, Any]) -> bool | None:
     return True if "not supported" in reason.lower().replace("_", " ") else None
 
 
-def gpu_metrics(rec: Mapping[str, Any], node: str) -> Iterator[Metric]:
+def gpu_metrics(rec: Mapping[str, JSONValue], node: str) -> Iterator[Metric]:
     gpus = rec.get("gpus") or []
     for field, name, factor, help_ in GPU_GAUGES:
         g = GaugeMetricFamily(name, help_, labels=GPU_LABELS)

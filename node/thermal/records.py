@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.node.thermal.zones import SysfsSnapshot
 
 # GpuSample fields (node/gpu.py), in record order. Most are Reading(value, reason).
@@ -43,7 +44,7 @@ THERMAL_REASONS: frozenset[str] = frozenset(
 class GpuSampler(Protocol):
     """What the agent needs from tpwarden.node.gpu.Nvml."""
 
-    def sample_all(self) -> Sequence[Any]: ...
+    def sample_all(self) -> Sequence[object]: ...
 
 
 class ZoneReader(Protocol):
@@ -51,7 +52,7 @@ class ZoneReader(Protocol):
 
 
 class RecordWriter(Protocol):
-    def write(self, record: dict[str, Any]) -> bool: ...
+    def write(self, record: JSONObject) -> bool: ...
 
 
 def iso_utc(ts: float) -> str:
@@ -60,7 +61,7 @@ def iso_utc(ts: float) -> str:
     )
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: JSONValue) -> JSONValue:
     if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
     if isinstance(value, float):
@@ -68,7 +69,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def gpu_to_record(sample: Any) -> dict[str, Any]:
+def gpu_to_record(sample: object) -> JSONObject:
     """One GpuSample -> dict with plain values; missing ones are None and named in null_reasons.
 
     Accepts any object with the GpuSample attributes; a field that is a ``Reading`` contributes
@@ -77,7 +78,7 @@ def gpu_to_record(sample: Any) -> dict[str, Any]:
     names = list(GPU_FIELDS)
     if dataclasses.is_dataclass(sample):
         names += [f.name for f in dataclasses.fields(sample) if f.name not in GPU_FIELDS]
-    rec: dict[str, Any] = {}
+    rec: JSONObject = {}
     reasons: dict[str, str] = {}
     for name in names:
         raw = getattr(sample, name, dataclasses.MISSING)

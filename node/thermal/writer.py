@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from tpwarden.cluster.durable import open_append
+from tpwarden.cluster.durable import JSONObject, open_append
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,7 @@ class DurableWriter:
         return removed
 
     # -- writing ------------------------------------------------------------------------------------
-    def write(self, record: dict[str, Any]) -> bool:
+    def write(self, record: JSONObject) -> bool:
         """Append one record durably. Returns False when it was dropped (disk full, I/O error)."""
         ts = float(record.get("ts", 0.0))
         if self._dropped_pending:
@@ -228,7 +227,7 @@ class ReadStats:
 
 def iter_records(
     path: str | os.PathLike[str], stats: ReadStats | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[JSONObject]:
     """Records of one file. A truncated last line (kill -9 mid-write) and any other unparseable
     line are skipped and counted in ``stats``, never raised."""
     stats = stats if stats is not None else ReadStats()
@@ -257,7 +256,7 @@ def iter_records(
             yield rec
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
+def _parse(raw: bytes) -> JSONObject | None:
     try:
         rec = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -265,9 +264,9 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def read_records(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[dict[str, Any]], ReadStats]:
+def read_records(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[JSONObject], ReadStats]:
     stats = ReadStats()
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for p in paths:
         out.extend(iter_records(p, stats))
     return out, stats

@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from tpwarden.cluster.durable import JSONValue
 
 ReadText = Callable[[Path], str]
 
@@ -176,7 +177,7 @@ class SysfsZoneReader:
         return SysfsSnapshot(zones, self.read_hwmon(), errors)
 
 
-def critical_trip_c(trips: Iterable[Mapping[str, Any]]) -> float | None:
+def critical_trip_c(trips: Iterable[Mapping[str, JSONValue]]) -> float | None:
     """The lowest critical trip of a zone's trips (records or readings); a trip at 0 C or below
     is a disabled one (records written before the reader knew that may still hold it)."""
     temps = [

@@ -70,6 +70,15 @@ class Recording:
     def collect_evidence(self) -> dict[str, Any]:
         return {}
 
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def server_started_at(self) -> float | None:
+        return None  # unknown: no fencing
+
+    def close(self) -> None:
+        pass
+
 
 def test_full_disk_under_the_watchdog_still_restarts_and_alerts(tmp_path: Path) -> None:
     # Reproduction (3): with the event log on a full disk, 10 refused probes gave 10 ENOSPC

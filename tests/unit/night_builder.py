@@ -99,6 +99,9 @@ class Prober:
             {"vllm:generation_tokens_total": self.tokens, "vllm:prompt_tokens_total": 10.0},
         )
 
+    def close(self) -> None:
+        pass
+
 
 class Actuator:
     def __init__(self) -> None:
@@ -112,6 +115,15 @@ class Actuator:
 
     def collect_evidence(self) -> dict[str, Any]:
         return {"node1": ["EngineCore stuck"]}
+
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def server_started_at(self) -> float | None:
+        return None  # unknown: no fencing
+
+    def close(self) -> None:
+        pass
 
 
 def _watchdog(tmp: Path) -> int:

@@ -29,7 +29,8 @@ from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import PlanChange
 from tpwarden.watchdog.plan import PlanFollower
 
-from .test_watchdog_daemon import OK, REFUSED, make
+from .fake_controller import FakeController
+from .test_watchdog_daemon import OK, REFUSED, FakeClock, make
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,32 +112,17 @@ def test_a_replayed_plan_is_recorded_as_replayed_not_as_the_edited_file(
     assert again.inventory_revision == old.inventory_revision
 
 
-def test_restart_job_replays_the_applied_plan_not_the_inventory(
-    tmp_path: Path, monkeypatch, capsys
-) -> None:
+def test_restart_job_replays_the_applied_plan_not_the_inventory(tmp_path: Path, capsys) -> None:
     # Reproduction: `rollout --via watchdog` restarted the old k; a later hang booted the old k.
     inv = _inventory(tmp_path)
     applied = _plan(inv)
     inv.write_text(inv.read_text().replace("port: 8000", "port: 8001", 1))  # not applied
     path = tmp_path / "applied.json"
     write_local(applied, [str(path)])
-    seen: dict[str, Any] = {}
-
-    class FakeController:
-        def __init__(self, spec: Any, state_dir: Any = None, applied_source: Any = None):
-            seen.update(spec=spec, source=applied_source)
-
-        def __enter__(self) -> FakeController:
-            return self
-
-        def __exit__(self, *a: object) -> None:
-            pass
-
-        def restart(self, **kw: Any) -> Any:
-            raise RuntimeError("stop here")
-
-    monkeypatch.setattr(restart_job_mod, "Controller", FakeController)
-    assert restart_job_mod.restart_job(str(path), "watchdog: hang") == 2
+    control = FakeController.factory(restart_error=RuntimeError("stop here"))
+    assert restart_job_mod.restart_job(str(path), "watchdog: hang", controller=control) == 2
+    (ctl,) = control.made
+    seen = {"spec": ctl.spec, "source": ctl.kw["applied_source"]}
     assert seen["spec"].config_hash() == applied.config_hash
     assert seen["spec"].api_base.endswith(":8000")
     assert seen["source"] == (applied.inventory_text, applied.inventory_path)
@@ -178,20 +164,25 @@ class PortProber:
 
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
+    def close(self) -> None:
+        pass
+
 
 def test_daemon_follows_a_rollout_to_a_new_port_and_never_restarts_it(tmp_path: Path) -> None:
     # Reproduction: after `rollout --set port=8001` a healthy server was restarted at 12 and
     # 52 minutes (the daemon read its config once), then given up.
     pending: list[PlanChange] = []
-    wd, prober, act = make(tmp_path)
-    wd._follow = lambda: pending.pop() if pending else None
+    clock = FakeClock()
+    old_port = PortProber(clock, ok=True)  # answers, until the server moves to 8001
+    wd, prober, act = make(
+        tmp_path, clock, prober=old_port, follow=lambda: pending.pop() if pending else None
+    )
     wd.tick()
-    old_port = PortProber(wd._clock, ok=False)
-    wd._prober = old_port
+    old_port.ok = False
     new_cfg = WatchdogConfig(
         probe_url="http://127.0.0.1:8001", state_dir="elsewhere", config_hash="new"
     )
-    pending.append(PlanChange(new_cfg, PortProber(wd._clock, ok=True), act, {"action": "rollout"}))
+    pending.append(PlanChange(new_cfg, PortProber(clock, ok=True), act, {"action": "rollout"}))
     for _ in range(40):
         wd.tick()
     assert act.restarts == []
@@ -207,12 +198,11 @@ def test_unusable_plan_keeps_the_old_one_and_alerts(tmp_path: Path) -> None:
     import sys
 
     cmd = (sys.executable, "-c", f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read())")
-    wd, prober, act = make(tmp_path, alert_command=cmd)
 
     def broken() -> PlanChange:
         raise ConfigError("the API key's variable K is not set")
 
-    wd._follow = broken
+    wd, prober, act = make(tmp_path, alert_command=cmd, follow=broken)
     for _ in range(3):
         wd.tick()
     alerts = [json.loads(x) for x in out.read_text().replace("}{", "}\n{").splitlines()]

@@ -15,11 +15,11 @@ from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import control as control_cli
 from tpwarden.cluster.cli.common import SCHEMA_VERSION
 from tpwarden.cluster.cli.lazy import walk
-from tpwarden.cluster.control.plan import Action, ControlPlan, NodeStep
-from tpwarden.cluster.control.results import ApplyResult, NodeOutcome
-from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus, Verdict
+from tpwarden.cluster.control.status_model import Verdict
 from typer.main import get_command
 from typer.testing import CliRunner
+
+from .fake_controller import FakeController
 
 GOOD = str(Path(__file__).parent / "inventories" / "good.yml")
 MISSING = "/nonexistent/inventory.yml"
@@ -83,71 +83,10 @@ def test_bad_input_exits_2(args):
     assert result.exit_code == 2, (args, result.output)
 
 
-# --- fixed observations behind a fake Controller ---------------------------------------------
-def _plan(refused=False, changes=True) -> ControlPlan:
-    action = Action.START if changes else Action.KEEP
-    steps = tuple(NodeStep(f"node{i}", action, "not running") for i in range(1, 5))
-    return ControlPlan(cluster="glm", config_hash="1f2661cca5ba", steps=steps, waves=(("node1",), ("node2", "node3", "node4")),
-                       drift={"node2": "0000"} if refused else {}, refused=refused)  # fmt: skip
-
-
-class FakeController:
-    refused = False
-    fail_node: str | None = None
-    verdict = Verdict.HEALTHY
-
-    def __init__(self, spec, **kw):
-        self.spec = spec
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def plan_up(self, replace=False):
-        return _plan(refused=self.refused and not replace)
-
-    def plan_down(self):
-        return _plan()
-
-    def plan_restart(self):
-        return _plan()
-
-    def _apply(self, plan):
-        outcomes = tuple(
-            NodeOutcome(s.node, s.node != self.fail_node, "ok" if s.node != self.fail_node
-                        else "docker: 500 Server Error") for s in plan.steps
-        )  # fmt: skip
-        return ApplyResult(plan, outcomes)
-
-    def up(self, replace, wait_ready=True, timeout_s=0, plan=None):
-        return self._apply(plan or _plan())
-
-    def down(self, plan=None):
-        return self._apply(plan or _plan())
-
-    def restart(self, reason, timeout_s=0, wait_ready=True):
-        return self._apply(_plan())
-
-    def boot_progress(self):
-        return None
-
-    def status(self, timeout_s=None):
-        nodes = tuple(
-            NodeStatus(f"node{i}", "head" if i == 1 else "worker", True, state="running",
-                       config_hash="1f2661cca5ba")
-            for i in range(1, 5)
-        )  # fmt: skip
-        server = ServerStatus("http://h:8000", 200, probe_ok=self.verdict is Verdict.HEALTHY)
-        return ClusterStatus("glm", "1f2661cca5ba", self.verdict, nodes, server, 0.1)
-
-
+# --- fixed observations behind the shared fake Controller (fake_controller.py) ------------
 @pytest.fixture()
 def fake(monkeypatch, tmp_path):
-    class Fake(FakeController):
-        pass
-
+    Fake = FakeController.factory()  # its own class: the knobs a test sets stay in that test
     monkeypatch.setattr(control_cli, "Controller", Fake)
     monkeypatch.setattr(
         control_cli, "watchdog_line", lambda sd: (None, "watchdog: no state (test)")

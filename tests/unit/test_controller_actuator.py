@@ -27,6 +27,8 @@ from tpwarden.watchdog.actuator import (
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.restart_job import main, restart_job
 
+from .fake_controller import FakeController
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,50 +40,6 @@ def _result(ok: bool, *nodes: tuple[str, bool]) -> Any:
     )
 
 
-class FakeController:
-    """What ControllerActuator reads of `tpwarden.cluster.control.controller.Controller`."""
-
-    def __init__(self, spec: Any = None, **kw: Any) -> None:
-        self.spec, self.kw = spec, kw
-        self.restarts: list[dict[str, Any]] = []
-        self.result = _result(True, ("n1", True))
-        self.progress: Any = None
-        self.dead: list[str] = []
-        self.page: tuple[int, str] | ProbeError = (200, "")
-        self.started_at: datetime | None = None
-        self.closed = False
-
-    def __enter__(self) -> FakeController:
-        return self
-
-    def __exit__(self, *a: object) -> None:
-        self.closed = True
-
-    def restart(self, **kw: Any) -> Any:
-        self.restarts.append(kw)
-        return self.result
-
-    def boot_progress(self) -> Any:
-        return self.progress
-
-    def dead_containers(self) -> list[str]:
-        return self.dead
-
-    def head_container(self) -> Any:
-        return None if self.started_at is None else SimpleNamespace(started_at=self.started_at)
-
-    def last_log_lines(self, tail: int) -> dict[str, str]:
-        return {"n1": "x" * (EVIDENCE_MAX_CHARS + 10) + "END", "n2": "short"}
-
-    def metrics_page(self, timeout_s: float = 5.0) -> tuple[int, str]:
-        if isinstance(self.page, ProbeError):
-            raise self.page
-        return self.page
-
-    def close(self) -> None:
-        self.closed = True
-
-
 def _spec(*names: str, source_file: str | None = None) -> Any:
     # SshIdentity() leaves a spec as it is: no key or known_hosts to put in
     return SimpleNamespace(nodes=[SimpleNamespace(name=n) for n in names], source_file=source_file)
@@ -89,6 +47,8 @@ def _spec(*names: str, source_file: str | None = None) -> Any:
 
 def _actuator(spec: Any, **kw: Any) -> tuple[ControllerActuator, FakeController]:
     ctl = FakeController(spec)
+    ctl.result = _result(True, ("n1", True))
+    ctl.log_lines = {"n1": "x" * (EVIDENCE_MAX_CHARS + 10) + "END", "n2": "short"}
     return ControllerActuator(spec, controller=ctl, **kw), ctl  # type: ignore[arg-type]
 
 

@@ -33,6 +33,8 @@ from tpwarden.cluster.eval.datasets import (
 from tpwarden.cluster.eval.presets import EvalInputError
 from typer.testing import CliRunner
 
+from .fake_controller import FakeController
+
 GOOD = Path(__file__).parent / "inventories" / "good.yml"
 NOW = "2026-12-04T08:00:00+00:00"
 
@@ -256,25 +258,6 @@ def _inventory_with_cache(tmp_path: Path, cache: Path) -> Path:
     return inv
 
 
-class FakeController:
-    """Stands in for Controller in the CLI: its head session is a LocalHead; no server."""
-
-    def __init__(self, spec, *a, **k):
-        self.spec = spec
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def session(self, node):
-        return LocalHead()
-
-    def __getattr__(self, name):
-        raise AssertionError(f"the refusal must come before Controller.{name}")
-
-
 def test_eval_run_refuses_before_the_server_when_the_heads_cache_lacks_a_task(
     tmp_path, monkeypatch
 ):
@@ -283,9 +266,12 @@ def test_eval_run_refuses_before_the_server_when_the_heads_cache_lacks_a_task(
     pack(_fake_cache(tmp_path / "hf"), _doc(("mmlu", "kmmlu")), archive)
     load_to_head(LocalHead(), archive, str(cache), NOW)
     inv = _inventory_with_cache(tmp_path, cache)
-    monkeypatch.setattr("tpwarden.cluster.cli.eval.Controller", FakeController)
+    control = FakeController.factory(head=LocalHead())  # the head session is a LocalHead
+    monkeypatch.setattr("tpwarden.cluster.cli.eval.Controller", control)
     result = CliRunner().invoke(app, ["eval", "run", "-i", str(inv), "--suite", "field", "--json"])
     assert result.exit_code == 2, result.output
+    # the refusal comes before any other Controller call (no server started, nothing applied)
+    assert [c for ctl in control.made for c in ctl.calls if c != "session"] == []
     msg = json.loads(result.stdout)["error"]["message"]
     assert f"cache {cache} does not hold the data of mmlu_pro, kmmlu_direct" in msg
     assert "tpwarden eval datasets fetch --suite field --out FILE" in msg

@@ -9,13 +9,13 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-import pytest
 from tpwarden.cluster.durable import json_bytes
 from tpwarden.cluster.hold import hold_path, read_hold, write_hold, write_release
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.rollout import ports as rollout_ports
 from tpwarden.cluster.rollout.ports import WatchdogHolder
 from tpwarden.cluster.ssh.gateway import NodeSession
+
+from .fake_controller import FakeController
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,39 +31,21 @@ class FakeSession:
         self.files[remote] = data
 
 
-class FakeController:
-    session_ = FakeSession()
-
-    def __init__(self, spec: Any) -> None:
-        pass
-
-    def __enter__(self) -> FakeController:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def session(self, node: Any) -> FakeSession:
-        return self.session_
-
-
-def test_rollout_hold_writes_what_the_cli_writes_here_and_on_the_head(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rollout_hold_writes_what_the_cli_writes_here_and_on_the_head(tmp_path: Path) -> None:
     spec = load_inventory(ROOT / "inventory.example.yml")
     wd_dir = tmp_path / "wd"
     wd_dir.mkdir()
     spec = dataclasses.replace(
         spec, watchdog=spec.watchdog.model_copy(update={"state_dir": str(wd_dir)})
     )
-    monkeypatch.setattr(rollout_ports, "Controller", FakeController)
-    monkeypatch.setattr(rollout_ports.time, "time", lambda: 100.0)
-    holder = WatchdogHolder(spec, by="ops")
+    head = FakeSession()
+    control = FakeController.factory(head=head)
+    holder = WatchdogHolder(spec, by="ops", controller=control, clock=lambda: 100.0)
     assert holder.path == hold_path(str(wd_dir)) == str(wd_dir / "hold.json")
 
     holder.hold("k=3 rollout", until=700.0, kind="down")
     here = (wd_dir / "hold.json").read_bytes()
-    assert FakeController.session_.files[holder.path] == here
+    assert head.files[holder.path] == here
     cli = tmp_path / "cli-hold.json"
     write_hold(str(cli), until=700.0, reason="k=3 rollout", by="ops", now=100.0, kind="down")
     assert cli.read_bytes() == here

@@ -130,10 +130,11 @@ def test_metrics_page_is_the_controllers_read_of_metrics() -> None:
         load_inventory(SPEC), http=_client(lambda r: httpx.Response(200, text="vllm:x 1\n"))
     )
     assert ctl.metrics_page() == (200, "vllm:x 1\n")
-    ctl._http = _client(_raise(httpx.ConnectError("refused")))
-    with pytest.raises(ProbeError, match="ConnectError: refused"):
-        ctl.metrics_page()
     ctl.close()
+    down = Controller(load_inventory(SPEC), http=_client(_raise(httpx.ConnectError("refused"))))
+    with pytest.raises(ProbeError, match="ConnectError: refused"):
+        down.metrics_page()
+    down.close()
 
 
 # --- /metrics -----------------------------------------------------------------------------

@@ -60,9 +60,7 @@ class StartedActuator(FakeActuator):
 
 
 def _fail_three_times(tmp_path: Path, started_at_offset: float | None):
-    wd, prober, _ = make(tmp_path)
-    act = StartedActuator(wd.config.state_path, None)
-    wd._actuator = act
+    wd, prober, act = make(tmp_path, actuator=lambda path: StartedActuator(path, None))
     wd.tick()
     prober.next = REFUSED
     first_failure = prober.clock.now + prober.step_s

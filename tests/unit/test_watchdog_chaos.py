@@ -162,6 +162,9 @@ class ChaosProber:
     def scrape_metrics(self) -> MetricsSnapshot:
         return MetricsSnapshot(self.world.mono, {"vllm:generation_tokens_total": 5.0})
 
+    def close(self) -> None:
+        pass
+
 
 class ChaosActuator:
     def __init__(self, world: World, fault: Fault, prober: ChaosProber) -> None:
@@ -206,6 +209,12 @@ class ChaosActuator:
         if self.fault.hit("actuator_evidence") == "corrupt":
             return "yesterday"
         return self.started
+
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def close(self) -> None:
+        pass
 
 
 class ChaosPoster:
@@ -307,8 +316,8 @@ def _watchdog(cfg: WatchdogConfig, world: World, fault: Fault, prober: Any, actu
         ChaosLog(cfg.events_path, clock, fault, world),
         Alerter(webhook=cfg.alert_webhook, poster=poster, clock=world.wall),
         metrics=WatchdogMetrics(),
+        restart_lock=ChaosLock(str(cfg.restart_lock_path), fault, world),
     )
-    wd._restart_lock = ChaosLock(str(cfg.restart_lock_path), fault, world)
     return wd
 
 

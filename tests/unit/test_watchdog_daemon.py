@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from tpwarden.cluster.operator_lock import FileLock, WatchdogLocked
 from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
-from tpwarden.watchdog.daemon import Watchdog
+from tpwarden.watchdog.daemon import PlanChange, Watchdog
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.observation import BootReading
 from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
@@ -47,6 +48,9 @@ class FakeProber:
     def scrape_metrics(self) -> MetricsSnapshot:
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
+    def close(self) -> None:
+        pass
+
 
 class FakeActuator:
     def __init__(self, state_path: str) -> None:
@@ -68,28 +72,50 @@ class FakeActuator:
     def collect_evidence(self) -> dict[str, Any]:
         return {"node1": ["last log line"]}
 
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def server_started_at(self) -> float | None:
+        return None  # unknown: no fencing
+
+    def close(self) -> None:
+        pass
+
 
 def make(
-    tmp_path: Path, clock: FakeClock | None = None, **kw: Any
-) -> tuple[Watchdog, FakeProber, FakeActuator]:
+    tmp_path: Path,
+    clock: FakeClock | None = None,
+    *,
+    prober: Any = None,
+    actuator: Callable[[str], Any] = FakeActuator,
+    daemon_clock: Callable[[], float] | None = None,
+    event_log: Callable[[str, Callable[[], float]], EventLog] = EventLog,
+    alerter: Alerter | None = None,
+    follow: Callable[[], PlanChange | None] | None = None,
+    **kw: Any,
+) -> tuple[Watchdog, Any, Any]:
+    """A daemon on fakes; each collaborator can be handed in instead (`actuator` and
+    `event_log` are built from the state and events paths). `clock` drives the fake prober and
+    the event log; `daemon_clock` (default: `clock`) is the daemon's own."""
     clock = clock or FakeClock()
     metrics = kw.pop("metrics", None)
     cfg = WatchdogConfig(
         probe_url="http://127.0.0.1:9", state_dir=str(tmp_path / "wd"), boot_deadline_s=1800, **kw
     )
-    prober = FakeProber(clock)
-    actuator = FakeActuator(cfg.state_path)
+    prober = prober if prober is not None else FakeProber(clock)
+    act = actuator(cfg.state_path)
     wd = Watchdog(
         cfg,
         prober,
-        actuator,
-        clock,
+        act,
+        daemon_clock or clock,
         StateStore(cfg.state_path),
-        EventLog(cfg.events_path, clock),
-        Alerter(cfg.alert_command, cfg.alert_webhook),
+        event_log(cfg.events_path, clock),
+        alerter or Alerter(cfg.alert_command, cfg.alert_webhook),
         metrics=metrics,
+        follow=follow,
     )
-    return wd, prober, actuator
+    return wd, prober, act
 
 
 def kinds(cfg: WatchdogConfig) -> list[str]:

@@ -81,9 +81,12 @@ def test_full_disk_still_counts_restarts_exports_and_alerts(tmp_path: Path) -> N
 def test_undelivered_alert_is_retried_with_backoff_until_delivered(tmp_path: Path) -> None:
     # Reproduction (6): an alert whose webhook failed was never retried.
     poster = FakePoster(fail_times=2)
-    wd, prober, act = make(tmp_path, alert_webhook="http://127.0.0.1:9/hook", max_restarts=0)
-    wd._alerter = Alerter(webhook="http://127.0.0.1:9/hook", poster=poster)
-    wd._outbox._alerter = wd._alerter
+    wd, prober, act = make(
+        tmp_path,
+        alert_webhook="http://127.0.0.1:9/hook",
+        max_restarts=0,
+        alerter=Alerter(webhook="http://127.0.0.1:9/hook", poster=poster),
+    )
     wd.tick()
     prober.next = REFUSED
     for _ in range(3):
@@ -109,9 +112,7 @@ def test_ntp_step_during_boot_does_not_restart() -> None:
 def test_ntp_step_during_boot_daemon_level(tmp_path: Path) -> None:
     wall, mono = [1_700_000_000.0], [50.0]
     clock = SteadyClock(lambda: wall[0], lambda: mono[0])
-    wd, prober, act = make(tmp_path)
-    wd._clock = clock
-    prober.clock = FakeClock()  # the prober's own clock is irrelevant here
+    wd, prober, act = make(tmp_path, daemon_clock=clock)  # the prober's own clock: irrelevant
     prober.next = REFUSED
     wd.open()
     assert wd.state is not None and wd.state.phase is WatchdogPhase.BOOTING

@@ -158,6 +158,9 @@ class Prober:
     def scrape_metrics(self) -> MetricsSnapshot:
         return MetricsSnapshot(self.clock.now, {"vllm:generation_tokens_total": 1.0})
 
+    def close(self) -> None:
+        pass
+
 
 class Actuator:
     def restart(self, reason: str, evidence: dict[str, Any]) -> None:
@@ -168,6 +171,15 @@ class Actuator:
 
     def collect_evidence(self) -> dict[str, Any]:
         return {}
+
+    def collect_dossier(self, reason: str) -> dict[str, Any] | None:
+        return None  # takes no dossier
+
+    def server_started_at(self) -> float | None:
+        return None  # unknown: no fencing
+
+    def close(self) -> None:
+        pass
 
 
 class Receiver:

@@ -9,9 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from tpwarden.cluster.event_log import read_events
-from tpwarden.watchdog import daemon_restart
 from tpwarden.watchdog.incidents import IncidentStore, new_id, trimmed
 
 from tests.unit.test_watchdog_daemon import REFUSED, make
@@ -90,12 +88,10 @@ def test_a_failing_dossier_never_stops_the_restart(tmp_path: Path) -> None:
     wd.close()
 
 
-def test_a_hanging_dossier_is_cut_at_its_bound_and_the_restart_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(daemon_restart, "DOSSIER_CALL_TIMEOUT_S", 0.2)
+def test_a_hanging_dossier_is_cut_at_its_bound_and_the_restart_goes_on(tmp_path: Path) -> None:
     release = threading.Event()
     wd, prober, act = make(tmp_path)
+    wd.dossier_timeout_s = 0.2
 
     def hangs(reason: str) -> dict[str, Any]:
         release.wait(30)

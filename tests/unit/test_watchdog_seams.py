@@ -62,8 +62,10 @@ def test_oserror_creating_the_restart_lock_is_a_failed_restart_not_silence(
     # 0 restarts, phase `restarting` for good, no alert.
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the lock's directory should be")
-    wd, prober, act = make(tmp_path, restart_lock_path=str(blocker / "restart.lock"))
-    metrics = wd._metrics = WatchdogMetrics()
+    metrics = WatchdogMetrics()
+    wd, prober, act = make(
+        tmp_path, restart_lock_path=str(blocker / "restart.lock"), metrics=metrics
+    )
     wd.tick()
     prober.next = REFUSED
     for _ in range(3):
@@ -210,8 +212,7 @@ def test_full_disk_on_rotation_is_a_write_error_not_a_crash(tmp_path: Path) -> N
         def append(self, kind: str, **fields: Any) -> dict[str, Any]:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    wd, prober, act = make(tmp_path)
-    wd._events = NoSpace(wd.config.events_path, wd._clock)
+    wd, prober, act = make(tmp_path, event_log=NoSpace)
     prober.next = REFUSED
     wd.tick()
     assert wd.state is not None
@@ -232,8 +233,7 @@ def test_fencing_after_an_ntp_step_of_24h_restarts(tmp_path: Path) -> None:
     true_now = 1_800_000_000.0
     wall, mono = [true_now - 86400], [0.0]
     clock = SteadyClock(lambda: wall[0], lambda: mono[0])
-    wd, prober, act = make(tmp_path, restart_lock_path=str(tmp_path / "r.lock"))
-    wd._clock = clock
+    wd, prober, act = make(tmp_path, daemon_clock=clock, restart_lock_path=str(tmp_path / "r.lock"))
     act.server_started_at = StartedAt(true_now - 2 * 3600)  # type: ignore[attr-defined]
 
     def advance() -> None:

@@ -20,6 +20,8 @@ from tpwarden.watchdog import actuator as actuator_mod
 from tpwarden.watchdog import restart_job as restart_job_mod
 from tpwarden.watchdog import wiring
 
+from .fake_controller import FakeController
+
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "/etc/tpwarden/watchdog/id_ed25519"
 KNOWN = "/etc/tpwarden/watchdog/known_hosts"
@@ -199,9 +201,8 @@ def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch)
         def communicate(self, timeout: float) -> tuple[str, str]:
             return json.dumps({"ok": True}) + "\n", ""
 
-    monkeypatch.setattr(actuator_mod.subprocess, "Popen", Proc)
     actuator = actuator_mod.build_actuator(
-        load_inventory(_inventory(tmp_path)), None, str(path), SshIdentity(KEY, KNOWN)
+        load_inventory(_inventory(tmp_path)), None, str(path), SshIdentity(KEY, KNOWN), spawn=Proc
     )
     try:
         actuator.restart("hang", {})
@@ -216,27 +217,14 @@ def test_the_restart_job_is_given_the_same_identity(tmp_path: Path, monkeypatch)
 
 @pytest.mark.parametrize("with_state_dir", [False, True])
 def test_restart_job_replays_the_plan_with_the_identity_and_records_the_plan_as_is(
-    tmp_path: Path, monkeypatch, capsys, with_state_dir: bool
+    tmp_path: Path, capsys, with_state_dir: bool
 ) -> None:
     plan, path = _applied(tmp_path)
-    seen: dict[str, Any] = {}
-
-    class FakeController:
-        def __init__(self, spec: Any, state_dir: Any = None, applied_source: Any = None):
-            seen.update(spec=spec, state_dir=state_dir, source=applied_source)
-
-        def __enter__(self) -> FakeController:
-            return self
-
-        def __exit__(self, *a: object) -> None:
-            pass
-
-        def restart(self, **kw: Any) -> Any:
-            raise RuntimeError("stop here")
-
-    monkeypatch.setattr(restart_job_mod, "Controller", FakeController)
+    control = FakeController.factory(restart_error=RuntimeError("stop here"))
     argv = [str(path), "watchdog: hang"] + (["/state"] if with_state_dir else [])
-    assert restart_job_mod.main([*argv, "--ssh-key", KEY, "--known-hosts", KNOWN]) == 2
+    assert restart_job_mod.main([*argv, "--ssh-key", KEY, "--known-hosts", KNOWN], control) == 2
+    (ctl,) = control.made
+    seen = {"spec": ctl.spec, "state_dir": ctl.kw["state_dir"], "source": ctl.kw["applied_source"]}
     spec = seen["spec"]
     assert {n.ssh_key_file for n in spec.nodes} == {KEY} and spec.ssh.known_hosts == KNOWN
     assert spec.config_hash() == plan.config_hash

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 CRITICAL_MC = 104_800
 
@@ -75,7 +74,7 @@ def set_zone_temps(root: str | Path, temps_mc: Mapping[int, int]) -> None:
 class FakeReading:
     """Same shape as cluster.gpu.Reading."""
 
-    value: Any
+    value: object
     reason: str | None = None
 
 
@@ -89,7 +88,7 @@ def gb10_sample(
     power_w: float = 30.0,
     util_pct: float = 80.0,
     reasons: tuple[str, ...] = (),
-) -> Any:
+) -> FakeGpuSample:
     """A GpuSample-shaped object as a GB10 answers: memory and fan NOT_SUPPORTED."""
     ns = FakeReading(None, NOT_SUPPORTED)
     return FakeGpuSample(
@@ -137,12 +136,12 @@ class FakeGpuSample:
 class FakeGpuSampler:
     """Returns ``samples`` (or raises ``error``) on every call; counts calls."""
 
-    def __init__(self, samples: list[Any] | None = None, error: Exception | None = None) -> None:
+    def __init__(self, samples: list[object] | None = None, error: Exception | None = None) -> None:
         self.samples = samples if samples is not None else [gb10_sample()]
         self.error = error
         self.calls = 0
 
-    def sample_all(self) -> list[Any]:
+    def sample_all(self) -> list[object]:
         self.calls += 1
         if self.error is not None:
             raise self.error

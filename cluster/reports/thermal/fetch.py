@@ -9,10 +9,10 @@ import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from tpwarden.cluster.errors import NodeUnreachable
 from tpwarden.cluster.reports.thermal.remote import call_each_node
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.cluster.ssh.gateway import SshPool
 
 REMOTE_DIR = "/var/log/tpwarden/thermal"
@@ -50,7 +50,7 @@ def wanted(
 
 
 def fetch_files(
-    spec: Any,
+    spec: ClusterSpec,
     since: float | None,
     until: float | None,
     dest_dir: str | os.PathLike[str],
@@ -66,7 +66,7 @@ def fetch_files(
     dest.mkdir(parents=True, exist_ok=True)
     timeout = float(spec.ssh.connect_timeout_s) * 4
 
-    def one(node: Any) -> list[Path]:
+    def one(node: NodeSpec) -> list[Path]:
         sess = pool.session(node)
         sftp = sess.sftp()
         chan = sftp.get_channel()
@@ -90,8 +90,9 @@ def fetch_files(
     with SshPool(spec.ssh) as pool:
         for out in call_each_node(spec.nodes, one):
             if out.ok:
-                result.files += out.value
-                result.per_node[out.node] = len(out.value)
+                files = out.value or []
+                result.files += files
+                result.per_node[out.node] = len(files)
             else:
                 result.unreachable[out.node] = out.error or "unknown error"
     return result

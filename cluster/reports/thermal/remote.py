@@ -13,14 +13,16 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from tpwarden.cluster.control.nodes import fan_out
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
-from tpwarden.cluster.spec import NodeSpec, thermal_metrics_address
+from tpwarden.cluster.spec import ClusterSpec, NodeSpec, thermal_metrics_address
+from tpwarden.cluster.ssh.gateway import NodeSession
 from tpwarden.node.thermal.roles import zone_label
 from tpwarden.node.thermal.zones import critical_trip_c
 
@@ -100,7 +102,7 @@ class NodePlan:
     steps: tuple[Step, ...]
 
 
-def agent_argv(spec: Any, node: Any) -> list[str]:
+def agent_argv(spec: ClusterSpec, node: NodeSpec) -> list[str]:
     """The agent's command line on ``node`` (``spec`` is a ClusterSpec)."""
     th = spec.thermal
     budget_mb = float(th.disk_budget_mb)
@@ -122,7 +124,7 @@ def agent_argv(spec: Any, node: Any) -> list[str]:
     return argv
 
 
-def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
+def plan_start(spec: ClusterSpec, node: NodeSpec, units: dict[str, UnitFacts]) -> NodePlan:
     """Permanent unit installed -> start it; else copy the zipapp and run a transient unit."""
     transient = units.get(TRANSIENT_UNIT, UnitFacts())
     steps: list[Step] = []
@@ -160,7 +162,7 @@ def plan_start(spec: Any, node: Any, units: dict[str, UnitFacts]) -> NodePlan:
     return NodePlan(node.name, TRANSIENT_UNIT, tuple(steps))
 
 
-def plan_stop(node: Any, units: dict[str, UnitFacts]) -> NodePlan:
+def plan_stop(node: NodeSpec, units: dict[str, UnitFacts]) -> NodePlan:
     steps = [
         Step(f"stop {u}", ("systemctl", "stop", u))
         for u in (PERMANENT_UNIT, TRANSIENT_UNIT)
@@ -174,22 +176,22 @@ def plan_stop(node: Any, units: dict[str, UnitFacts]) -> NodePlan:
 
 # -- fan-out --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class NodeCall:
+class NodeCall(Generic[T]):
     """One node's answer to a fan-out call: its value, or why there is none."""
 
     node: str
     ok: bool
-    value: Any = None
+    value: T | None = None
     error: str | None = None
     unreachable: bool = False
 
 
-def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> list[NodeCall]:
+def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> list[NodeCall[T]]:
     """``fn(node)`` on every node in parallel (cluster control's one fan-out), as one row per
     node in the given order: tpwarden and OS errors fail the row, a dead node or transport
     (anything else) marks it unreachable."""
 
-    def one(node: NodeSpec) -> NodeCall:
+    def one(node: NodeSpec) -> NodeCall[T]:
         try:
             return NodeCall(node.name, True, fn(node))
         except NodeUnreachable as exc:
@@ -208,11 +210,11 @@ def call_each_node(nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T]) -> li
     ]
 
 
-def read_units(session: Any, timeout_s: float) -> dict[str, UnitFacts]:
+def read_units(session: NodeSession, timeout_s: float) -> dict[str, UnitFacts]:
     return parse_units(session.run(units_argv(), timeout=timeout_s, check=True).stdout)
 
 
-def apply_plan(session: Any, plan: NodePlan, zipapp: Path, timeout_s: float) -> list[str]:
+def apply_plan(session: NodeSession, plan: NodePlan, zipapp: Path, timeout_s: float) -> list[str]:
     """Run a node's steps in order; returns what was done. Raises on the first failed step."""
     done: list[str] = []
     for step in plan.steps:
@@ -243,7 +245,7 @@ class StatusRow:
 
 
 def status_row(
-    node: str, units: dict[str, UnitFacts], doc: dict[str, Any] | None, budget_bytes: int
+    node: str, units: dict[str, UnitFacts], doc: JSONObject | None, budget_bytes: int
 ) -> StatusRow:
     """Pure: unit facts + the node-side status JSON -> one row."""
     perm, trans = units.get(PERMANENT_UNIT, UnitFacts()), units.get(TRANSIENT_UNIT, UnitFacts())
@@ -277,8 +279,8 @@ def status_row(
     )
 
 
-def node_status_doc(session: Any, spec: Any, node: Any, zipapp: Callable[[], Path],
-                    timeout_s: float) -> dict[str, Any]:  # fmt: skip
+def node_status_doc(session: NodeSession, spec: ClusterSpec, node: NodeSpec,
+                    zipapp: Callable[[], Path], timeout_s: float) -> JSONObject:  # fmt: skip
     """Run the node-side ``status`` (the installed zipapp, else a temporary copy)."""
     args = ["status", "--node", node.name, "--dir", spec.thermal.dir]
     if session.exists(AGENT_PATH):
@@ -286,7 +288,7 @@ def node_status_doc(session: Any, spec: Any, node: Any, zipapp: Callable[[], Pat
     else:
         res = session.run_script(str(zipapp()), args, interpreter=["python3"],
                                  timeout=timeout_s, check=True)  # fmt: skip
-    doc: dict[str, Any] = json.loads(res.stdout)
+    doc: JSONObject = json.loads(res.stdout)
     return doc
 
 
@@ -303,7 +305,7 @@ def newest_file(names: Sequence[str], node: str) -> str | None:
     return max(keyed)[2] if keyed else None
 
 
-def last_record(data: bytes) -> dict[str, Any] | None:
+def last_record(data: bytes) -> JSONObject | None:
     """The last whole JSON line of a file's tail (a torn last line is skipped)."""
     for raw in reversed(data.split(b"\n")):
         if raw.strip():
@@ -316,10 +318,14 @@ def last_record(data: bytes) -> dict[str, Any] | None:
     return None
 
 
-def read_latest(session: Any, directory: str, node: str, timeout_s: float) -> dict[str, Any] | None:
+def read_latest(
+    session: NodeSession, directory: str, node: str, timeout_s: float
+) -> JSONObject | None:
     """The newest record on the node: SFTP list + a read of the newest file's tail only."""
     sftp = session.sftp()
-    sftp.get_channel().settimeout(timeout_s)
+    chan = sftp.get_channel()
+    if chan is not None:  # always, for a client made from a channel (Session.sftp)
+        chan.settimeout(timeout_s)
     try:
         name = newest_file(sftp.listdir(directory), node)
         if name is None:
@@ -346,7 +352,9 @@ class LiveRow:
     note: str | None = None
 
 
-def live_row(node: str, rec: dict[str, Any] | None, now: float, zone_roles: Any = None) -> LiveRow:
+def live_row(
+    node: str, rec: JSONObject | None, now: float, zone_roles: Mapping[str, str] | None = None
+) -> LiveRow:
     """Pure: latest record -> GPU temp, hottest zone, its margin to critical, clock events.
     With ``zone_roles`` (thermal.zone_roles) the zone is named by its role (roles.py)."""
     if rec is None:

@@ -11,8 +11,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.node.thermal.records import THERMAL_REASONS, iso_utc
 from tpwarden.node.thermal.roles import zone_label, zone_role
 from tpwarden.node.thermal.zones import critical_trip_c
@@ -70,7 +70,7 @@ class NodeReport:
     throttle: Episodes
     throttle_by_reason: dict[str, Episodes]
     gaps: tuple[Gap, ...]
-    gpu_fields: dict[str, dict[str, Any]]  # field -> {max, min, null_reason}
+    gpu_fields: dict[str, JSONObject]  # field -> {max, min, null_reason}
     late_samples: int
     skipped_slots: int
     dropped_records: int
@@ -92,8 +92,8 @@ class FieldReport:
 
 
 def filter_window(
-    records: Iterable[Mapping[str, Any]], since: float | None, until: float | None
-) -> list[Mapping[str, Any]]:
+    records: Iterable[Mapping[str, JSONValue]], since: float | None, until: float | None
+) -> list[Mapping[str, JSONValue]]:
     return [
         r
         for r in records
@@ -104,7 +104,7 @@ def filter_window(
 
 
 def build_report(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, JSONValue]],
     *,
     since: float | None = None,
     until: float | None = None,
@@ -125,7 +125,7 @@ def build_report(
         since = recs[0]["ts"] if recs else 0.0
     if until is None:
         until = recs[-1]["ts"] if recs else since
-    by_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in (roles or {})}
+    by_node: dict[str, list[Mapping[str, JSONValue]]] = {n: [] for n in (roles or {})}
     for r in recs:
         by_node.setdefault(str(r.get("node")), []).append(r)
     nodes = tuple(
@@ -135,12 +135,12 @@ def build_report(
     return FieldReport(since, until, interval, nodes, head_vs_workers(nodes))
 
 
-def _interval_of(recs: list[Mapping[str, Any]]) -> float:
+def _interval_of(recs: list[Mapping[str, JSONValue]]) -> float:
     values = [r["interval_s"] for r in recs if isinstance(r.get("interval_s"), int | float)]
     return float(Counter(values).most_common(1)[0][0]) if values else 10.0
 
 
-def _role(node: str, rs: list[Mapping[str, Any]], roles: Mapping[str, str] | None) -> str:
+def _role(node: str, rs: list[Mapping[str, JSONValue]], roles: Mapping[str, str] | None) -> str:
     if roles and node in roles:
         return roles[node]
     recorded = [r["role"] for r in rs if r.get("role")]
@@ -172,7 +172,7 @@ def find_gaps(ts: list[float], since: float, until: float, interval_s: float) ->
 
 def _node_report(
     node: str,
-    rs: list[Mapping[str, Any]],
+    rs: list[Mapping[str, JSONValue]],
     role: str,
     since: float,
     until: float,
@@ -256,9 +256,9 @@ def role_peaks(
 
 
 def _zone_peaks(
-    rs: list[Mapping[str, Any]], zone_roles: Mapping[str, str] | None = None
+    rs: list[Mapping[str, JSONValue]], zone_roles: Mapping[str, str] | None = None
 ) -> list[ZonePeak]:
-    acc: dict[str, dict[str, Any]] = {}
+    acc: dict[str, JSONObject] = {}
     for r in rs:
         for z in r.get("zones") or []:
             a = acc.setdefault(
@@ -332,21 +332,23 @@ def _episodes(spans: list[tuple[float, float]]) -> Episodes:
     return Episodes(len(spans), round(sum(b - a for a, b in spans), 3))
 
 
-def _reasons_per_sample(rs: list[Mapping[str, Any]]) -> list[tuple[float, set[str]]]:
+def _reasons_per_sample(rs: list[Mapping[str, JSONValue]]) -> list[tuple[float, set[str]]]:
     return [
         (r["ts"], {x for g in r.get("gpus") or [] for x in (g.get("clock_event_reasons") or [])})
         for r in rs
     ]
 
 
-def throttle_spans(rs: list[Mapping[str, Any]], interval_s: float) -> list[tuple[float, float]]:
+def throttle_spans(
+    rs: list[Mapping[str, JSONValue]], interval_s: float
+) -> list[tuple[float, float]]:
     """(start, end) of each thermal throttle episode on any GPU of a node (for plots)."""
     per_sample = _reasons_per_sample(rs)
     return _runs([(ts, bool(r & THERMAL_REASONS)) for ts, r in per_sample], interval_s)
 
 
 def throttle_episodes(
-    rs: list[Mapping[str, Any]], interval_s: float
+    rs: list[Mapping[str, JSONValue]], interval_s: float
 ) -> tuple[Episodes, dict[str, Episodes]]:
     """Episodes of thermal clock-event reasons on any GPU of a node: runs of consecutive samples
     (no gap over 1.5 intervals) with the reason active. Duration = run length + one interval."""
@@ -359,8 +361,8 @@ def throttle_episodes(
     return overall, by_reason
 
 
-def _gpu_fields(rs: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _gpu_fields(rs: list[Mapping[str, JSONValue]]) -> dict[str, JSONObject]:
+    out: dict[str, JSONObject] = {}
     for f in GPU_SUMMARY_FIELDS:
         values = [g[f] for r in rs for g in r.get("gpus") or [] if g.get(f) is not None]
         reasons = Counter(
@@ -412,7 +414,7 @@ def head_vs_workers(nodes: Iterable[NodeReport]) -> dict[str, dict[str, float | 
     return out
 
 
-def report_to_json(rep: FieldReport) -> dict[str, Any]:
+def report_to_json(rep: FieldReport) -> JSONObject:
     """JSON-ready dict; times also as ISO strings; missing values are null with a reason."""
     d = asdict(rep)
     d["since_iso"], d["until_iso"] = iso_utc(rep.since), iso_utc(rep.until)

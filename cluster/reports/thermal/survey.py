@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.node.thermal.roles import zone_role
 from tpwarden.node.thermal.zones import _natural_key
 
@@ -45,10 +45,10 @@ def _corr(xs: list[float], ys: list[float]) -> float | None:
 
 
 def survey(
-    records: Iterable[Mapping[str, Any]], zone_roles: Mapping[str, str] | None = None
+    records: Iterable[Mapping[str, JSONValue]], zone_roles: Mapping[str, str] | None = None
 ) -> list[ZoneSurvey]:
     """One row per (node, zone), nodes and zones in natural order."""
-    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    by_node: dict[str, list[Mapping[str, JSONValue]]] = {}
     for r in sorted(records, key=lambda r: r.get("ts", 0)):
         by_node.setdefault(str(r.get("node")), []).append(r)
     out: list[ZoneSurvey] = []
@@ -56,7 +56,7 @@ def survey(
         rs = by_node[node]
         names = sorted({z["name"] for r in rs for z in r.get("zones") or []}, key=_natural_key)
         for name in names:
-            trips: dict[str, Any] = {}
+            trips: JSONObject = {}
             temps, pairs, ztype, current = [], [], None, None
             for r in rs:
                 gpu = max(
