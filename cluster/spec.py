@@ -7,6 +7,7 @@ the `tpwarden` settings (`tpwarden.cluster.settings`, pydantic, strict) and the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -175,26 +176,13 @@ def _jsonable(value: object) -> JSONValue:
 
 
 def serving_from_settings(s: TpwardenSettings) -> ServingSpec:
-    return ServingSpec(
-        image=s.image,
-        vllm_version=s.vllm_version,
-        model=s.model,
-        drafter=s.drafter,
-        parallel=s.parallel,
-        kv_cache=s.kv_cache,
-        max_model_len=s.max_model_len,
-        enforce_eager=s.enforce_eager,
-        chat_template_kwargs=dict(s.chat_template_kwargs),
-        gpu_clock_cap_mhz=s.gpu_clock_cap_mhz,
-        host=s.host,
-        port=s.port,
-        shm_size=s.shm_size,
-        ipc_mode=s.ipc_mode,
-        gpus=s.gpus,
-        env={k: str(v) for k, v in s.env.items()},
-        extra_args=tuple(s.extra_args),
-        container=s.container,
-    )
+    """The serving part of the validated settings: every ServingSpec field is the setting of the
+    same name, made immutable where the settings hold a list or a dict."""
+    values: JSONObject = {f.name: getattr(s, f.name) for f in dataclasses.fields(ServingSpec)}
+    values["chat_template_kwargs"] = dict(s.chat_template_kwargs)
+    values["env"] = {k: str(v) for k, v in s.env.items()}
+    values["extra_args"] = tuple(s.extra_args)
+    return ServingSpec(**values)
 
 
 def thermal_metrics_address(thermal: ThermalSpec, node: NodeSpec) -> tuple[str, int]:
