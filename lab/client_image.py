@@ -18,18 +18,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS
 from tpwarden.cluster.errors import LabError
 from tpwarden.lab import host
 from tpwarden.lab.paths import StepCallback, no_steps
+from tpwarden.lab.venv_image import RELOCATE, digest, ensure_venv_image, install_stamp
 
 CLIENT_REPO = "tpwarden-lab/vllm-client"
 CLIENT_LATEST = f"{CLIENT_REPO}:latest"
@@ -42,13 +40,14 @@ TOKENIZER_NOTE = (
     "by max_tokens + ignore_eos and counted by the server (usage) when reported."
 )
 
-DOCKERFILE = """\
+DOCKERFILE = (
+    """\
 FROM {base}
 COPY venv {venv}
 RUN cd {venv} \\
- && sed -i -e 's|^home = .*|home = /usr/bin|' \\
-      -e 's|^executable = .*|executable = /usr/bin/python3.11|' -e '/^command = /d' pyvenv.cfg \\
- && for n in python python3 python3.11; do ln -sf /usr/bin/python3.11 bin/$n; done \\
+"""
+    + RELOCATE
+    + """\
  && VLLM_TARGET_DEVICE=cpu bin/vllm bench serve --help > /dev/null
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
@@ -57,6 +56,7 @@ LABEL io.tpwarden.lab.inputs={digest}
 ENTRYPOINT []
 CMD ["vllm", "bench", "serve", "--help"]
 """
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
@@ -81,13 +81,6 @@ trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=special,
 tok.train_from_iterator(texts * 4, trainer)
 tok.save(out)
 """
-
-
-def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:16]
 
 
 def tokenizer_config() -> dict:
@@ -119,7 +112,7 @@ def ensure_lab_tokenizer(
     if not python.exists():
         on_step("tokenizer", f"WARNING: no {python}: placeholder tokenizer kept")
         return False
-    key = _digest(prompts.read_bytes(), _TRAIN.encode(), json.dumps(SPECIAL).encode())
+    key = digest(prompts.read_bytes(), _TRAIN.encode(), json.dumps(SPECIAL).encode())
     cached = cache / "bench-tokenizer" / key
     if not (cached / "tokenizer.json").is_file():
         cached.mkdir(parents=True, exist_ok=True)
@@ -147,17 +140,12 @@ def ensure_lab_tokenizer(
 
 
 def client_inputs_hash(venv: Path, base_tag: str) -> str:
-    stamp = venv / ".tpwarden-install-stamp"
-    return _digest(
+    return digest(
         base_tag.encode(),
         DOCKERFILE.encode(),
-        stamp.read_bytes() if stamp.is_file() else b"",
+        install_stamp(venv),
         (venv / "pyvenv.cfg").read_bytes(),
     )
-
-
-def _has_image(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
 def ensure_client_image(
@@ -168,27 +156,11 @@ def ensure_client_image(
     if not (venv / "bin" / "vllm").exists():
         on_step("image vllm-client", f"WARNING: {venv} missing (tools/vllm/install-cpu.sh)")
         return None
-    digest = client_inputs_hash(venv, base_tag)
-    tag = f"{CLIENT_REPO}:{digest}"
-    if _has_image(tag):
-        on_step("image vllm-client", f"cached {tag}")
-    else:
-        on_step("image vllm-client", f"docker build -> {tag} (copies {venv})")
-        with tempfile.TemporaryDirectory(dir=cache, prefix="client-build-") as ctx:
-            ctx_path = Path(ctx)
-            (ctx_path / "Dockerfile").write_text(
-                DOCKERFILE.format(base=base_tag, venv=venv, digest=digest)
-            )
-            try:  # hard links: no copy of 2.7 GB when the cache is on the same filesystem
-                host.run(["cp", "-al", str(venv), str(ctx_path / "venv")])
-            except LabError:
-                shutil.rmtree(ctx_path / "venv", ignore_errors=True)
-                shutil.copytree(venv, ctx_path / "venv", symlinks=True)
-            # the classic builder: engine 20.10 + a newer CLI may lack buildx
-            env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-            host.run(["docker", "build", "-q", "-t", tag, str(ctx_path)], timeout=1800, env=env)
-    host.run(["docker", "tag", tag, CLIENT_LATEST])
-    return tag
+    key = client_inputs_hash(venv, base_tag)
+    text = DOCKERFILE.format(base=base_tag, venv=venv, digest=key)
+    return ensure_venv_image(
+        CLIENT_REPO, key, text, venv, cache=cache, step="image vllm-client", on_step=on_step
+    )
 
 
 def ensure_lab_client(paths, base_tag: str, on_step: StepCallback = no_steps) -> str | None:

@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
-from tpwarden.lab import client_image, host
+from tpwarden.lab import client_image
 from tpwarden.lab.paths import LabPaths, StepCallback, no_steps
+from tpwarden.lab.venv_image import RELOCATE, digest, ensure_venv_image, install_stamp
 
 ENGINE_REPO = "tpwarden-lab/vllm-cpu"
 ENGINE_LATEST = f"{ENGINE_REPO}:latest"
@@ -42,14 +43,15 @@ INSTALL_HINT = "run tools/vllm/install-cpu-serve.sh (scripts/setup.sh does)"
 # host's copy from Debian's libnuma1 (same bookworm glibc; scripts/setup.sh installs it).
 LIBNUMA = Path("/lib/x86_64-linux-gnu/libnuma.so.1")
 
-DOCKERFILE = """\
+DOCKERFILE = (
+    """\
 FROM {base}
 COPY venv {venv}
 COPY libnuma.so.1 /usr/local/lib/libnuma.so.1
 RUN ldconfig && cd {venv} \\
- && sed -i -e 's|^home = .*|home = /usr/bin|' \\
-      -e 's|^executable = .*|executable = /usr/bin/python3.11|' -e '/^command = /d' pyvenv.cfg \\
- && for n in python python3 python3.11; do ln -sf /usr/bin/python3.11 bin/$n; done \\
+"""
+    + RELOCATE
+    + """\
  && VLLM_TARGET_DEVICE=cpu bin/python -c "import vllm._C" \\
  && VLLM_TARGET_DEVICE=cpu bin/vllm serve --help > /dev/null
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
@@ -59,6 +61,7 @@ LABEL io.tpwarden.lab.inputs={digest}
 ENTRYPOINT []
 CMD ["vllm", "serve", "--help"]
 """
+)
 
 # Run with the engine venv's python: argv = model dir, vocab size.
 _MAKE_MODEL = r"""
@@ -87,11 +90,10 @@ def real_model_dir(paths: LabPaths) -> Path:
 
 
 def engine_inputs_hash(venv: Path, base_tag: str) -> str:
-    stamp = venv / ".tpwarden-install-stamp"
-    return client_image._digest(
+    return digest(
         base_tag.encode(),
         DOCKERFILE.encode(),
-        stamp.read_bytes() if stamp.is_file() else b"",
+        install_stamp(venv),
         (venv / "pyvenv.cfg").read_bytes(),
         LIBNUMA.read_bytes() if LIBNUMA.exists() else b"",
     )
@@ -111,27 +113,12 @@ def ensure_engine_image(
     _require_venv(venv)
     if not LIBNUMA.exists():
         raise LabError(f"{LIBNUMA} missing: apt-get install libnuma1 (scripts/setup.sh does)")
-    digest = engine_inputs_hash(venv, base_tag)
-    tag = f"{ENGINE_REPO}:{digest}"
-    if client_image._has_image(tag):
-        on_step("image vllm-cpu", f"cached {tag}")
-    else:
-        on_step("image vllm-cpu", f"docker build -> {tag} (copies {venv})")
-        with tempfile.TemporaryDirectory(dir=cache, prefix="engine-build-") as ctx:
-            ctx_path = Path(ctx)
-            (ctx_path / "Dockerfile").write_text(
-                DOCKERFILE.format(base=base_tag, venv=venv, digest=digest)
-            )
-            shutil.copyfile(LIBNUMA, ctx_path / "libnuma.so.1")  # follows the symlink
-            try:  # hard links when the cache shares the venv's filesystem
-                host.run(["cp", "-al", str(venv), str(ctx_path / "venv")])
-            except LabError:
-                shutil.rmtree(ctx_path / "venv", ignore_errors=True)
-                shutil.copytree(venv, ctx_path / "venv", symlinks=True)
-            env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-            host.run(["docker", "build", "-q", "-t", tag, str(ctx_path)], timeout=1800, env=env)
-    host.run(["docker", "tag", tag, ENGINE_LATEST])
-    return tag
+    key = engine_inputs_hash(venv, base_tag)
+    text = DOCKERFILE.format(base=base_tag, venv=venv, digest=key)
+    return ensure_venv_image(
+        ENGINE_REPO, key, text, venv, cache=cache, files={"libnuma.so.1": LIBNUMA},
+        step="image vllm-cpu", on_step=on_step,
+    )  # fmt: skip
 
 
 def ensure_real_model(

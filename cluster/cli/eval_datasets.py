@@ -25,8 +25,7 @@ from tpwarden.cluster.eval.cache import load_to_head
 from tpwarden.cluster.eval.catalog import suite_tasks
 from tpwarden.cluster.eval.datasets import fetch as fetch_archive
 from tpwarden.cluster.eval.datasets import read_archive
-from tpwarden.cluster.eval.image import EVAL_VENV
-from tpwarden.cluster.eval.presets import EvalInputError
+from tpwarden.cluster.eval.presets import EVAL_VENV, EvalInputError
 
 app = typer.Typer(
     help="The tasks' datasets for a cluster without Hub access: fetch and pack on a connected "

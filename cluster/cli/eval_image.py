@@ -21,9 +21,9 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.eval.image import EVAL_VENV
 from tpwarden.cluster.eval.image_head import build as build_image
 from tpwarden.cluster.eval.image_head import plan_image
+from tpwarden.cluster.eval.presets import EVAL_VENV
 
 app = typer.Typer(
     help="The lm-eval client image: built on the head, for its architecture and Python.",

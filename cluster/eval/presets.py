@@ -17,16 +17,21 @@ Why each rule exists (the field report's traps):
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.settings import EvalSpec
 
 LM_EVAL_VERSION = "0.4.13"
+# The lm-eval venv tools/lm_eval/install.sh makes on this machine: `eval image build` pins its
+# versions, `eval datasets` runs its lm-eval, the lab's eval client image copies it.
+EVAL_VENV = Path(os.environ.get("TPWARDEN_LMEVAL_VENV", f"/opt/tpwarden-lmeval-{LM_EVAL_VERSION}"))
 DEFAULT_NUM_CONCURRENT: int = EvalSpec.model_fields["num_concurrent"].default  # the field's
 CONTAINER_DIR = "/bench"
 TASKS_DIR = f"{CONTAINER_DIR}/tasks"

@@ -17,12 +17,13 @@ import docker
 import httpx
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.eval.image import EVAL_VENV, ensure_eval_image
 from tpwarden.cluster.eval.plan import EvalOptions
+from tpwarden.cluster.eval.presets import EVAL_VENV
 from tpwarden.cluster.eval.runner import EvalRunner
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.lab import faults
 from tpwarden.lab.client_image import CLIENT_LATEST
+from tpwarden.lab.eval_image import ensure_eval_image
 from tpwarden.lab.paths import HEAD
 
 from tests.lab.test_watchdog_scenarios import (

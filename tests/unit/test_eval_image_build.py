@@ -16,7 +16,6 @@ import tarfile
 import pytest
 from tpwarden.cluster.containers.gateway import ImageBuildFailed
 from tpwarden.cluster.containers.job import OneShot, OneShotResult
-from tpwarden.cluster.eval.image import EVAL_VENV
 from tpwarden.cluster.eval.image_build import (
     FACTS_SCRIPT,
     BaseFacts,
@@ -29,7 +28,7 @@ from tpwarden.cluster.eval.image_build import (
     wheels_needed,
 )
 from tpwarden.cluster.eval.image_head import build, plan_image, wheel_files
-from tpwarden.cluster.eval.presets import EvalError, EvalInputError
+from tpwarden.cluster.eval.presets import EVAL_VENV, EvalError, EvalInputError
 from tpwarden.cluster.provision.wheelhouse import Target
 
 META = {

@@ -18,9 +18,8 @@ from tpwarden.cluster.eval.catalog import (
     preset_rows,
     suite_tasks,
 )
-from tpwarden.cluster.eval.image import EVAL_VENV
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
-from tpwarden.cluster.eval.presets import ApiPath, EvalInputError
+from tpwarden.cluster.eval.presets import EVAL_VENV, ApiPath, EvalInputError
 from tpwarden.cluster.eval.taskdefs import index_tasks, resolve, tasks_dir
 
 FIELD = (
