@@ -31,7 +31,8 @@ class DaemonFiles:
     """The event log, the state file, the alert outbox and the hold file of one daemon.
 
     `settings` returns the config in force (paths, probe URL); `clock` is the daemon's clock;
-    `metrics` (optional) counts write errors, tick errors and alerts."""
+    `metrics` (optional) counts write errors, tick errors and alerts; `write_json` writes the
+    outbox file (atomically, by default)."""
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class DaemonFiles:
         outbox: Outbox,
         clock: Callable[[], float],
         metrics: WatchdogMetrics | None = None,
+        write_json: Callable[[str, JSONValue], None] = atomic_write_json,
     ) -> None:
         self._settings = settings
         self.events = events
@@ -48,6 +50,7 @@ class DaemonFiles:
         self.outbox = outbox
         self._clock = clock
         self._metrics = metrics
+        self.write_json = write_json
         self._broken_writes: set[str] = set()  # "state" / "events" failing right now
         self._hold_error: str | None = None
 
@@ -147,7 +150,7 @@ class DaemonFiles:
 
     def _save_outbox(self) -> None:
         try:
-            atomic_write_json(self._outbox_path(), {"pending": self.outbox.pending})
+            self.write_json(self._outbox_path(), {"pending": self.outbox.pending})
         except Exception as exc:  # noqa: BLE001 - in memory it still is: retried while we live
             log.warning("cannot save the alert outbox: %s", exc)
 
