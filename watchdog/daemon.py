@@ -8,6 +8,11 @@ start to start); `stop()` ends them.
 Ordering that makes kill -9 safe: the policy state with `restart_in_progress` is saved (atomic
 rename) BEFORE the actuator is called and cleared after it returns; every event is fsynced.
 
+The I/O is composed, not mixed in: `files` (a `DaemonFiles`: events, state, outbox, hold) and
+`restarts` (a `RestartPath`) are collaborators built here with exactly what they use; following
+a newly applied plan is read by a `PlanFollower` and switched here, where the state it changes
+lives.
+
 Never blind, never silent: decisions are applied even when `state.json` or `events.jsonl` cannot
 be written (full disk): the write error is counted on /metrics and alerted, and alerts that could
 not be delivered are retried with backoff (`Outbox`) until they are. Calls into the cluster
@@ -32,8 +37,8 @@ from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.collaborators import Actuator as Actuator
 from tpwarden.watchdog.collaborators import PlanChange as PlanChange
 from tpwarden.watchdog.collaborators import Prober as ProberLike
-from tpwarden.watchdog.config import WatchdogConfig
-from tpwarden.watchdog.daemon_io import DaemonIO
+from tpwarden.watchdog.config import WatchdogConfig, config_changes
+from tpwarden.watchdog.daemon_io import DaemonFiles, PlanFollower
 from tpwarden.watchdog.daemon_restart import RestartPath
 from tpwarden.watchdog.daily import DailyReport
 from tpwarden.watchdog.exporter import WatchdogMetrics
@@ -49,7 +54,7 @@ from tpwarden.watchdog.policy_state import (
     WatchdogPhase,
     decision_name,
 )
-from tpwarden.watchdog.runtime import Cadence, RestartJobOverdue, SteadyClock, bounded
+from tpwarden.watchdog.runtime import Cadence, SteadyClock, bounded
 from tpwarden.watchdog.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -60,7 +65,7 @@ REPORT_EVENT_FIELDS = ("incident_id", "headline", "window", "missing")
 TICK_ERRORS_ALERT = 3  # this many failed ticks in a row -> one alert (category tick_errors)
 
 
-class Watchdog(DaemonIO, RestartPath):
+class Watchdog:
     def __init__(
         self,
         config: WatchdogConfig,
@@ -80,40 +85,60 @@ class Watchdog(DaemonIO, RestartPath):
         self._prober = prober
         self._actuator = actuator
         self._clock = clock
-        self._store = state_store
-        self._events = event_log
         self._alerter = alerter
         self._metrics = metrics
         self._policy = policy or Policy(PolicyConfig.from_config(config))
-        self._follow = follow  # returns a PlanChange when the applied plan's hash changed
-        self._follow_error: str | None = None
         self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
         self._lock = FileLock(config.lock_path)
-        # the cluster-wide restart lock (default: the config's path, if any)
-        self._restart_lock = restart_lock or (
-            FileLock(config.restart_lock_path) if config.restart_lock_path else None
-        )
         self._state: PolicyState | None = None
         self._cadence: Cadence | None = None
         self._tick_lock = threading.Lock()
         self._outbox = Outbox(alerter, max_retry_s=config.alert_retry_max_s)
-        self._broken_writes: set[str] = set()  # "state" / "events" failing right now
-        self._failed_ticks = 0  # consecutive ticks that raised
-        self._overdue_job: RestartJobOverdue | None = (
-            None  # a restart job past the actuator's wait, still running
+        self.files = DaemonFiles(
+            lambda: self.config, event_log, state_store, self._outbox, clock, metrics
         )
-        self._clock_step_seen: float | None = None
+        # `follow` returns a PlanChange when the applied plan's hash changed
+        self._follower = PlanFollower(follow, self.files) if follow is not None else None
+        self._failed_ticks = 0  # consecutive ticks that raised
         self._wall: Callable[[], float] = time.time  # /metrics timestamps (Prometheus time())
         # A call into the cluster (boot progress, evidence) waits at most this long per tick.
         self.cluster_call_timeout_s = max(1.0, min(30.0, config.interval_s / 2))
         # Evidence is read once, just before a restart that takes minutes, and its own reads
         # carry their own timeouts (SSH 5 s per node in parallel, /metrics 5 s): the bound must
         # hold them, or a short probe interval records only a timeout in place of the evidence.
-        self.evidence_timeout_s = max(self.cluster_call_timeout_s, 20.0)
+        self.restarts = RestartPath(
+            self.files,
+            clock,
+            self._cluster_call,
+            config.state_dir,
+            evidence_timeout_s=max(self.cluster_call_timeout_s, 20.0),
+            metrics=metrics,
+            # the cluster-wide restart lock (default: the config's path, if any)
+            restart_lock=restart_lock
+            or (FileLock(config.restart_lock_path) if config.restart_lock_path else None),
+        )
 
     @property
     def state(self) -> PolicyState | None:
         return self._state
+
+    @property
+    def evidence_timeout_s(self) -> float:
+        """The bound of the evidence read just before a restart (the restart path's)."""
+        return self.restarts.evidence_timeout_s
+
+    @evidence_timeout_s.setter
+    def evidence_timeout_s(self, value: float) -> None:
+        self.restarts.evidence_timeout_s = value
+
+    @property
+    def dossier_timeout_s(self) -> float:
+        """The bound of one incident-dossier call (the restart path's)."""
+        return self.restarts.dossier_timeout_s
+
+    @dossier_timeout_s.setter
+    def dossier_timeout_s(self, value: float) -> None:
+        self.restarts.dossier_timeout_s = value
 
     # -- life cycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -121,17 +146,17 @@ class Watchdog(DaemonIO, RestartPath):
         if self._state is not None:
             return
         self._lock.acquire(f"probe_url={self.config.probe_url}")
-        loaded = self._store.load()
-        self._load_outbox()
+        loaded = self.files.store.load()
+        self.files.load_outbox()
         now = self._clock()
         state, decisions = self._policy.on_startup(loaded, now)
-        self._record(
+        self.files.record(
             "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
         )
-        for aside, error in self._store.quarantined:
-            self._file_invalid("state", self.config.state_path, aside, error)
+        for aside, error in self.files.store.quarantined:
+            self.files.file_invalid("state", self.config.state_path, aside, error)
         if loaded is not None and loaded.restart_in_progress:
-            self._record(
+            self.files.record(
                 "restart_interrupted",
                 restart_id=loaded.restart_in_progress,
                 note="found restart_in_progress at start: not restarting again; "
@@ -144,9 +169,9 @@ class Watchdog(DaemonIO, RestartPath):
             self._daily.shutdown()  # first: a delivery waiting for the tick lock then finds us closed
         with self._tick_lock:
             if self._lock.held:
-                self._record("daemon_stop", pid=os.getpid())
+                self.files.record("daemon_stop", pid=os.getpid())
                 self._lock.release()
-            self._events.close()
+            self.files.events.close()
             if self._metrics is not None:
                 self._metrics.close()
             self._prober.close()
@@ -179,7 +204,7 @@ class Watchdog(DaemonIO, RestartPath):
             try:
                 self._daily.start(self.config.report, self._post_report)
             except Exception as exc:  # noqa: BLE001 - the report never keeps the watchdog down
-                self._seam_error("report", exc)
+                self.files.seam_error("report", exc)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
 
@@ -190,10 +215,10 @@ class Watchdog(DaemonIO, RestartPath):
             self.tick()
         except Exception as exc:  # the loop must survive anything one tick does
             log.exception("watchdog tick failed")
-            self._seam_error("tick", exc)
+            self.files.seam_error("tick", exc)
             self._failed_ticks += 1
             if self._failed_ticks == TICK_ERRORS_ALERT:
-                self._queue_alert(
+                self.files.queue_alert(
                     {
                         "incident_id": "tick-errors",
                         "category": "tick_errors",
@@ -211,15 +236,15 @@ class Watchdog(DaemonIO, RestartPath):
         with self._tick_lock:
             if not self._lock.held:
                 return  # closed while the report was being built
-            self._record("morning_report", **{k: payload.get(k) for k in REPORT_EVENT_FIELDS})
-            self._queue_alert(payload)
+            self.files.record("morning_report", **{k: payload.get(k) for k in REPORT_EVENT_FIELDS})
+            self.files.queue_alert(payload)
 
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
         with self._tick_lock:
             self.open()
-            self._reap_restart_job()
+            self.restarts.reap()
             self._follow_plan()
             if self._daily is not None:
                 self._daily.nudge()  # the report's scheduler re-reads the wall clock
@@ -229,11 +254,11 @@ class Watchdog(DaemonIO, RestartPath):
                 self._metrics.last_probe.set(self._wall())
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
             boot = self._boot_progress() if self._state.phase is WatchdogPhase.BOOTING else None
-            hold, released_at = self._read_hold()
+            hold, released_at = self.files.read_hold()
             obs = Observation(probe, metrics, boot, hold, released_at)
             now = self._clock()
             state, decisions = self._policy.decide(self._state, obs, now)
-            self._record(
+            self.files.record(
                 "probe",
                 **probe.to_json(),
                 verdict=state.last_verdict,
@@ -248,7 +273,7 @@ class Watchdog(DaemonIO, RestartPath):
                 m.probe_total.labels(probe.outcome.value).inc()
                 m.verdict_total.labels(state.last_verdict or "unknown").inc()
             self._commit(state, decisions, hold_until=hold.until if hold else None)
-            self._flush_alerts()
+            self.files.flush_alerts()
             return decisions
 
     def _cluster_call(self, fn: Callable[[], T], what: str, timeout_s: float | None = None) -> T:
@@ -269,23 +294,62 @@ class Watchdog(DaemonIO, RestartPath):
         """Persist first, then record and apply the decisions."""
         prev = self._state
         self._state = state
-        self._save(state)
+        self.files.save(state)
         if prev is not None and prev.phase is not state.phase:
-            self._record("transition", old=prev.phase.value, new=state.phase.value)
+            self.files.record("transition", old=prev.phase.value, new=state.phase.value)
         self._update_gauges(state, hold_until)
         for d in decisions:
             if not isinstance(d, Restart):
-                self._record("decision", decision=decision_name(d), **dataclasses.asdict(d))
+                self.files.record("decision", decision=decision_name(d), **dataclasses.asdict(d))
             if isinstance(d, Alert):
                 try:
                     self._send_alert(d, state)
                 except Exception as exc:  # noqa: BLE001 - an alert never stops a decision
-                    self._seam_error("alerter", exc)
+                    self.files.seam_error("alerter", exc)
             elif isinstance(d, Restart):
                 self._restart(d)
 
+    def _restart(self, d: Restart) -> None:
+        """The restart path runs; its result (ok, failed or skipped) always goes to the policy."""
+        assert self._state is not None
+        ok, error, skipped = self.restarts.run(d, self._actuator, self.config, self._state)
+        state, more = self._policy.on_restart_result(
+            self._state, self._clock(), ok=ok, error=error, skipped=skipped
+        )
+        self._commit(state, more)
+
+    def _follow_plan(self) -> None:
+        """Switch probe target, key and policy to a newly applied plan (logged as an event).
+        A plan that cannot be used is reported by the follower, and the previous one kept."""
+        got = self._follower.poll(self.config) if self._follower is not None else None
+        if got is None:
+            return
+        change, new = got
+        old, self.config = self.config, new
+        self._prober.close()
+        self._actuator.close()
+        self._prober, self._actuator = change.prober, change.actuator
+        self._policy = Policy(PolicyConfig.from_config(new))
+        if self._cadence is not None:
+            self._cadence.interval_s = new.interval_s
+        if self._daily is not None:
+            try:
+                self._daily.apply(new.report)  # a moved delivery time takes effect now
+            except Exception as exc:  # noqa: BLE001 - the plan is followed all the same
+                self.files.seam_error("report", exc)
+        assert self._state is not None
+        self._state = dataclasses.replace(self._state, baseline=None, flat_since=None)
+        self.files.record(
+            "plan_changed",
+            old_hash=old.config_hash,
+            new_hash=new.config_hash,
+            probe_url=new.probe_url,
+            changes=config_changes(old, new),
+            **change.detail,
+        )
+
     def _send_alert(self, a: Alert, state: PolicyState) -> None:
-        self._queue_alert(
+        self.files.queue_alert(
             {
                 "incident_id": a.incident_id,
                 "category": a.category,
@@ -294,19 +358,10 @@ class Watchdog(DaemonIO, RestartPath):
                 "consecutive_failures": state.consecutive_failures,
                 "last_probe": state.last_probe,
                 "failures": list(state.failure_log),
-                "events_path": self._events.path,
+                "events_path": self.files.events.path,
             }
-            | self._dossier_fields(a.incident_id)
+            | self.restarts.dossier_fields(a.incident_id)
         )
-
-    def _dossier_fields(self, incident_id: str) -> JSONObject:
-        """The suspect of this incident's dossier, for the alert (issue 32); nothing when no
-        dossier was taken in this incident."""
-        last = self._last_dossier
-        if not last or not incident_id or last.get("incident_id") != incident_id:
-            return {}
-        return {"suspect": last.get("suspect"), "dossier_id": last.get("id"),
-                "dossier_summary": last.get("summary")}  # fmt: skip
 
     def _update_gauges(self, state: PolicyState, hold_until: float | None) -> None:
         if self._metrics is None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import posixpath
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tpwarden.cluster.control.nodes import is_local
 from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.settings import SshSpec
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 # provisioning's venv on every node (playbooks/roles/tpwarden/defaults: tpwarden_prefix/venv)
@@ -26,6 +28,24 @@ NODE_TPWARDEN = "/opt/tpwarden/venv/bin/tpwarden"
 THIS_MACHINE = "control"  # tpwarden_watchdog_host naming the machine that runs tpwarden
 REMOTE_TIMEOUT_S = 60.0
 EVENTS = "events.jsonl"  # the watchdog's event log in its state dir (watchdog.events)
+
+
+class FileSession(Protocol):
+    """The part of `cluster.ssh.NodeSession` that copies the event log."""
+
+    def exists(self, remote: str) -> bool: ...
+
+    def get(self, remote: str, local: str) -> None: ...
+
+
+class FilePool(Protocol):
+    """The part of `cluster.ssh.SshPool` that copies the event log (a context manager)."""
+
+    def __enter__(self) -> FilePool: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def session(self, node: NodeSpec) -> FileSession: ...
 
 
 @dataclass(frozen=True)
@@ -79,21 +99,28 @@ def run_on_watchdog_host(
     return result.rc, result.stdout, result.stderr
 
 
-def watchdog_events(spec: ClusterSpec, dest_dir: str | Path) -> tuple[Path, str | None]:
+def watchdog_events(
+    spec: ClusterSpec,
+    dest_dir: str | Path,
+    pool: Callable[[SshSpec], FilePool] | None = None,
+) -> tuple[Path, str | None]:
     """The watchdog's event log for a report: (file to read, why it could not be had, or None).
 
     Where the watchdog runs here, its own ``events.jsonl``; on a node, ``events.jsonl`` and its
-    rotated part (``events.jsonl.1``) copied from there over SFTP into ``dest_dir``."""
+    rotated part (``events.jsonl.1``) copied from there over SFTP into ``dest_dir`` through
+    ``pool`` (default: the SSH gateway's `SshPool`)."""
     place = watchdog_place(spec)
     local = Path(spec.watchdog.state_dir) / EVENTS
     if place.node is None:
         return local, None if local.is_file() else f"no event log at {local}"
-    from tpwarden.cluster.ssh.gateway import SshPool  # deferred: paramiko, only when remote
+    if pool is None:
+        from tpwarden.cluster.ssh.gateway import SshPool  # deferred: paramiko, only when remote
 
+        pool = SshPool
     copied = Path(dest_dir) / EVENTS
     try:
-        with SshPool(spec.ssh) as pool:
-            session = pool.session(place.node)
+        with pool(spec.ssh) as opened:
+            session = opened.session(place.node)
             for name in (f"{EVENTS}.1", EVENTS):  # the rotated part first: it may be missing
                 remote = posixpath.join(spec.watchdog.state_dir, name)
                 if session.exists(remote):

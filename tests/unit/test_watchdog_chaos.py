@@ -29,7 +29,6 @@ import pytest
 from tpwarden.cluster.event_log import EventLog, read_events
 from tpwarden.cluster.operator_lock import FileLock
 from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
-from tpwarden.watchdog import daemon_io
 from tpwarden.watchdog.actuator import raise_unless_applied
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
@@ -318,6 +317,14 @@ def _watchdog(cfg: WatchdogConfig, world: World, fault: Fault, prober: Any, actu
         metrics=WatchdogMetrics(),
         restart_lock=ChaosLock(str(cfg.restart_lock_path), fault, world),
     )
+    if fault.seam == "outbox" and fault.kind == "enospc":  # outbox.json cannot be written
+        real_write = wd.files.write_json
+
+        def write(path: str, doc: Any) -> None:
+            fault.hit("outbox")
+            real_write(path, doc)
+
+        wd.files.write_json = write  # the daemon's outbox writer, injected at its seam
     return wd
 
 
@@ -373,15 +380,7 @@ def run_cell(
     ever `restarting` past its deadline after a tick."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not under test here
     run = build(tmp_path, seam, kind)
-    if seam == "outbox":
-        if kind == "enospc":  # outbox.json cannot be written
-            real_write = daemon_io.atomic_write_json
-
-            def write(*a: Any, **kw: Any) -> None:
-                run.fault.hit("outbox")
-                real_write(*a, **kw)
-
-            monkeypatch.setattr(daemon_io, "atomic_write_json", write)
+    if seam == "outbox":  # outbox.json's writer: see _watchdog
         _outbox_fault(run, monkeypatch)
     hang_at: float | None = None
     stuck = False

@@ -141,7 +141,8 @@ class _FakeSession:
         Path(local).write_bytes(self._local(remote).read_bytes())
 
 
-def _fake_pool(monkeypatch, session):
+def _fake_pool(session):
+    """A pool for `watchdog_events(pool=...)`: `session` for every node, None: unreachable."""
     from tpwarden.cluster.ssh import gateway as ssh
 
     class Pool:
@@ -159,10 +160,10 @@ def _fake_pool(monkeypatch, session):
                 raise ssh.NodeUnreachable(node.name, "SSH connect timed out")
             return session
 
-    monkeypatch.setattr(ssh, "SshPool", Pool)
+    return Pool
 
 
-def test_report_reads_the_event_log_where_the_watchdog_runs(spec, tmp_path, monkeypatch):
+def test_report_reads_the_event_log_where_the_watchdog_runs(spec, tmp_path):
     """`report -i` with the watchdog on node1 copies node1's events.jsonl (and the rotated
     part) over SFTP, never this machine's file of the same name."""
     node_dir = tmp_path / "node1"
@@ -170,19 +171,17 @@ def test_report_reads_the_event_log_where_the_watchdog_runs(spec, tmp_path, monk
     (node_dir / "events.jsonl").write_text('{"ts": 2, "kind": "probe"}\n')
     (node_dir / "events.jsonl.1").write_text('{"ts": 1, "kind": "probe"}\n')
     session = _FakeSession(node_dir, spec.watchdog.state_dir)
-    _fake_pool(monkeypatch, session)
     dest = tmp_path / "copy"
     dest.mkdir()
-    path, problem = watchdog_remote.watchdog_events(spec, dest)
+    path, problem = watchdog_remote.watchdog_events(spec, dest, pool=_fake_pool(session))
     assert problem is None and path == dest / "events.jsonl"
     assert (dest / "events.jsonl.1").read_text() == '{"ts": 1, "kind": "probe"}\n'
     assert session.got == [f"{spec.watchdog.state_dir}/events.jsonl.1",
                            f"{spec.watchdog.state_dir}/events.jsonl"]  # fmt: skip
 
 
-def test_an_unreachable_watchdog_host_is_a_named_problem(spec, tmp_path, monkeypatch):
-    _fake_pool(monkeypatch, None)
-    path, problem = watchdog_remote.watchdog_events(spec, tmp_path)
+def test_an_unreachable_watchdog_host_is_a_named_problem(spec, tmp_path):
+    path, problem = watchdog_remote.watchdog_events(spec, tmp_path, pool=_fake_pool(None))
     assert problem is not None and problem.startswith("node1: ") and "timed out" in problem
     assert not path.exists()
 

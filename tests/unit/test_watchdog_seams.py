@@ -291,7 +291,7 @@ def test_overdue_restart_job_keeps_the_cluster_lock_until_it_ends(tmp_path: Path
 
 def test_clock_stays_fake_without_a_wall_clock(tmp_path: Path) -> None:
     wd, _, _ = make(tmp_path, clock=FakeClock())
-    assert wd._wall_offset() == 0.0
+    assert wd.restarts.wall_offset() == 0.0
 
 
 def test_restart_decision_carries_its_start_time() -> None:
