@@ -3,7 +3,8 @@
 Sub-commands are mounted from one table (``COMMANDS``) and imported on first use (`lazy`), so
 `tpwarden --help`, a TAB completion and `inventory check` import only what they need. To add a
 command: a module with a ``typer.Typer`` (a group) or a ``register(app)`` function, one row here,
-one example in `examples.EXAMPLES`.
+one example in `examples.EXAMPLES`; a group's sub-commands also go in `completion_table.SUBCOMMANDS`
+(TAB completion; `tests/unit/test_cli_completion_table.py` prints the rows when they are missing).
 
 Examples:
     tpwarden inventory check -i inventory.example.yml
@@ -16,6 +17,7 @@ from typing import Annotated
 
 import typer
 from tpwarden.cluster import __version__
+from tpwarden.cluster.cli.completion_table import SUBCOMMANDS
 from tpwarden.cluster.cli.lazy import LazyGroup
 
 CLI = "tpwarden.cluster.cli"
@@ -89,6 +91,7 @@ def _lab_not_installed(exc: ModuleNotFoundError) -> typer.core.TyperCommand | No
 
 class Root(LazyGroup):
     table = COMMANDS
+    subtables = SUBCOMMANDS
     fallbacks = {"lab": _lab_not_installed}
 
 

@@ -51,6 +51,7 @@ class LazyGroup(TyperGroup):
     """A typer group whose commands come from ``TABLE`` (set by the package) on first use."""
 
     table: Table = {}
+    subtables: Mapping[str, Mapping[str, str]] = {}  # group path -> sub-command -> short help
     fallbacks: Mapping[str, Callable[[ModuleNotFoundError], click.Command | None]] = {}
     _listing = False  # while True, unresolved commands are stubs built from the table
 
@@ -63,6 +64,8 @@ class LazyGroup(TyperGroup):
         target, short = self.table[cmd_name]
         if self._listing and target not in _RESOLVED:
             return TyperCommand(cmd_name, help=short, callback=None)
+        if ctx.resilient_parsing and target not in _RESOLVED and cmd_name in self.subtables:
+            return CompletionGroup(target, (cmd_name,), short, self.subtables)  # a TAB completion
         try:
             return _mount(target, cmd_name)[cmd_name]
         except ModuleNotFoundError as exc:
@@ -71,6 +74,17 @@ class LazyGroup(TyperGroup):
             if made is None:
                 raise
             return made
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        if extra.get("resilient_parsing"):
+            extra.setdefault("default_map", _flags_off(self))
+        return super().make_context(info_name, args, parent, **extra)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from tpwarden.cluster.cli.help_text import flags_without_type  # deferred: help only
@@ -112,6 +126,64 @@ class LazyGroup(TyperGroup):
             print("Aborted.", file=sys.stderr)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _flags_off(cmd: click.Command) -> dict[str, bool]:
+    """While the shell completes (resilient parsing), an unset flag reads False instead of None:
+    typer then skips its coercion, whose first use imports pydantic (~0.1 s per TAB)."""
+    flags = [
+        p.name
+        for p in cmd.params
+        if p.name
+        and getattr(getattr(p, "type_descriptor", None), "annotation", None) is bool
+        and p.default is not True
+    ]
+    return dict.fromkeys([*flags, "help"], False)
+
+
+class CompletionGroup(LazyGroup):
+    """Stands in for the command group ``path`` while the shell completes: its sub-commands'
+    names and short help come from ``subtables`` (`completion_table`), so `tpwarden watchdog
+    h<TAB>` imports nothing; a sub-command's own options are completed by the real command,
+    imported then. Never built for running a command or for --help (``resilient_parsing`` only).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        path: tuple[str, ...],
+        short: str,
+        subtables: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        super().__init__(name=path[-1], short_help=short)
+        self.target, self.path, self.subtables = target, path, subtables
+
+    def _children(self) -> Mapping[str, str]:
+        return self.subtables[" ".join(self.path)]
+
+    def real(self) -> click.Command:
+        """The group this stands in for, its module imported."""
+        cmd = _mount(self.target, self.path[0])[self.path[0]]
+        for name in self.path[1:]:
+            assert isinstance(cmd, TyperGroup)
+            sub = cmd.get_command(click.Context(cmd), name)
+            assert sub is not None
+            cmd = sub
+        return cmd
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self._children())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        short = self._children().get(cmd_name)
+        path = (*self.path, cmd_name)
+        if short is not None and " ".join(path) in self.subtables:
+            return CompletionGroup(self.target, path, short, self.subtables)
+        if short is not None and self._listing:
+            return TyperCommand(cmd_name, short_help=short, callback=None)
+        real = self.real()
+        assert isinstance(real, TyperGroup)
+        return real.get_command(click.Context(real), cmd_name)
 
 
 def walk(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:

@@ -62,15 +62,52 @@ def test_inventory_check_loads_neither_the_lab_nor_docker():
     assert not [m for m in mods if m.startswith(("tpwarden.lab", "docker", "requests"))]
 
 
+def _completed(words: str, cword: str) -> tuple[list[str], set[str]]:
+    """What `tpwarden` offers for COMP_WORDS / COMP_CWORD (bash), and the modules it loaded."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "[]"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "_TPWARDEN_COMPLETE": "complete_bash", "COMP_WORDS": words,
+             "COMP_CWORD": cword},
+        timeout=120,
+    )  # fmt: skip
+    return done.stdout.split(), set(json.loads(done.stderr.rsplit("MODULES ", 1)[1]))
+
+
+TAB_HEAVY = ("pydantic", "pydantic_core", "httpx", "tpwarden.cluster.settings")
+
+
+@pytest.mark.parametrize(
+    ("words", "cword", "offered"),
+    [
+        ("tpwarden ", "1", ["plan", "rollout", "watchdog", "eval"]),
+        ("tpwarden wat", "1", ["watchdog"]),
+        ("tpwarden watchdog h", "2", ["hold", "history"]),
+        ("tpwarden watchdog ", "2", ["run", "status", "hold", "release", "history"]),
+        ("tpwarden eval datasets ", "3", ["fetch", "load"]),
+    ],
+)
+def test_completing_a_command_name_imports_neither_pydantic_nor_httpx_nor_the_settings(
+    words, cword, offered
+):
+    """Sub-command names complete from the tables (`COMMANDS`, `completion_table`): no command
+    module, no typer coercion (pydantic), no settings, no httpx."""
+    got, mods = _completed(words, cword)
+    assert [name for name in got if name in offered] == offered, got
+    loaded = [m for m in mods if m in TAB_HEAVY or m.split(".")[0] in TAB_HEAVY]
+    assert not loaded, loaded
+    assert not [m for m in mods if m.startswith("tpwarden.cluster.cli.") and m.count(".") > 3]
+    assert not _heavy(mods), _heavy(mods)
+
+
 def test_completing_a_watchdog_option_reads_state_without_httpx():
-    """`tpwarden watchdog h<TAB>` loads the watchdog command module (and with it the state file's
-    types) but not httpx: the probe's plain types live in `tpwarden.cluster.vllm.probe_types`."""
-    mods = _modules(
-        [],
-        _TPWARDEN_COMPLETE="complete_bash",
-        COMP_WORDS="tpwarden watchdog h",
-        COMP_CWORD="2",
-    )
+    """`tpwarden watchdog hold --<TAB>` loads the watchdog command module (and with it the state
+    file's types) but not httpx: the probe's plain types live in
+    `tpwarden.cluster.vllm.probe_types`. (It used to be `watchdog h<TAB>`, which now completes
+    from the table and imports neither.)"""
+    got, mods = _completed("tpwarden watchdog hold --", "3")
+    assert "--for" in got and "--reason" in got
     assert "tpwarden.watchdog.state" in mods  # the path that used to reach httpx did run
     assert "tpwarden.cluster.vllm.probe_types" in mods
     assert "tpwarden.cluster.vllm.probe" not in mods
