@@ -13,8 +13,10 @@ import os
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from tpwarden.cluster.durable import JSONObject
+if TYPE_CHECKING:  # the script runs alone on a node (copied, `python3 FILE`): standard library only
+    from tpwarden.cluster.durable import JSONObject
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
