@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.event_log import EventLog
-from tpwarden.cluster.operator_lock import FileLock
+from tpwarden.cluster.operator_lock import FileLock, lock_holder
 from tpwarden.cluster.vllm.probe import Outcome, Prober
 from tpwarden.watchdog.alert import Alerter, Outbox
 from tpwarden.watchdog.collaborators import Actuator as Actuator
@@ -281,12 +281,20 @@ class Watchdog:
         return bounded(fn, timeout_s or self.cluster_call_timeout_s, what)
 
     def _boot_progress(self) -> BootReading | None:
+        if self._restart_elsewhere():
+            # Another watchdog (or an operator's restart) holds the cluster restart lock: the
+            # containers it stops and starts are its restart, not a failed boot of ours.
+            return None
         try:
             reading = self._cluster_call(self._actuator.boot_progress, "boot")
             return reading if isinstance(reading, BootReading) else None
         except Exception as exc:
             log.warning("boot_progress() failed: %s", exc)
             return None
+
+    def _restart_elsewhere(self) -> bool:
+        lock = self.restarts.restart_lock
+        return lock is not None and not lock.held and lock_holder(lock.path) is not None
 
     def _commit(
         self, state: PolicyState, decisions: list[Decision], hold_until: float | None = None
