@@ -170,11 +170,11 @@ class _Engine:
                 resolved.settings = self._template(
                     resolved, ("tpwarden",), all_vars["tpwarden"], all_vars, loader
                 )
-            same = _canonical(resolved.settings)
+            same = canonical(resolved.settings)
             resolved.settings_by_host = {
                 host: value
                 for host, value in resolved.settings_by_host.items()
-                if _canonical(value) != same
+                if canonical(value) != same
             }
             resolved.source = str(self.source)
             resolved.locs = {k: (self.shown(f), line) for k, (f, line) in resolved.locs.items()}
@@ -299,11 +299,7 @@ def _plain(value: object, path: PathKey, locs: dict[PathKey, Loc], here: Loc | N
     loc = _origin(value) or here
     if loc:
         locs.setdefault(path, loc)
-    if len(path) > MAX_DEPTH:
-        file, line = loc or (None, None)
-        raise ConfigError(
-            f"value nests more than {MAX_DEPTH} levels deep", file=file, line=line, key=dotted(path)
-        )
+    check_depth(path, loc)
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
@@ -325,7 +321,16 @@ def _plain(value: object, path: PathKey, locs: dict[PathKey, Loc], here: Loc | N
     return str(value)
 
 
-def _canonical(value: JSONValue) -> str:
+def check_depth(path: PathKey, loc: Loc | None) -> None:
+    """Refuse a value nested deeper than an inventory needs (Ansible's loader has no bound)."""
+    if len(path) > MAX_DEPTH:
+        file, line = loc or (None, None)
+        raise ConfigError(
+            f"value nests more than {MAX_DEPTH} levels deep", file=file, line=line, key=dotted(path)
+        )
+
+
+def canonical(value: JSONValue) -> str:
     """Equality that holds for NaN too (NaN != NaN would make equal settings differ)."""
     return json.dumps(value, sort_keys=True, default=repr)
 

@@ -2,7 +2,8 @@
 
 The inventory is an ordinary Ansible inventory, resolved by Ansible's own engine
 (`tpwarden.cluster.inventory.ansible`): YAML or INI, a file or a directory, group_vars/ and
-host_vars/ beside it, vault, Jinja templating. Group `head` holds exactly one host, group
+host_vars/ beside it, vault, Jinja templating. A plain one-file YAML inventory is read to the
+same answer without loading Ansible (`tpwarden.cluster.inventory.static_yaml`). Group `head` holds exactly one host, group
 `workers` the others; the serving settings are the variable `tpwarden` of group `all` (under
 `all.vars` or in `group_vars/all.yml`). Every error names the file, the line the value came
 from, the key and a fix, and is raised before anything touches a node.
@@ -22,6 +23,7 @@ from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.ansible import Resolved, resolve
 from tpwarden.cluster.inventory.plain import read_resolved
+from tpwarden.cluster.inventory.static_yaml import resolve_static
 from tpwarden.cluster.inventory.values import (
     check_address,
     check_extra_args,
@@ -59,7 +61,12 @@ def load_inventory(path: str | Path, *, flag_table: bool = False) -> ClusterSpec
     if not _have_ansible():
         # a node (the watchdog host) reads the resolved copy provisioning wrote for it
         return build_spec(read_resolved(source), str(path), flag_table=flag_table)
-    return build_spec(resolve(source), str(path), flag_table=flag_table)
+    return build_spec(_resolve(source), str(path), flag_table=flag_table)
+
+
+def _resolve(source: Path) -> Resolved:
+    """Ansible's answer: read directly for a plain YAML file (`static_yaml`), else from Ansible."""
+    return resolve_static(source) or resolve(source)
 
 
 def _have_ansible() -> bool:
@@ -83,7 +90,7 @@ def parse_inventory(text: str, path: str = "<inventory>") -> ClusterSpec:
                 os.symlink((home / vars_dir).resolve(), Path(tmp) / vars_dir)
         try:
             check_files(Path(tmp) / name)
-            return build_spec(resolve(target), path)
+            return build_spec(_resolve(target), path)
         except ConfigError as exc:
             raise _renamed(exc, str(target), path, tmp, home) from None
 
