@@ -19,6 +19,8 @@ import pytest
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.ansible import Resolved, canonical, resolve
 from tpwarden.cluster.inventory.static_yaml import resolve_static
+from tpwarden.lab.inventory import render_inventory
+from tpwarden.lab.paths import LabPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "unit" / "inventories"
@@ -192,6 +194,17 @@ def test_every_shipped_yaml_inventory_reads_as_ansible_reads_it() -> None:
     # the example and nearly every fixture are plain YAML: the direct reader is the common path
     assert "inventory.example.yml" in answered
     assert len(answered) >= len(SHIPPED) - 12, sorted(set(p.name for p in SHIPPED) - set(answered))
+
+
+@pytest.mark.parametrize(
+    ("engine", "backend"), [("sim", "native"), ("real", "native"), ("sim", "ray")]
+)
+def test_the_lab_inventories_read_as_ansible_reads_them(
+    engine: str, backend: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "inventory.yml"
+    path.write_text(render_inventory(LabPaths(tmp_path), engine, backend), encoding="utf-8")
+    assert _agree(path)
 
 
 @pytest.mark.parametrize("name", sorted(VARIATIONS))
