@@ -1,6 +1,11 @@
 """The watchdog against real vLLM, time scaled down, with the real actuator (cluster control):
 a real worker rank paused -> /health 200, the probe hangs with flat real counters -> exactly
-`failures` counted failures -> one whole-server restart -> healthy again."""
+`failures` counted failures -> one whole-server restart -> healthy again; the restart's incident
+dossier names the paused rank. A real worker rank killed (SIGKILL) is named the same way.
+
+In the lab the nodes are systemd-nspawn machines with their own PID namespace while the serving
+containers run on the host's engine, so a node's collector cannot see the rank's processes
+(their state, py-spy stacks): the dossier's verdict rests on the engine's container state."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import time
 
 import pytest
 from tpwarden.lab import faults
+from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.policy_state import WatchdogPhase
 
 from tests.lab.test_watchdog_scenarios import (
@@ -46,9 +52,40 @@ def test_paused_worker_rank_restarts_after_exactly_n_failures(engine_server, tmp
         assert any(c["verdict"] == "stalled" for c in counted), counted
         window = FAILURES * (wd.config.interval_s + wd.config.timeout_s)
         assert detected_s <= window + 10, (detected_s, window)
+        (begin,) = kinds(evs, "restart_begin")
+        (dossier,) = kinds(evs, "incident_dossier")
+        assert dossier["restart_id"] == begin["restart_id"] and dossier["suspect"] == WORKER, (
+            dossier
+        )
+        doc = IncidentStore(wd.config.state_dir).load(dossier["id"])
+        assert doc is not None and doc["nodes"][WORKER]["container"]["state"] == "paused", doc
         with engine_server.controller() as ctl:
             assert ctl.probe(timeout=10)[0]
             assert {n.state for n in ctl.status(timeout_s=15).nodes} == {"running"}
+    finally:
+        wd.close()
+        engine_server.ensure_healthy()
+
+
+def test_killed_worker_rank_is_named_by_the_dossier_and_restarted(engine_server, tmp_path):
+    """SIGKILL, not a pause: the rank's container exits (137); whatever the head's engine makes
+    of its lost worker, the dossier names node3 and the server is restarted once."""
+    wd = make_watchdog(engine_server.spec, tmp_path, boot_deadline_s=BOOT_S)
+    try:
+        tick_until(wd, phase_is(wd, WatchdogPhase.READY), 60, "ready")
+        faults.container_action(engine_server.paths, WORKER, "kill")
+        tick_until(wd, lambda: kinds(events(wd), "restart_end"), BOOT_S, "restarted")
+        tick_until(wd, phase_is(wd, WatchdogPhase.READY), BOOT_S, "healthy again")
+        evs = events(wd)
+        (end,) = kinds(evs, "restart_end")
+        assert end["ok"], end
+        assert len(control_restarts(tmp_path)) == 1
+        (dossier,) = kinds(evs, "incident_dossier")
+        assert dossier["suspect"] == WORKER, dossier
+        doc = IncidentStore(wd.config.state_dir).load(dossier["id"])
+        assert doc is not None
+        container = doc["nodes"][WORKER]["container"]
+        assert container is None or container["state"] in ("exited", "dead"), container
     finally:
         wd.close()
         engine_server.ensure_healthy()

@@ -2,11 +2,10 @@
 paused (the demo's fault), or the head's rank killed; the watchdog's dossier, taken right after restart_begin,
 names node3, and the restart still happens. Also `incident capture` on the paused server.
 
-WRITTEN, NOT YET RUN (the helper that wrote it may not run the lab). What to expect in the lab:
-the nodes are systemd-nspawn machines with their own PID namespace and the serving containers
-run on the host's engine, so the node's collector cannot see the container's host PIDs: its
-findings say "not in this node's /proc", and the verdict rests on the engine's container state
-(paused / exited). On real nodes the same dossier carries process states (a SIGSTOPped rank: T,
+In the lab the nodes are systemd-nspawn machines with their own PID namespace and the serving
+containers run on the host's engine, so the node's collector cannot see the container's host
+PIDs: its findings say "not in this node's /proc", and the verdict rests on the engine's
+container state (paused / exited). On real nodes the same dossier carries process states (a SIGSTOPped rank: T,
 a `docker pause`d one: frozen at do_freezer_trap / __refrigerator) and py-spy stacks.
 """
 
