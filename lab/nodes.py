@@ -120,7 +120,7 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
         "HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\n",
     )
-    _write(root / "root/.ssh/authorized_keys", assets.client_pubkey, 0o600)
+    _authorize(root / "root/.ssh/authorized_keys", assets.client_pubkey)
     (root / "root/.ssh").chmod(0o700)
     for sub in ("etc/tpwarden", "var/lib/tpwarden", "var/log/tpwarden"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -130,6 +130,17 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
     if assets.nvml_lib is not None:
         _copy(assets.nvml_lib, root / NVML_TARGET)
     sensord.boot_sensors(node)  # idle readings; a clock cap does not survive a boot
+
+
+def _authorize(path: Path, pubkey: str) -> None:
+    """The lab's client key in root's authorized_keys, keeping the keys already there: a real
+    node's boot keeps what provisioning authorized (the watchdog's own key)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    have = path.read_text() if path.is_file() else ""
+    if pubkey.strip() in (line.strip() for line in have.splitlines()):
+        return
+    lead = have if not have or have.endswith("\n") else have + "\n"
+    host.write_atomic(path, lead + pubkey.rstrip("\n") + "\n", 0o600)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

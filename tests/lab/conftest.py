@@ -24,7 +24,9 @@ import pytest
 from tpwarden.cluster.provision.wheelhouse import source_items
 from tpwarden.lab import lab as lablib
 from tpwarden.lab import sshc
-from tpwarden.lab.paths import LabPaths, node_ip
+from tpwarden.lab.paths import NODE_NAMES, LabPaths, node_ip
+
+from tests.lab.provisioning import listing, provision, stop_head_watchdog
 
 LAB_PATTERN = re.compile(
     r"127\.0\.0\.1[1-4]:\d+\b|tpwarden-lab|systemd-nspawn|cluster\.lab\.sensord"
@@ -141,3 +143,17 @@ def source(tmp_path_factory) -> Path:
         elif src.is_file():
             shutil.copy2(src, snap / item)
     return snap
+
+
+@pytest.fixture(scope="session")
+def provisioned_lab(lab, source):
+    """The lab provisioned from `source` with the watchdog on node1, once per run
+    (tests/lab/provisioning.py says who shares it): the nodes' listings from before, and the
+    first run's JSON. Removed again at the session's end unless
+    tests/lab/test_provision_removal.py removed it (and said so: "removed")."""
+    before = {n: listing(lab, n) for n in NODE_NAMES}
+    state = {"before": before, "first": provision(lab, source), "removed": False}
+    yield state
+    if not state["removed"]:
+        stop_head_watchdog(lab)
+        provision(lab, source, "--remove")

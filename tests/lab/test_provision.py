@@ -1,5 +1,6 @@
 """`tpwarden provision` on the lab's four systemd nodes: install, idempotence, --check, services
-running, the clock cap back after a node restart, and removal back to the state before.
+running, the clock cap back after a node restart (removal back to the state before:
+tests/lab/test_provision_removal.py).
 
 The node wheel is built from a snapshot of the source taken once (the tree may be edited while
 the tests run; a changed source would rightly reinstall). Uses the session `lab` fixture.
@@ -8,8 +9,6 @@ the tests run; a changed source would rightly reinstall). Uses the session `lab`
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,38 +17,12 @@ from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.lab import host, nodes, rootfs
 from tpwarden.lab.paths import NODE_NAMES
 
+from tests.lab.provisioning import describe, provision
 from tests.lab.waiting import poll
 
 pytestmark = pytest.mark.lab
 
-TPWARDEN = str(Path(sys.executable).parent / "tpwarden")
-LISTED = ["/opt", "/etc/systemd/system", "/var/lib/tpwarden", "/etc/tpwarden", "/var/log/tpwarden"]
 COLLECTOR = ["/opt/tpwarden/venv/bin/python", "-m", "tpwarden.node.collector", "show"]
-
-
-def listing(lab, node: str) -> list[str]:
-    done = lab.ssh(node, ["find", *LISTED, "-maxdepth", "3"])
-    return sorted(done.stdout.split())
-
-
-def provision(lab, source: Path, *args: str) -> dict:
-    # The lab inventory keeps its watchdog on the control machine; here the unit on the head is
-    # what is tested, so name the head as the watchdog host.
-    extra = source / "watchdog-on-head.yml"
-    extra.write_text("tpwarden_watchdog_host: node1\n")
-    argv = [TPWARDEN, "provision", "-i", str(lab.inventory), "--source", str(source), "--json"]
-    argv += ["-e", str(extra)]
-    done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=600)
-    assert done.stdout.strip(), done.stderr[-3000:]
-    doc = json.loads(done.stdout)
-    doc["exit"] = done.returncode
-    return doc
-
-
-def _describe(doc: dict) -> str:
-    return json.dumps(
-        {k: doc[k] for k in ("status", "changed", "hosts", "failures", "artifact_dir")}
-    )
 
 
 def cap_mhz(lab, node: str) -> int | None:
@@ -57,30 +30,28 @@ def cap_mhz(lab, node: str) -> int | None:
     return json.loads(done.stdout)["gpus"][0]["locked_clock_max_mhz"]
 
 
-@pytest.fixture(scope="module")
-def provisioned(lab, source):
-    """Listings before, then the first provisioning run (removal is the last test)."""
-    before = {n: listing(lab, n) for n in NODE_NAMES}
-    first = provision(lab, source)
-    yield {"before": before, "first": first}
-    provision(lab, source, "--remove")  # no-op when test_remove already ran
+@pytest.fixture
+def provisioned(provisioned_lab):
+    """The run's one provisioning (tests/lab/provisioning.py); removal is tested after the
+    modules that share it, in tests/lab/test_provision_removal.py."""
+    return provisioned_lab
 
 
 def test_provision_succeeds(provisioned):
     doc = provisioned["first"]
-    assert doc["exit"] == 0 and doc["ok"], _describe(doc)
+    assert doc["exit"] == 0 and doc["ok"], describe(doc)
     assert sorted(h["host"] for h in doc["hosts"]) == sorted(NODE_NAMES)
     assert Path(doc["artifact_dir"]).is_dir() and (Path(doc["artifact_dir"]) / "status").is_file()
 
 
 def test_second_run_changes_nothing(lab, source, provisioned):
     doc = provision(lab, source)
-    assert doc["exit"] == 0 and doc["changed"] == 0, _describe(doc)
+    assert doc["exit"] == 0 and doc["changed"] == 0, describe(doc)
 
 
 def test_check_on_provisioned_lab_reports_nothing(lab, source, provisioned):
     doc = provision(lab, source, "--check")
-    assert doc["exit"] == 0 and doc["changed"] == 0, _describe(doc)
+    assert doc["exit"] == 0 and doc["changed"] == 0, describe(doc)
 
 
 def test_agents_run_and_write_samples(lab, provisioned):
@@ -160,13 +131,3 @@ def test_clock_cap_back_after_node_restart(lab, provisioned):
         30,
         "the thermal agent after the restart",
     )
-
-
-def test_remove_restores_nodes(lab, source, provisioned):
-    doc = provision(lab, source, "--remove")
-    assert doc["exit"] == 0, _describe(doc)
-    after = {n: listing(lab, n) for n in NODE_NAMES}
-    assert after == provisioned["before"]
-    for n in NODE_NAMES:
-        units = lab.ssh(n, ["systemctl", "list-units", "--all", "--plain", "tpwarden*"]).stdout
-        assert "tpwarden-" not in units, f"{n}: {units}"

@@ -6,8 +6,8 @@ come from the package, the nodes' wheel is repacked from the installation), and 
 after reports nothing to change.
 
 The install resolves through pip's configured index (as scripts/setup.sh does), pinned by
-requirements/constraints.txt. Runs after tests/lab/test_provision.py, which leaves the nodes
-unprovisioned; this module removes what it installed again. Uses the session `lab` fixture.
+requirements/constraints.txt. Runs after tests/lab/test_provision_removal.py, which leaves the
+nodes unprovisioned; this module removes what it installed again. Uses the session `lab` fixture.
 """
 
 from __future__ import annotations

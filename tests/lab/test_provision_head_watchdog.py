@@ -7,7 +7,9 @@ have). The head's container is paused: node1's watchdog must count the failures,
 server over SSH with its own identity, and see it healthy again. Nothing on this machine takes
 part in the restart (its own cluster-control log stays without one).
 
-Uses the session `lab` fixture; provisions and removes again (as tests/lab/test_provision.py).
+Uses the session `lab` fixture and the run's one provisioning, shared with
+tests/lab/test_provision.py (tests/lab/provisioning.py); tests/lab/test_provision_removal.py
+removes it after this module.
 The lab inventory's watchdog settings are already scaled down (2 s interval and timeout, 3
 failures, 120 s boot deadline) and reach the head's watchdog through the applied plan.
 """
@@ -20,7 +22,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,38 +33,31 @@ from tpwarden.lab.paths import HEAD, NODE_NAMES, node_ip
 from tpwarden.watchdog.actuator import WATCHDOG_WHO
 from tpwarden.watchdog.remote import NODE_TPWARDEN
 
-from .test_provision import provision
+from tests.lab.provisioning import TPWARDEN, WATCHDOG_UNIT, stop_head_watchdog
+
 from .waiting import poll
 
 pytestmark = pytest.mark.lab
 
-TPWARDEN = str(Path(sys.executable).parent / "tpwarden")
 WD_DIR = "/etc/tpwarden/watchdog"  # tpwarden_watchdog_ssh_dir's default
-UNIT = "tpwarden-watchdog.service"
+UNIT = WATCHDOG_UNIT
 # A loaded 2-core machine: 3 failures x (2 s + 2 s), the restart job (removal, pre-flight, four
 # starts over SSH from node1) and the simulator's boot; generous, polled.
 RESTART_DEADLINE_S = 240.0
 
 
-@pytest.fixture(scope="module")
-def provisioned(lab, source):
-    """The lab provisioned with the watchdog on node1; removed again at the end."""
-    doc = provision(lab, source)
+@pytest.fixture
+def provisioned(lab, provisioned_lab):
+    """The lab provisioned with the watchdog on node1 (the run's one provisioning); the head's
+    watchdog stopped again after each test."""
+    doc = provisioned_lab["first"]
     assert doc["exit"] == 0 and doc["ok"], json.dumps(
         {k: doc.get(k) for k in ("status", "failures", "artifact_dir")}
     )
     try:
         yield doc
     finally:
-        _stop_head_watchdog(lab)
-        removed = provision(lab, source, "--remove")
-        assert removed["exit"] == 0, removed.get("failures")
-
-
-def _stop_head_watchdog(lab) -> None:
-    """Never leave a watchdog on node1 that fights the later tests' own watchdogs."""
-    with contextlib.suppress(Exception):
-        lab.ssh(HEAD, ["systemctl", "disable", "--now", UNIT], timeout_s=60)
+        stop_head_watchdog(lab)
 
 
 def _cat(lab, node: str, path: str) -> str:
@@ -210,7 +204,7 @@ def test_head_watchdog_restarts_a_hung_server_with_its_own_ssh_identity(lab, pro
             here = tmp_path / "control" / "events.jsonl"
             assert not _restarts_in(here.read_text() if here.exists() else "")
         finally:
-            _stop_head_watchdog(lab)
+            stop_head_watchdog(lab)
             _leave_healthy(ctl, lab)
 
 
@@ -298,5 +292,5 @@ def test_day_one_walkthrough_runs_as_written(lab, provisioned, head_inventory, t
             assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         assert (tmp_path / "night.html").stat().st_size > 0
     finally:
-        _stop_head_watchdog(lab)
+        stop_head_watchdog(lab)
     assert len(ran) >= 17, ran
