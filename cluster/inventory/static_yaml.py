@@ -42,6 +42,8 @@ _SCALAR_TAGS = {_TAG + name for name in ("str", "int", "float", "bool", "null")}
 _GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _TEMPLATE_MARKS = ("{{", "{%", "{#")
+# localhost-like names Ansible treats apart (inventory/data.py, C.LOCALHOST), and its own groups
+_RESERVED_HOSTS = ("localhost", "127.0.0.1", "all", "ungrouped")
 _SECTIONS = ("hosts", "vars", "children")
 # where Ansible looks for its configuration (ansible/config/manager.py find_ini_config_file)
 _CONFIG_FILES = ("ansible.cfg", "~/.ansible.cfg", "/etc/ansible/ansible.cfg")
@@ -123,6 +125,8 @@ class _Reader:
             raise _Outside
         for name, (_, group) in data.keys.items():
             self._group(name, group, depth=0 if name == "all" else 1)
+        if set(self.groups) & set(self.host_groups):
+            raise _Outside  # Ansible warns: "Found both group and host with same name"
         try:
             return self._resolved()
         except ConfigError as exc:  # named as the operator named the file, as Ansible's path does
@@ -179,7 +183,7 @@ class _Reader:
 
     def _hosts(self, group: str, section: _Value) -> None:
         for host, (line, host_data) in section.keys.items():
-            if not _HOST_NAME.match(host) or host in ("localhost", "all", "ungrouped"):
+            if not _HOST_NAME.match(host) or host in _RESERVED_HOSTS:
                 raise _Outside  # a range, a port, an address Ansible parses
             if not isinstance(host_data.plain, (dict, type(None))):
                 raise _Outside

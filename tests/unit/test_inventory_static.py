@@ -245,6 +245,9 @@ DECLINED = {
     "a number as a key": "all:\n  vars:\n    tpwarden: {1: x}\n",
     "a list at the top": "- all\n",
     "an empty file": "",
+    "a host named as a group": "all:\n  children:\n    head:\n      hosts:\n        workers:\n"
+    "    workers:\n      hosts:\n        node2:\n",
+    "a localhost address": "all:\n  hosts:\n    127.0.0.1:\n",
 }
 
 
