@@ -16,6 +16,7 @@ from tpwarden.lab import faults
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.policy_state import WatchdogPhase
 
+from tests.lab.test_incident_dossier import assert_dossier_names_a_dead_rank
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,
     control_restarts,
@@ -80,12 +81,7 @@ def test_killed_worker_rank_is_named_by_the_dossier_and_restarted(engine_server,
         (end,) = kinds(evs, "restart_end")
         assert end["ok"], end
         assert len(control_restarts(tmp_path)) == 1
-        (dossier,) = kinds(evs, "incident_dossier")
-        assert dossier["suspect"] == WORKER, dossier
-        doc = IncidentStore(wd.config.state_dir).load(dossier["id"])
-        assert doc is not None
-        container = doc["nodes"][WORKER]["container"]
-        assert container is None or container["state"] in ("exited", "dead"), container
+        assert_dossier_names_a_dead_rank(wd.config.state_dir, evs, WORKER)
     finally:
         wd.close()
         engine_server.ensure_healthy()

@@ -42,6 +42,17 @@ def _node3_processes_or_why(doc: dict) -> None:
         assert "not in this node's /proc" in notes or node.get("collect_error"), node
 
 
+def assert_dossier_names_a_dead_rank(state_dir: str, evs: list[dict], node: str) -> None:
+    """The restart's dossier names `node`, whose serving container is gone or has exited (also
+    used by tests/engine/test_watchdog_real.py)."""
+    (dossier_event,) = kinds(evs, "incident_dossier")
+    assert dossier_event["suspect"] == node, dossier_event
+    doc = IncidentStore(state_dir).load(dossier_event["id"])
+    assert doc is not None
+    container = doc["nodes"][node]["container"]
+    assert container is None or container["state"] in ("exited", "dead"), container
+
+
 def test_paused_rank_is_the_suspect_of_the_watchdog_dossier(ctl, lab, tmp_path):
     wd = ready_watchdog(ctl, tmp_path)
     try:
@@ -70,12 +81,7 @@ def test_killed_rank_is_the_suspect_of_the_watchdog_dossier(ctl, lab, tmp_path):
         t_fault = time.time()
         faults.container_action(lab.paths, HEAD, "kill")
         evs = restart_then_healthy(wd, tmp_path, t_fault)
-        (dossier_event,) = kinds(evs, "incident_dossier")
-        assert dossier_event["suspect"] == HEAD, dossier_event
-        doc = IncidentStore(wd.config.state_dir).load(dossier_event["id"])
-        assert doc is not None
-        container = doc["nodes"][HEAD]["container"]
-        assert container is None or container["state"] in ("exited", "dead"), container
+        assert_dossier_names_a_dead_rank(wd.config.state_dir, evs, HEAD)
     finally:
         wd.close()
 
