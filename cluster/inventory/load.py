@@ -3,10 +3,11 @@
 The inventory is an ordinary Ansible inventory, resolved by Ansible's own engine
 (`tpwarden.cluster.inventory.ansible`): YAML or INI, a file or a directory, group_vars/ and
 host_vars/ beside it, vault, Jinja templating. A plain one-file YAML inventory is read to the
-same answer without loading Ansible (`tpwarden.cluster.inventory.static_yaml`). Group `head` holds exactly one host, group
-`workers` the others; the serving settings are the variable `tpwarden` of group `all` (under
-`all.vars` or in `group_vars/all.yml`). Every error names the file, the line the value came
-from, the key and a fix, and is raised before anything touches a node.
+same answer without loading Ansible (`tpwarden.cluster.inventory.static_yaml`). Group `head`
+holds exactly one host, group `workers` the others; the serving settings are the variable
+`tpwarden` of group `all` (under `all.vars` or in `group_vars/all.yml`). Every error names the
+file, the line the value came from, the key and a fix, and is raised before anything touches a
+node.
 """
 
 from __future__ import annotations
