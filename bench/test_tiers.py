@@ -1,12 +1,15 @@
-"""Print each test tier's share of a test run, from the JUnit XML report pytest writes.
+"""Print each test tier's share of a test run, from the JUnit XML reports pytest writes.
 
-    python bench/test_tiers.py [build/test-report.xml]
+    python bench/test_tiers.py [REPORT ...]     # default: build/test-report*.xml
 
-`scripts/test.sh` has pytest write that report (`--junitxml`), so every run of the README's test
-command can be broken down afterwards. A tier is the folder under tests/ (unit, lab, engine, ...);
-a test's time is its setup + call + teardown as pytest measured it, so session fixtures (the lab,
-the real engine) count in the tier of the first test that needed them. The shares are of the sum
-of all tests' times, measured in the same run; the wall-clock total is printed beside it.
+`scripts/test.sh` has each of its pytest processes write one report (`--junitxml`), so every run
+of the README's test command can be broken down afterwards. A tier is the folder under tests/
+(unit, lab, engine, ...); a test's time is its setup + call + teardown as pytest measured it, so
+session fixtures (the lab, the real engine) count in the tier of the first test that needed them.
+The shares are of the sum of all tests' times, measured in the same run. Each report's wall time
+is printed beside it: the processes of one run may overlap (the pure tiers run beside the lab),
+so the run's own wall time is the test command's, which `.ci/run` prints. Then the 25 slowest
+tests of the whole run, and a last line 'tests: N passed, N failed, N skipped'.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import argparse
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+
+SLOWEST = 25
 
 
 def tier_of(classname: str, file: str | None) -> str:
@@ -29,54 +35,75 @@ def tier_of(classname: str, file: str | None) -> str:
     return "(other)"
 
 
-def tally(report: Path) -> tuple[dict[str, list[float]], dict[str, int], float]:
-    """Per tier: the seconds of each test, and the counts of outcomes; and the suite's wall time."""
-    root = ET.parse(report).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    seconds: dict[str, list[float]] = defaultdict(list)
-    outcomes: dict[str, int] = defaultdict(int)
-    wall = sum(float(s.get("time", 0.0)) for s in suites)
-    for case in root.iter("testcase"):
-        tier = tier_of(case.get("classname", ""), case.get("file"))
-        seconds[tier].append(float(case.get("time", 0.0)))
-        kinds = {child.tag for child in case}
-        outcome = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
-        outcomes[outcome] += 1
-    return seconds, outcomes, wall
+@dataclass
+class Tally:
+    """What the reports hold: per tier the seconds of each test, the outcome counts, each
+    report's wall time, and every test's (seconds, id)."""
+
+    seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    walls: list[tuple[Path, float]] = field(default_factory=list)
+    tests: list[tuple[float, str]] = field(default_factory=list)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", nargs="?", type=Path, default=Path("build/test-report.xml"))
-    parser.add_argument(
-        "--count-line", action="store_true", help="print only the line 'tests: N passed, N failed'"
-    )
-    args = parser.parse_args(argv)
-    if not args.report.is_file():
-        print(
-            f"error: no JUnit report at {args.report}: run `bash scripts/test.sh` first",
-            file=sys.stderr,
-        )
-        return 2
-    seconds, outcomes, wall = tally(args.report)
-    count_line = (
-        f"tests: {outcomes['passed']} passed, {outcomes['failure'] + outcomes['error']} failed, "
-        f"{outcomes['skipped']} skipped"
-    )
-    if args.count_line:
-        print(count_line)
-        return 0
-    total = sum(sum(v) for v in seconds.values()) or 1.0
+def tally(reports: list[Path]) -> Tally:
+    out = Tally()
+    for report in reports:
+        root = ET.parse(report).getroot()
+        suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+        out.walls.append((report, sum(float(s.get("time", 0.0)) for s in suites)))
+        for case in root.iter("testcase"):
+            classname = case.get("classname", "")
+            seconds = float(case.get("time", 0.0))
+            out.seconds[tier_of(classname, case.get("file"))].append(seconds)
+            out.tests.append((seconds, f"{classname}::{case.get('name', '')}"))
+            kinds = {child.tag for child in case}
+            outcome = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+            out.outcomes[outcome] += 1
+    return out
+
+
+def count_line(t: Tally) -> str:
+    failed = t.outcomes["failure"] + t.outcomes["error"]
+    return f"tests: {t.outcomes['passed']} passed, {failed} failed, {t.outcomes['skipped']} skipped"
+
+
+def print_breakdown(t: Tally) -> None:
+    total = sum(sum(v) for v in t.seconds.values()) or 1.0
     print(f"{'tier':<14}{'tests':>7}{'seconds':>10}{'share':>8}{'slowest':>10}")
-    for tier, times in sorted(seconds.items(), key=lambda kv: -sum(kv[1])):
+    for tier, times in sorted(t.seconds.items(), key=lambda kv: -sum(kv[1])):
         print(
             f"{tier:<14}{len(times):>7}{sum(times):>10.1f}{sum(times) / total:>8.1%}"
             f"{max(times):>10.1f}"
         )
-    counted = sum(len(v) for v in seconds.values())
+    counted = sum(len(v) for v in t.seconds.values())
     print(f"{'all':<14}{counted:>7}{total:>10.1f}{1:>8.0%}")
-    print(f"pytest wall time: {wall:.1f} s")
-    print(count_line)
+    for report, wall in t.walls:
+        print(f"pytest wall time: {wall:.1f} s ({report.name})")
+    print(f"the {SLOWEST} slowest tests (setup + call + teardown):")
+    for seconds, test in sorted(t.tests, reverse=True)[:SLOWEST]:
+        print(f"{seconds:>9.1f} s  {test}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="*", type=Path, help="default: build/test-report*.xml")
+    parser.add_argument(
+        "--count-line", action="store_true", help="print only the line 'tests: N passed, N failed'"
+    )
+    args = parser.parse_args(argv)
+    reports = args.reports or sorted(Path("build").glob("test-report*.xml"))
+    missing = [r for r in reports if not r.is_file()]
+    if not reports or missing:
+        where = ", ".join(map(str, missing)) or "build/test-report*.xml"
+        print(
+            f"error: no JUnit report at {where}: run `bash scripts/test.sh` first", file=sys.stderr
+        )
+        return 2
+    t = tally(reports)
+    if not args.count_line:
+        print_breakdown(t)
+    print(count_line(t))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,44 @@ def test_missing_report_is_an_input_error(tmp_path):
     done = run(str(tmp_path / "none.xml"))
     assert done.returncode == 2
     assert "scripts/test.sh" in done.stderr
+
+
+def test_reports_of_one_run_are_summed_and_the_slowest_listed_across_them(tmp_path):
+    (tmp_path / "test-report-lab.xml").write_text(REPORT)
+    (tmp_path / "test-report-pure.xml").write_text(
+        '<testsuites><testsuite time="3.0">'
+        '<testcase classname="tests.unit.test_z" name="slow" time="9.0"/>'
+        "</testsuite></testsuites>"
+    )
+    done = run(str(tmp_path / "test-report-lab.xml"), str(tmp_path / "test-report-pure.xml"))
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:4]]
+    assert [r[0] for r in rows] == ["unit", "lab", "engine"]
+    assert rows[0][1:3] == ["3", "11.0"]
+    assert "pytest wall time: 14.5 s (test-report-lab.xml)" in done.stdout
+    assert "pytest wall time: 3.0 s (test-report-pure.xml)" in done.stdout
+    slowest = done.stdout.split("slowest tests")[1].splitlines()[1:3]
+    assert slowest[0].split() == ["9.0", "s", "tests.unit.test_z::slow"]
+    assert slowest[1].split() == ["8.0", "s", "tests.lab.test_b::t2"]
+    assert done.stdout.splitlines()[-1] == "tests: 3 passed, 2 failed, 1 skipped"
+
+
+def test_default_is_every_report_under_build(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "test-report-a.xml").write_text(REPORT)
+    (tmp_path / "build" / "test-report-b.xml").write_text(REPORT)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--count-line"], capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert done.stdout == "tests: 4 passed, 4 failed, 2 skipped\n", done.stderr
+
+
+def test_the_test_command_runs_every_tier():
+    """scripts/test.sh names its tiers (three pytest processes): a new folder under tests/ with
+    tests must be named there too, or the README's test command would silently skip it."""
+    root = SCRIPT.parents[1]
+    tiers = {p.parent.name for p in (root / "tests").glob("*/test_*.py")}
+    script = (root / "scripts" / "test.sh").read_text()
+    named = set(
+        re.findall(r"(?<![\w/])tests/(\w+)(?=[\s\"])", script.split('if [ "$#" -gt 0 ]')[1])
+    )
+    assert tiers == named, (sorted(tiers), sorted(named))
