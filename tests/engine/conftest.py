@@ -39,11 +39,31 @@ LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock
 BOOT_TIMEOUT_S = 600
 
 
+# Tests run in file order, but the tune test runs just before the rollout test. Both leave the
+# server on another config (`leave_for_next`), and the rollout boots its own k=7 first, so a
+# restore between them would be a real TP=4 boot (~75 s here) thrown away.
+RUNS_JUST_BEFORE = {"test_tune_real.py": "test_rollout_real.py"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "own_config: boots its own config first (no restore of the lab's before it)"
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.engine)
+    mine = [i for i, item in enumerate(items) if here in Path(item.fspath).parents]
+    for i in mine:
+        items[i].add_marker(pytest.mark.engine)
+
+    def order(item: pytest.Item) -> tuple[str, int]:
+        name = Path(item.fspath).name
+        return (RUNS_JUST_BEFORE.get(name, name), 0 if name in RUNS_JUST_BEFORE else 1)
+
+    ordered = sorted((items[i] for i in mine), key=order)  # stable: definition order kept
+    for i, item in zip(mine, ordered, strict=True):
+        items[i] = item
 
 
 @dataclass
@@ -54,6 +74,7 @@ class EngineServer:
     boot: BootResult  # the fixture's own boot, followed from the real logs
     up_s: float  # `up` (plan, apply, follow boot) wall time
     lab_up_s: float
+    restore_before_next: bool = False  # set by leave_for_next
 
     @property
     def inventory(self) -> Path:
@@ -87,10 +108,18 @@ class EngineServer:
         lab inventory's config (a rollout test may have left another)."""
         self.unpause_all()
         with self.controller(node_timeout_s=10) as ctl:
-            if ctl.status(timeout_s=15).ok:  # healthy and no drift
-                return
-            result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
-            assert result.ok, (result.outcomes, result.boot and result.boot.reason)
+            if not ctl.status(timeout_s=15).ok:  # not healthy, or drift from the inventory
+                result = ctl.up(replace=True, timeout_s=BOOT_TIMEOUT_S)
+                assert result.ok, (result.outcomes, result.boot and result.boot.reason)
+        self.restore_before_next = False
+
+    def leave_for_next(self) -> None:
+        """For a test that leaves the server on another config (a rollout, a tune): unpaused,
+        and restored to the lab inventory's config (`ensure_healthy`) at the start of the next
+        test that needs it, so a next test that boots its own config (`own_config`) first saves
+        that boot."""
+        self.unpause_all()
+        self.restore_before_next = True
 
 
 @pytest.fixture(scope="package")
@@ -127,3 +156,15 @@ def engine_server(tmp_path_factory) -> EngineServer:
         if not os.environ.get("TPWARDEN_LAB_KEEP"):
             lablib.down(paths)
         lock.close()
+
+
+@pytest.fixture(autouse=True)
+def _lab_config_at_start(request: pytest.FixtureRequest) -> None:
+    """A test on the shared server starts on the lab inventory's config, unless it boots its own
+    first (marker `own_config`): restored here when the test before left another."""
+    if "engine_server" in request.fixturenames and not request.node.get_closest_marker(
+        "own_config"
+    ):
+        server = request.getfixturevalue("engine_server")
+        if server.restore_before_next:
+            server.ensure_healthy()

@@ -1,6 +1,8 @@
 """The report's rollout on real vLLM: k=7 -> k=3 through `tpwarden rollout` with the real
 `vllm bench serve` client, a real restart, real before/after figures, and the guard deciding
-(kept or rolled back). Leaves the shared server on the lab inventory's config (k=3)."""
+(kept or rolled back). Boots its own k=7 first (`own_config`: the tune test before it left the
+server on another k); leaves k=3 when kept, k=7 when rolled back, restored by the next test that
+needs the lab's config (leave_for_next)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.engine
 TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]
 
 
+@pytest.mark.own_config
 @pytest.mark.timeout(1800)
 def test_k7_to_k3_real_restart_before_after_and_guard(engine_server, tmp_path, monkeypatch):
     path = tmp_path / "inventory.yml"
@@ -50,4 +53,4 @@ def test_k7_to_k3_real_restart_before_after_and_guard(engine_server, tmp_path, m
             assert "rolled" in record["step"], (record["step"], result.stdout[-2000:])
             assert "num_speculative_tokens: 7" in path.read_text()
     finally:
-        engine_server.ensure_healthy()
+        engine_server.leave_for_next()

@@ -2,8 +2,9 @@
 drafter at k=3, with the smallest levels. It measures the real per-position counters, predicts
 every k' in 0..3, and either rolls the recommendation out (a real restart, the same sweep after,
 the guards deciding) with predicted against measured per level, or says the current k is best.
-Works on a copy of the lab inventory (the rollout edits that copy); leaves the shared server on
-the lab inventory's config (ensure_healthy)."""
+Works on a copy of the lab inventory (the rollout edits that copy). Runs just before the k7->k3
+rollout test, which boots its own config first: the server is left on the k it applied
+(leave_for_next), restored by the next test that needs the lab's config."""
 
 from __future__ import annotations
 
@@ -59,4 +60,4 @@ def test_tune_drafter_apply_on_the_real_ngram_drafter(engine_server, tmp_path, m
         text = inv.read_text()
         assert (f"num_speculative_tokens: {k_in_file}" in text) or (k_in_file == 0), text
     finally:
-        engine_server.ensure_healthy()
+        engine_server.leave_for_next()
