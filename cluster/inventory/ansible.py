@@ -185,19 +185,7 @@ class _Engine:
             raise self.shown_error(exc) from None
 
     def shown(self, file: str | None) -> str | None:
-        """A file Ansible names (absolute) as the user named the inventory (maybe relative)."""
-        given = str(self.source)
-        if file is None or os.path.isabs(given):
-            return file
-        base = os.path.abspath(given)
-        if file == base:
-            return given
-        if self.source.is_dir() and file.startswith(base + os.sep):
-            return os.path.join(given, os.path.relpath(file, base))
-        parent = os.path.dirname(base)
-        if file.startswith(parent + os.sep):
-            return os.path.join(os.path.dirname(given), os.path.relpath(file, parent))
-        return file
+        return shown_as_given(self.source, file)
 
     def shown_error(self, exc: ConfigError) -> ConfigError:
         file = self.shown(exc.file)
@@ -319,6 +307,23 @@ def _plain(value: object, path: PathKey, locs: dict[PathKey, Loc], here: Loc | N
     if isinstance(value, str):
         return "".join([value])  # a plain str, not Ansible's tagged subclass
     return str(value)
+
+
+def shown_as_given(source: Path, file: str | None) -> str | None:
+    """A file the reader names (absolute) as the user named the inventory `source` (maybe
+    relative): the inventory itself, a file inside an inventory folder, or one beside it."""
+    given = str(source)
+    if file is None or os.path.isabs(given):
+        return file
+    base = os.path.abspath(given)
+    if file == base:
+        return given
+    if source.is_dir() and file.startswith(base + os.sep):
+        return os.path.join(given, os.path.relpath(file, base))
+    parent = os.path.dirname(base)
+    if file.startswith(parent + os.sep):
+        return os.path.join(os.path.dirname(given), os.path.relpath(file, parent))
+    return file
 
 
 def check_depth(path: PathKey, loc: Loc | None) -> None:

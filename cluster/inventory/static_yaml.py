@@ -32,6 +32,7 @@ from tpwarden.cluster.inventory.ansible import (
     Resolved,
     canonical,
     check_depth,
+    shown_as_given,
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -131,7 +132,11 @@ class _Reader:
             return self._resolved()
         except ConfigError as exc:  # named as the operator named the file, as Ansible's path does
             raise ConfigError(
-                exc.message, file=self._shown(exc.file), line=exc.line, key=exc.key, hint=exc.hint
+                exc.message,
+                file=shown_as_given(self.source, exc.file),
+                line=exc.line,
+                key=exc.key,
+                hint=exc.hint,
             ) from None
 
     def _value(self, node: yaml.Node) -> _Value:
@@ -227,7 +232,9 @@ class _Reader:
         out.settings_by_host = {
             h: v for h, v in out.settings_by_host.items() if canonical(v) != same
         }
-        out.locs = {key: (self._shown(file), line) for key, (file, line) in out.locs.items()}
+        out.locs = {
+            key: (shown_as_given(self.source, file), line) for key, (file, line) in out.locs.items()
+        }
         return out
 
     def _plain(
@@ -248,9 +255,3 @@ class _Reader:
         if value.items or isinstance(value.plain, list):
             return [self._plain(item, (*path, i), locs, loc) for i, item in enumerate(value.items)]
         return value.plain
-
-    def _shown(self, file: str | None) -> str | None:
-        given = str(self.source)
-        if file is None or os.path.isabs(given):
-            return file
-        return given if file == os.path.abspath(given) else file
