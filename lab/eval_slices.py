@@ -14,7 +14,9 @@ references, k), the same refusal without HF_ALLOW_CODE_EVAL=1, each program run 
 Python with a timeout, and the unbiased pass@k estimator.
 
     plan = plan_slices(EVAL_VENV, suite_tasks("field"))
-    build_cache(plan, hf_home)          # runs the lm-eval venv's python
+    build_cache(plan, hf_home, EVAL_VENV)       # runs the lm-eval venv's python
+    write_archive(suite_tasks("field"), out, EVAL_VENV, created_at)   # what `eval datasets
+                                                # load` takes, as `eval datasets fetch` packs it
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import LabError
+from tpwarden.cluster.eval.datasets import fetch_plan, manifest, pack
 from tpwarden.cluster.eval.taskdefs import index_tasks, resolve, tasks_dir
 
 FORMAT = "tpwarden-lab-slices/1"
@@ -304,3 +307,18 @@ def build_cache(plan: JSONObject, hf_home: Path, venv: Path, timeout_s: float = 
     if done.returncode != 0:
         raise LabError(f"building the dataset slices failed: {done.stderr[-2000:]}")
     return done.stdout
+
+
+def write_archive(
+    tasks: Sequence[str], out: Path, venv: Path, created_at: str, rows: int = ROWS
+) -> JSONObject:
+    """The slices as a `tpwarden-eval-datasets/1` archive: the manifest `eval datasets fetch`
+    writes for these tasks, packed by the same code, so `eval datasets load` takes it as is."""
+    root = tasks_dir(venv)
+    if root is None:
+        raise LabError(f"no lm_eval in {venv}: run tools/lm_eval/install.sh")
+    doc = manifest(fetch_plan(tasks, root), created_at)
+    with tempfile.TemporaryDirectory(prefix="tpwarden-slices-") as tmp:
+        build_cache(plan_slices(venv, tasks, rows), Path(tmp) / "hf", venv)
+        pack(Path(tmp) / "hf", doc, out)
+    return doc

@@ -12,9 +12,10 @@ import subprocess
 import pytest
 from tpwarden.cluster.errors import LabError
 from tpwarden.cluster.eval.catalog import suite_tasks
+from tpwarden.cluster.eval.datasets import unpack
 from tpwarden.cluster.eval.presets import EVAL_VENV
 from tpwarden.cluster.eval.taskdefs import tasks_dir
-from tpwarden.lab.eval_slices import ROWS, build_cache, plan_slices
+from tpwarden.lab.eval_slices import ROWS, build_cache, plan_slices, write_archive
 
 MMLU_PRO_CATEGORIES = 14
 
@@ -84,9 +85,15 @@ def test_a_dataset_without_a_slice_is_refused(venv):
 
 
 @pytest.mark.timeout(600)
-def test_the_real_lm_eval_loads_every_field_task_offline(venv, plan, tmp_path):
+def test_the_real_lm_eval_loads_every_field_task_offline(venv, tmp_path):
+    """Through the archive `eval datasets load` takes: packed as `fetch` packs, unpacked as
+    the product unpacks into a cache, then read by lm-eval from there."""
+    archive = tmp_path / "field.tar.gz"
+    doc = write_archive(suite_tasks("field"), archive, venv, "2026-12-05T00:00:00Z")
+    assert sorted(doc["tasks"]) == sorted(suite_tasks("field"))
     home = tmp_path / "hf"
-    build_cache(plan, home, venv)
+    index = unpack(archive, home, "2026-12-05T00:00:01Z")
+    assert sorted(index["tasks"]) == sorted(suite_tasks("field"))
     env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "HF_ALLOW_CODE_EVAL": "1"}  # fmt: skip
     done = subprocess.run(
