@@ -161,11 +161,16 @@ def _subject(cfg: JSONObject, yaml_dir: Path) -> str | None:
     return subjects[name]
 
 
-def plan_slices(venv: Path, tasks: Sequence[str], rows: int = ROWS) -> JSONObject:
-    """Which datasets, configs and splits the tasks load, with their rows."""
+def _tasks_root(venv: Path) -> Path:
     root = tasks_dir(venv)
     if root is None:
         raise LabError(f"no lm_eval in {venv}: run tools/lm_eval/install.sh")
+    return root
+
+
+def plan_slices(venv: Path, tasks: Sequence[str], rows: int = ROWS) -> JSONObject:
+    """Which datasets, configs and splits the tasks load, with their rows."""
+    root = _tasks_root(venv)
     index = index_tasks(root)
     wanted: dict[tuple[str, str | None], dict[str, set[str | None]]] = {}
     for task in tasks:
@@ -233,7 +238,6 @@ with open(os.path.join(metric, "code_eval.py"), "w", encoding="utf-8") as out:
 
 # The lab's stand-in for the Hub's `evaluate-metric/code_eval` script (see the module doc).
 CODE_EVAL_STANDIN = r'''"""tpwarden lab stand-in for the Hub's code_eval metric: runs each program in a child Python."""
-import itertools
 import os
 import subprocess
 import sys
@@ -314,9 +318,7 @@ def write_archive(
 ) -> JSONObject:
     """The slices as a `tpwarden-eval-datasets/1` archive: the manifest `eval datasets fetch`
     writes for these tasks, packed by the same code, so `eval datasets load` takes it as is."""
-    root = tasks_dir(venv)
-    if root is None:
-        raise LabError(f"no lm_eval in {venv}: run tools/lm_eval/install.sh")
+    root = _tasks_root(venv)
     doc = manifest(fetch_plan(tasks, root), created_at)
     with tempfile.TemporaryDirectory(prefix="tpwarden-slices-") as tmp:
         build_cache(plan_slices(venv, tasks, rows), Path(tmp) / "hf", venv)
