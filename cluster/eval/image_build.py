@@ -120,18 +120,12 @@ def venv_metadata(venv: Path) -> dict[str, Dist]:
 
 
 def roots(meta: Mapping[str, Dist]) -> list[Requirement]:
-    """lm_eval pinned, its `api` extra's requirements (markers dropped), transformers."""
+    """lm_eval pinned with its `api` extra (resolve follows extras), and transformers."""
     lm = meta.get("lm-eval")
     if lm is None or lm.version != LM_EVAL_VERSION:
         found = lm.version if lm else "none"
         raise EvalInputError(f"the lm-eval venv holds lm_eval {found}, not {LM_EVAL_VERSION}")
-    out = [Requirement(f"lm_eval=={LM_EVAL_VERSION}"), Requirement("transformers")]
-    for text in lm.requires:
-        req = Requirement(text)
-        if req.marker is not None and req.marker.evaluate({"extra": "api"}):
-            if not req.marker.evaluate({"extra": ""}):
-                out.append(Requirement(f"{req.name}{req.specifier}"))
-    return out
+    return [Requirement(spec) for spec in INSTALL]
 
 
 def wheels_needed(

@@ -158,22 +158,33 @@ def resolve(
 
     ``requires_of(name)`` gives a distribution's own requirements (from the control machine's
     installed metadata); None when it is not installed here (then it is pinned from
-    constraints or left to pip, and its own dependencies cannot be followed: reported)."""
+    constraints or left to pip, and its own dependencies cannot be followed: reported).
+    A requirement's extras are followed as pip does (``typepy[datetime]`` brings pytz); a
+    distribution asked for again with an extra not yet seen is walked again with it."""
     env = target.marker_env()
     out: dict[str, str | None] = {}
+    extras_seen: dict[str, set[str]] = {}
     todo = [r for r in roots if r.marker is None or r.marker.evaluate(env | {"extra": ""})]
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
-        if name in out:
+        extras = {canonicalize_name(e) for e in req.extras}
+        if name in out and extras <= extras_seen[name]:
             continue
+        extras_seen[name] = extras_seen.get(name, set()) | extras
         out[name] = pins.get(name)
         for text in requires_of(name) or []:
             sub = Requirement(text)
-            if sub.marker is not None and not sub.marker.evaluate(env | {"extra": ""}):
-                continue
-            todo.append(sub)
+            if _applies(sub, env, extras_seen[name]):
+                todo.append(sub)
     return dict(sorted(out.items()))
+
+
+def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
+    """Whether a requirement's marker holds on the target with none or one of ``extras``."""
+    if req.marker is None:
+        return True
+    return any(req.marker.evaluate(env | {"extra": e}) for e in ("", *sorted(extras)))
 
 
 def source_digest(root: Path) -> str:

@@ -123,6 +123,24 @@ def test_resolve_evaluates_markers_for_the_target():
     assert set(reqs) == {"a", "b", "c"}
 
 
+def test_resolve_follows_extras_as_pip_does():
+    # pytablewriter 1.2.1 asks for typepy[datetime]; typepy 1.3.5's datetime extra is pytz
+    # (their METADATA, as installed in the lm-eval venv); pip fails offline without pytz.
+    meta = {
+        "pytablewriter": ["typepy<2,>=1.3.2", "typepy[datetime]<2,>=1.3.2", 'xlwt; extra == "all"'],
+        "typepy": ["mbstrdecoder", 'python-dateutil; extra == "datetime"',
+                   'pytz>=2018.9; extra == "datetime"', 'packaging; extra == "test"'],
+        "mbstrdecoder": [], "python-dateutil": [], "pytz": [],
+    }  # fmt: skip
+    target = wh.Target("3.12", "aarch64")
+    got = wh.resolve([Requirement("pytablewriter")], target, {}, meta.get)
+    assert set(got) == {"pytablewriter", "typepy", "mbstrdecoder", "python-dateutil", "pytz"}
+    # typepy reached first without the extra, then again with it: walked again
+    got = wh.resolve([Requirement("typepy[datetime]"), Requirement("typepy")], target, {}, meta.get)
+    assert set(got) == {"typepy", "mbstrdecoder", "python-dateutil", "pytz"}
+    assert "pytz" not in wh.resolve([Requirement("typepy")], target, {}, meta.get)
+
+
 def test_constraints_and_pyproject():
     pins = wh.read_constraints("Foo_Bar==1.2  # x\nbaz>=3\nruamel.yaml==0.19.1\n")
     assert pins == {"foo-bar": "1.2", "ruamel-yaml": "0.19.1"}
