@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BOOTSTRAP_API_VERSION = "1.41"
+# how soon a watched client's exit is seen (one inspect request per poll, over SSH on a cluster)
+EXIT_POLL_S = 1.0
 
 
 def restart_policy(spec: str) -> JSONObject:
@@ -388,21 +390,25 @@ class DockerGateway:
 def wait_watching(
     api: docker.APIClient, cid: str, timeout_s: float, watch: Watch | None, poll_s: float = WATCH_POLL_S,
     sleep: Callable[[float], None] = time.sleep, role: str = "eval client",
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:  # fmt: skip
-    """The container's exit code. Without `watch`, one blocking wait; with it, poll the state
-    and hand `watch` the log written since the last poll (`since`: docker keeps the whole log,
-    and tqdm's bar is one ever-growing line)."""
+    """The container's exit code. Without `watch`, one blocking wait; with it, the state is
+    polled every EXIT_POLL_S (an exit is seen within that, not a whole `poll_s` later: a suite
+    of short tasks lost up to 30 s each) and `watch` gets the log written since its last call
+    every `poll_s` (`since`: docker keeps the whole log, and tqdm's bar is one ever-growing
+    line)."""
     if watch is None:
         return int(api.wait(cid, timeout=int(timeout_s)).get("StatusCode", -1))
-    deadline = time.monotonic() + timeout_s
-    since = int(time.time()) - 1
-    while time.monotonic() < deadline:
+    deadline = clock() + timeout_s
+    since, next_watch = int(time.time()) - 1, clock()
+    while clock() < deadline:
         if not (api.inspect_container(cid).get("State") or {}).get("Running"):
             return int(api.wait(cid, timeout=60).get("StatusCode", -1))
-        now = int(time.time())
-        watch(api.logs(cid, stdout=True, stderr=True, since=since).decode("utf-8", "replace"))
-        since = now
-        sleep(poll_s)
+        if clock() >= next_watch:
+            now = int(time.time())
+            watch(api.logs(cid, stdout=True, stderr=True, since=since).decode("utf-8", "replace"))
+            since, next_watch = now, clock() + poll_s
+        sleep(min(poll_s, EXIT_POLL_S))
     raise DockerError(f"{role} {cid[:12]} still running after {timeout_s:.0f} s")
 
 

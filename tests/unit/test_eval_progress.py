@@ -105,6 +105,20 @@ def test_the_client_is_watched_while_it_runs_then_waited_on():
     assert wait_watching(unwatched, "c" * 64, 60, None) == 0 and unwatched.since == []
 
 
+def test_an_exit_is_seen_within_a_second_while_the_log_is_read_every_poll():
+    # a suite of short tasks lost up to a whole poll (30 s) per task waiting for the next look
+    t = [0.0]
+    api, seen, slept = FakeApi(running_polls=65), [], []
+
+    def sleep(s):
+        slept.append(s)
+        t[0] += s
+
+    rc = wait_watching(api, "c" * 64, 600, seen.append, poll_s=30, sleep=sleep, clock=lambda: t[0])
+    assert rc == 0 and set(slept) == {1.0} and len(slept) == 65  # exit seen at the next second
+    assert len(seen) == 3 and api.since == sorted(api.since)  # log read at 0, 30 and 60 s
+
+
 MANIFEST = {
     "attempts": [
         {"task": "mmlu", "attempt": 1, "rc": 0},
