@@ -94,3 +94,21 @@ class _BoundedSSHPool(SSHConnectionPool):
         conn = _BoundedSSHConnection(self.ssh_transport, self.timeout, self.ssh_host)  # type: ignore[arg-type]
         conn.open_timeout_s = self.open_timeout_s
         return conn
+
+    def _get_conn(self, timeout: float | None = None) -> _BoundedSSHConnection:  # type: ignore[override]
+        """A pooled connection, unless the node ended its channel while it sat in the pool.
+        docker-py's own `_get_conn` skips urllib3's dropped-connection check (it would call
+        fileno(), which costs paramiko a pipe per channel), so a channel closed on the node
+        (`docker system dial-stdio` gone) was reused and the next call failed with "Socket is
+        closed" (seen on the lab after a Controller sat idle for minutes). Its state is read
+        from paramiko's flags instead: no fileno()."""
+        conn = cast("_BoundedSSHConnection", super()._get_conn(timeout))
+        chan = conn.sock
+        if isinstance(chan, paramiko.Channel) and _ended(chan):
+            conn.close()
+            return self._new_conn()
+        return conn
+
+
+def _ended(chan: paramiko.Channel) -> bool:
+    return bool(chan.closed or chan.eof_received or chan.exit_status_ready())
