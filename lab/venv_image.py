@@ -1,8 +1,9 @@
 """The lab's venv images, one build for all of them: a venv made on this machine (CPython 3.11,
 bookworm's glibc), copied into the lab base image at the same path (script shebangs hold) and
 re-pointed at the image's /usr/bin/python3.11 (`RELOCATE`); offline, no pip, no compiler. The
-bench client (client_image), the real engine (engine) and the eval client (eval_image) are such
-images; each has its own Dockerfile and checks, and builds through `ensure_venv_image`.
+bench client (client_image) and the real engine (engine) are such images; each has its own
+Dockerfile and checks, and builds through `ensure_venv_image`. (The eval client is not: the lab
+builds it with the product's `tpwarden eval image build`, FROM the bench client image.)
 
 An image is tagged `<repo>:<hash of its inputs>` and built only when that tag is missing, then
 tagged `<repo>:latest`. The build context hard-links the venv (same filesystem) or copies it.

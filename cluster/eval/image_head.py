@@ -1,7 +1,7 @@
 """Apply `eval image build` on the head through its Docker gateway: read the base image's
 facts in a throwaway container (`run_once`), choose and download the wheels here, build there
 offline (`build_image`).
-Not run in CI or the lab by this change (see docs/eval.md); the pure parts are in image_build.
+The lab runs it (tests/lab/conftest.py, eval_image_build); the pure parts are in image_build.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ Set TPWARDEN_LAB_KEEP=1 to leave the lab up after the run (faster reruns while d
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,3 +159,22 @@ def provisioned_lab(lab, source):
     if not state["removed"]:
         stop_head_watchdog(lab)
         provision(lab, source, "--remove")
+
+
+def tpwarden(*args: str, timeout_s: float = 600, env: dict[str, str] | None = None):
+    """The installed CLI, as an operator runs it (a child process; stdout and stderr kept)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tpwarden.cluster.cli", *args],
+        capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def eval_image_build(lab) -> dict:
+    """`tpwarden eval image build -i <lab inventory> --json`, once per run: the lm-eval client
+    the lab's eval tests use, built by the product's own command on the head (FROM the bench
+    client image, with wheels chosen for the head's architecture and Python; the first build
+    downloads them, later ones find the image by its input digest)."""
+    done = tpwarden("eval", "image", "build", "-i", str(lab.inventory), "--json", timeout_s=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout)

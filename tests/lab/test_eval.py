@@ -1,48 +1,29 @@
-"""`tpwarden eval` on the lab: the real lm_eval 0.4.13 (eval client image = the bench client
-image + an lm-eval venv) against the simulated 4-node server, with local task definitions:
-multiple choice by log-likelihood, a generate_until task whose YAML asks for five stops (the
-server 400s on five; the run sends four and says so), a HumanEval-style task scored by running
-the code. Then a run interrupted by a watchdog restart (the head's API hung mid-run) resumes from
-lm-eval's request cache and scores the same number of items."""
+"""`tpwarden eval` on the lab: the real lm_eval 0.4.13 (in the client image `tpwarden eval image
+build` makes on the lab's head: the bench client image plus lm-eval's wheels) against the
+simulated 4-node server, with local task definitions: multiple choice by log-likelihood, a
+generate_until task whose YAML asks for five stops (the server 400s on five; the run sends four
+and says so), a HumanEval-style task scored by running the code. A run interrupted by a watchdog
+restart is tests/lab/test_eval_field.py (the field suite, through the CLI)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import time
 from pathlib import Path
 
 import docker
-import httpx
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.eval.plan import EvalOptions
-from tpwarden.cluster.eval.presets import EVAL_VENV
 from tpwarden.cluster.eval.runner import EvalRunner
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.lab import faults
-from tpwarden.lab.client_image import CLIENT_LATEST
-from tpwarden.lab.eval_image import ensure_eval_image
-from tpwarden.lab.paths import HEAD
-
-from tests.lab.test_watchdog_scenarios import (
-    control_restarts,
-    ready_watchdog,
-    restart_then_healthy,
-)
 
 pytestmark = pytest.mark.lab
 TASKS = Path(__file__).parent / "eval_tasks"
 
 
 @pytest.fixture(scope="module")
-def eval_image():
-    if not docker.from_env().images.list(name=CLIENT_LATEST):
-        pytest.fail(f"{CLIENT_LATEST} not built: scripts/setup.sh and `tpwarden lab up` build it")
-    if not (EVAL_VENV / "lib").is_dir():
-        pytest.fail(f"{EVAL_VENV} missing: scripts/setup.sh runs tools/lm_eval/install.sh")
-    return ensure_eval_image(CLIENT_LATEST)
+def eval_image(eval_image_build):
+    return eval_image_build["tag"]
 
 
 @pytest.fixture
@@ -102,78 +83,3 @@ def test_three_local_tasks_with_the_real_lm_eval(ctl, eval_image, tmp_path):
     assert not manifest["restarts"] and not _eval_containers()
     facts = json.loads((run_dir / "client" / "tpwarden_mc.1.container.json").read_text())
     assert facts["network_mode"] == "host" and not facts["device_requests"]
-
-
-def _big_mc(dst: Path, n: int) -> Path:
-    dst.mkdir(parents=True, exist_ok=True)
-    (dst / "tpwarden_mc.yaml").write_text((TASKS / "tpwarden_mc.yaml").read_text())
-    rows = [
-        {
-            "question": f"Item {i}: which is {i % 4}?",
-            "choices": ["0", "1", "2", "3"],
-            "answer": i % 4,
-        }
-        for i in range(n)
-    ]
-    (dst / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return dst
-
-
-def _served(base: str) -> float:
-    text = httpx.get(f"{base}/metrics", timeout=5).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:request_success_total")
-    )
-
-
-@pytest.mark.timeout(1500)
-def test_a_watchdog_restart_mid_run_resumes_from_the_cache(
-    ctl, lab, eval_image, tmp_path, monkeypatch
-):
-    # The watchdog (its daemon's tick, the real actuator) watches the server; the head's API
-    # hangs in the middle of the eval (container paused); the watchdog restarts the server after
-    # its three failures; the eval waits for the server and resumes from lm-eval's cache.
-    control = tmp_path / "control"
-    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(control))  # the restart job's default too
-    tasks = _big_mc(tmp_path / "tasks", 150)
-    runner = EvalRunner(ctl, tmp_path / "runs", restart_wait_s=600)
-    pre = runner.preflight()
-    # few retries and little concurrency: the restart must fail the client, mid-task
-    opts = EvalOptions(
-        tasks=("tpwarden_mc",),
-        include_path=str(tasks),
-        client_image=eval_image,
-        num_concurrent=2,
-        max_retries=1,
-    )
-    wd = ready_watchdog(ctl, tmp_path)
-    try:
-        out: dict = {}
-        th = threading.Thread(target=lambda: out.update(r=runner.run(opts, pre)), daemon=True)
-        start = _served(ctl.spec.api_base)
-        th.start()
-        deadline = time.monotonic() + 300
-        while _served(ctl.spec.api_base) - start < 60 and time.monotonic() < deadline:
-            wd.tick()
-            time.sleep(0.5)
-        assert _served(ctl.spec.api_base) - start >= 60, "the eval never got going"
-        t_fault = time.time()
-        faults.container_action(lab.paths, HEAD, "pause")
-        restart_then_healthy(wd, tmp_path, t_fault)  # exactly one restart, by the watchdog
-    finally:
-        wd.close()
-        with contextlib.suppress(Exception):
-            faults.container_action(lab.paths, HEAD, "unpause")
-    (rec,) = control_restarts(tmp_path)
-    assert rec["why"].startswith("watchdog: ")
-    th.join(timeout=900)
-    run_dir, manifest, rows = out["r"]
-    assert rows[0]["n"] == 150  # the same items as an uninterrupted run
-    assert manifest["restarts"] and manifest["restarts"][0]["resume"] is True
-    attempts = [a for a in manifest["attempts"] if a["task"] == "tpwarden_mc"]
-    assert attempts[0]["rc"] != 0 and attempts[-1]["rc"] == 0
-    last_log = (run_dir / "client" / f"tpwarden_mc.{len(attempts)}.log").read_text()
-    cached = [x for x in last_log.splitlines() if "Cached requests:" in x]
-    assert cached and not cached[0].split("Cached requests:")[1].strip().startswith("0,")
