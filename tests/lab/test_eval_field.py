@@ -46,6 +46,9 @@ from tests.lab.test_watchdog_scenarios import control_restarts, ready_watchdog, 
 
 pytestmark = pytest.mark.lab
 BOOT_TIME_SCALE = "0.03"  # the simulated GLM boot (18.5 min) in ~33 s
+# each simulated engine step at 1% of the GB10's modelled time (the lab's usual 5%): the nine
+# runs send ~2,700 requests, most of them 5-shot prompts; the order of events stays the same
+STEP_SCALE = "0.01"
 # --limit 5 per leaf task: lm-eval 0.4.13's groups hold 57 MMLU subjects, 14 MMLU-Pro
 # categories, 45 KMMLU subjects (direct too) and 4 KorMedMCQA subjects
 FIELD_N = {
@@ -64,11 +67,13 @@ def _served(base: str) -> float:
 
 
 def _operator_inventory(lab, dst: Path, hf_cache: Path, client_image: str) -> Path:
-    """The lab's inventory with what an operator adds for evals (and the longer boot)."""
+    """The lab's inventory with what an operator adds for evals (and the sim's time scales)."""
     doc = yaml.safe_load(lab.inventory.read_text())
     settings = doc["all"]["vars"]["tpwarden"]
     settings["eval"] = {"hf_cache": str(hf_cache), "client_image": client_image}
-    settings["env"] = {**settings["env"], "VLLM_SIM_TIME_SCALE": BOOT_TIME_SCALE}
+    settings["env"] = {
+        **settings["env"], "VLLM_SIM_TIME_SCALE": BOOT_TIME_SCALE, "VLLM_SIM_STEP_SCALE": STEP_SCALE,
+    }  # fmt: skip
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
     return dst
 
