@@ -161,10 +161,14 @@ def provisioned_lab(lab, source):
         provision(lab, source, "--remove")
 
 
+# The installed CLI, as an operator runs it: a child process of this Python
+CLI = (sys.executable, "-m", "tpwarden.cluster.cli")
+
+
 def tpwarden(*args: str, timeout_s: float = 600, env: dict[str, str] | None = None):
-    """The installed CLI, as an operator runs it (a child process; stdout and stderr kept)."""
+    """One CLI command, waited for (stdout and stderr kept)."""
     return subprocess.run(
-        [sys.executable, "-m", "tpwarden.cluster.cli", *args],
+        [*CLI, *args],
         capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
     )  # fmt: skip
 

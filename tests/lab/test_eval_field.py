@@ -25,7 +25,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from tpwarden.lab import faults
 from tpwarden.lab.eval_slices import write_archive
 from tpwarden.lab.paths import HEAD
 
-from tests.lab.conftest import tpwarden
+from tests.lab.conftest import CLI, tpwarden
 from tests.lab.test_watchdog_scenarios import control_restarts, ready_watchdog, restart_then_healthy
 
 pytestmark = pytest.mark.lab
@@ -131,8 +130,7 @@ def _run_through_a_restart(ctl, lab, tmp_path: Path, run: tuple[str, ...], env: 
     """Start the suite, hang the head's API once MMLU is under way, let the watchdog restart
     the server (exactly once, after its three failures), then wait for the suite's end."""
     out, err = (tmp_path / "run.out").open("w"), (tmp_path / "run.err").open("w")
-    argv = [sys.executable, "-m", "tpwarden.cluster.cli", *run]
-    proc = subprocess.Popen(argv, stdout=out, stderr=err, env={**os.environ, **env})
+    proc = subprocess.Popen([*CLI, *run], stdout=out, stderr=err, env={**os.environ, **env})
     try:
         _hang_the_head_mid_mmlu(ctl, lab, tmp_path)
         proc.wait(timeout=1200)
