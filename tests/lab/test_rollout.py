@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,8 +19,9 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.lab import faults
 
+from tests.lab.conftest import CLI
+
 pytestmark = pytest.mark.lab
-TPWARDEN = [sys.executable, "-m", "tpwarden.cluster.cli"]
 
 
 @pytest.fixture
@@ -39,9 +39,7 @@ def inv(lab, tmp_path, monkeypatch):
 
 
 def _tpwarden(*args, env=None, timeout=300):
-    return subprocess.run(
-        [*TPWARDEN, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _healthy_hash(path):
@@ -77,7 +75,7 @@ def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_pat
     state = tmp_path / "state" / "rollout" / "lab" / "current.json"
     proc = subprocess.Popen(
         [
-            *TPWARDEN,
+            *CLI,
             "rollout",
             "-i",
             str(inv),
@@ -174,7 +172,7 @@ def watched(inv, tmp_path):
     wd.mkdir()
     log = open(tmp_path / "watchdog.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
-        [*TPWARDEN, "watchdog", "run", "-i", str(inv)],
+        [*CLI, "watchdog", "run", "-i", str(inv)],
         stdout=log,
         stderr=log,
         start_new_session=True,

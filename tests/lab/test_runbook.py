@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
+
+from tests.lab.conftest import tpwarden
 
 pytestmark = pytest.mark.lab
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
@@ -52,20 +52,12 @@ def test_runbook_has_rehearsals_for_the_symptoms():
 def _run(cmd: str, inv: Path) -> None:
     argv = shlex.split(cmd.replace("$INV", str(inv)))
     assert argv[0] == "tpwarden", cmd
-    result = subprocess.run(
-        [sys.executable, "-m", "tpwarden.cluster.cli", *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = tpwarden(*argv[1:], timeout_s=300)
     assert result.returncode == 0, f"{cmd}: {result.stdout}{result.stderr}"
 
 
 def _status(inv: Path) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "tpwarden.cluster.cli", "status", "-i", str(inv), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = tpwarden("status", "-i", str(inv), "--json", timeout_s=120)
     return json.loads(result.stdout)
 
 

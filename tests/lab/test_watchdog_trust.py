@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ import pytest
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon import build_watchdog
 from tpwarden.watchdog.policy_state import WatchdogPhase
+
+from tests.lab.conftest import CLI
 
 pytestmark = pytest.mark.lab
 
@@ -145,8 +146,7 @@ def test_frozen_node_status_says_so_and_exits(lab, tmp_path: Path) -> None:
     try:
         t0 = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "tpwarden.cluster.cli", "status", "-i", str(lab.inventory),
-             "--json", "--timeout", "10"],
+            [*CLI, "status", "-i", str(lab.inventory), "--json", "--timeout", "10"],
             capture_output=True,
             text=True,
             timeout=120,
