@@ -10,6 +10,9 @@ error that stood in for it. `verdict(dossier)` weighs each node's facts, stronge
 * 2: a process in D state, another NVRM error, the node did not answer;
 * 1: no CPU progress over the window while another rank waits in a collective.
 
+The suspect's facts end with where the other ranks wait ("node1, node2, node4 wait in
+all_reduce (...)"), a torch.distributed collective before a message-queue wait.
+
 One node with the highest weight is the suspect; several, or none, is "no single suspect" with
 why. The facts it used are in the result, so an operator can check them.
 """
@@ -95,13 +98,18 @@ def _processes(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(collected.get("processes") or [])
 
 
+def _frame_rank(frame: str) -> int:
+    """0: a torch.distributed collective, where the ranks meet in lockstep (a rank that does not
+    arrive holds the others there); 1: another wait for peers, such as vLLM's shared-memory
+    queues, where an idle worker waits for the scheduler's next step and the engine core for
+    its workers' answers (the real engine's stacks: tests/fixtures/pyspy/vllm-*)."""
+    return 0 if "torch/distributed/" in frame else 1
+
+
 def waiting_frame(node: Mapping[str, Any]) -> str | None:
-    """The collective frame one of the node's processes waits in, if any."""
-    for p in _processes(node):
-        frame = (p.get("pyspy") or {}).get("waiting_in")
-        if frame:
-            return str(frame)
-    return None
+    """The frame the node's processes wait for their peers in, if any: a collective first."""
+    frames = [str(f) for p in _processes(node) if (f := (p.get("pyspy") or {}).get("waiting_in"))]
+    return min(frames, key=_frame_rank) if frames else None
 
 
 def no_progress(node: Mapping[str, Any]) -> bool:
@@ -121,10 +129,24 @@ def node_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
     return sorted(out, key=lambda f: -f.weight)
 
 
-def _others_waiting(nodes: Mapping[str, Mapping[str, Any]], suspect: str) -> str | None:
-    frames = [waiting_frame(n) for k, n in nodes.items() if k != suspect]
-    frames = [f for f in frames if f]
-    return frames[0] if frames else None
+def _others_waiting(
+    nodes: Mapping[str, Mapping[str, Any]], suspect: str
+) -> list[tuple[str, list[str]]]:
+    """Where the other nodes' ranks wait: (frame, nodes), a collective first, then the frame
+    most nodes wait in."""
+    groups: dict[str, list[str]] = {}
+    for name, node in nodes.items():
+        if name != suspect and (frame := waiting_frame(node)) is not None:
+            groups.setdefault(frame, []).append(name)
+    return sorted(groups.items(), key=lambda g: (_frame_rank(g[0]), -len(g[1]), g[0]))
+
+
+def _waiting_facts(groups: list[tuple[str, list[str]]]) -> list[str]:
+    """'node1, node2, node4 wait in all_reduce (...)': a line per frame."""
+    return [
+        f"{', '.join(names)} {'waits' if len(names) == 1 else 'wait'} in {frame}"
+        for frame, names in groups
+    ]
 
 
 def _with_progress_findings(
@@ -198,8 +220,7 @@ def verdict(dossier: Mapping[str, Any]) -> Verdict:
     facts = [f.text for f in findings if f.node == suspect]
     if tiebreak:
         facts.append(tiebreak)
-    if (frame := _others_waiting(nodes, suspect)) is not None:
-        facts.append(f"the other ranks wait in {frame}")
+    facts += _waiting_facts(_others_waiting(nodes, suspect))
     rank = nodes[suspect].get("rank")
     summary = f"suspect: {suspect} (rank {rank}): " + "; ".join(facts)
     return Verdict(suspect, rank, summary, facts, table)

