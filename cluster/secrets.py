@@ -2,15 +2,17 @@
 
 Where the file is read depends on who asks, so the reader is injected: cluster control reads a
 node's root-only file over SFTP, the watchdog reads it where it runs (the head node). The value
-is never logged and never part of a plan or an argv.
+is never logged and never part of a plan or an argv. `redact_argv` hides what looks like one in
+a command line that is stored or shown (a bench manifest's, an incident dossier's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.settings import SecretRef
+from tpwarden.cluster.settings import SecretRef, looks_like_secret
 
 
 def resolve_secret(
@@ -44,3 +46,33 @@ def resolve_secret(
             key=key,
             hint=hint,
         ) from None
+
+
+_SECRET_FLAG = re.compile(r"^--?[\w.-]*(token|secret|password|passwd|api[-_]?key|key)$", re.I)
+_SECRET_ASSIGN = re.compile(
+    r"^(--?)?([\w.-]*(token|secret|password|passwd|api[-_]?key)[\w.-]*)=(.+)$", re.I
+)
+REDACTED = "<redacted>"
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Hide secret values in a command line: `--api-key X`, `--token=X`, `HF_TOKEN=X`, and
+    anything that looks like a token by itself (hf_..., sk-..., ghp_...)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        m = _SECRET_ASSIGN.match(arg)
+        if m:
+            out.append(f"{m.group(1) or ''}{m.group(2)}={REDACTED}")
+        elif _SECRET_FLAG.match(arg):
+            out.append(arg)
+            hide_next = True
+        elif looks_like_secret(arg):
+            out.append(REDACTED)
+        else:
+            out.append(arg)
+    return out

@@ -3,7 +3,7 @@
 Standard library only (psutil if the node has it is not needed): CPU use per process sampled
 from /proc over `--sample-s`, processes holding /dev/nvidia* (GPU users), ACPI thermal zones,
 load average. Prints one JSON document. Command lines are printed as they are; the control
-machine redacts secrets before anything is written (`tpwarden.cluster.bench.manifest.redact_argv`).
+machine redacts secrets before anything is written (`tpwarden.cluster.secrets.redact_argv`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ effective defaults from the plan, secret redaction, the summary facts and the di
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from tpwarden.cluster.bench.parse import kv_cache_facts
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import plan_cluster
-from tpwarden.cluster.settings import looks_like_secret
+from tpwarden.cluster.secrets import redact_argv
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec, _jsonable
 from tpwarden.node import bench_facts
 from tpwarden.node.clockcap import annotate_gpus
@@ -31,37 +30,9 @@ if TYPE_CHECKING:
 MANIFEST_VERSION = 1
 # run on each node as a script (sent over SSH); standard library only
 NODE_SCRIPT = Path(bench_facts.__file__)
-_SECRET_FLAG = re.compile(r"^--?[\w.-]*(token|secret|password|passwd|api[-_]?key|key)$", re.I)
-_SECRET_ASSIGN = re.compile(
-    r"^(--?)?([\w.-]*(token|secret|password|passwd|api[-_]?key)[\w.-]*)=(.+)$", re.I
-)
-REDACTED = "<redacted>"
 
 
 # --- pure ------------------------------------------------------------------------------------
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Hide secret values in a command line: `--api-key X`, `--token=X`, `HF_TOKEN=X`, and
-    anything that looks like a token by itself (hf_..., sk-..., ghp_...)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        m = _SECRET_ASSIGN.match(arg)
-        if m:
-            out.append(f"{m.group(1) or ''}{m.group(2)}={REDACTED}")
-        elif _SECRET_FLAG.match(arg):
-            out.append(arg)
-            hide_next = True
-        elif looks_like_secret(arg):
-            out.append(REDACTED)
-        else:
-            out.append(arg)
-    return out
 
 
 def _flag(argv: Sequence[str], name: str) -> str | None:

@@ -22,6 +22,7 @@ from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.reports.incident_verdict import verdict
+from tpwarden.cluster.secrets import redact_argv
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 DOSSIER_TIMEOUT_S = 10.0  # the whole dossier, all nodes in parallel
@@ -59,6 +60,16 @@ def _newest(found: Sequence[ContainerInfo]) -> ContainerInfo | None:
     return max(found, key=lambda c: c.started_at or epoch) if found else None
 
 
+def _redacted(collected: Any) -> Any:
+    """The collector's part with secrets hidden in the command lines py-spy printed (a serving
+    process's argv is stored, shown and alerted with the dossier)."""
+    for proc in (collected or {}).get("processes") or []:
+        stack = proc.get("pyspy") or {}
+        if stack.get("command"):
+            stack["command"] = " ".join(redact_argv(stack["command"].split(" ")))
+    return collected
+
+
 def node_part(
     spec: ClusterSpec, nodes: Nodes, node: NodeSpec, pyspy: Sequence[str], budget_s: float
 ) -> dict[str, Any]:
@@ -86,7 +97,7 @@ def node_part(
     except TpwardenError as e:
         doc["collect_error"] = str(e)
         return doc
-    doc["collected"] = out.get("dossier")
+    doc["collected"] = _redacted(out.get("dossier"))
     doc["collect_error"] = out.get("error")
     doc["gpus"] = out.get("gpus") or []
     doc["nvml"] = out.get("nvml")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.bench.manifest import manifest_diff, redact_argv, summary_facts
+from tpwarden.cluster.bench.manifest import manifest_diff, summary_facts
 from tpwarden.cluster.bench.parse import (
     ResultFormatError,
     kv_cache_facts,
@@ -29,6 +29,7 @@ from tpwarden.cluster.bench.plan import (
 from tpwarden.cluster.bench.runner import compare_rows
 from tpwarden.cluster.containers.job import container_facts
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.secrets import redact_argv
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 PROMPTS = DEFAULT_PROMPTS

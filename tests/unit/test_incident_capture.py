@@ -90,3 +90,22 @@ def test_an_unreachable_node_and_a_failing_collector() -> None:
 def test_pyspy_candidates() -> None:
     assert pyspy_candidates({}) == ["/opt/tpwarden/venv/bin/py-spy"]
     assert pyspy_candidates({"TPWARDEN_PYSPY": "/p"})[0] == "/p"
+
+
+def test_secrets_in_a_dumped_command_line_are_hidden() -> None:
+    """py-spy prints each process's command line; a key passed by hand on a serving argv must
+    not reach the stored, shown and alerted dossier."""
+    nodes = nodes_with_pids()
+    collect = nodes.collect
+
+    def with_key(node: NodeSpec, args: Sequence[str], sudo: bool) -> dict[str, Any]:
+        out = collect(node, args, sudo)
+        stack = out["dossier"]["processes"][0]["pyspy"]
+        stack["command"] = "vllm serve /m --api-key sk-live-0123456789abcdef --port 8000"
+        return out
+
+    nodes.collect = with_key
+    doc = capture(nodes.spec, nodes, "r")
+    command = doc["nodes"]["node2"]["collected"]["processes"][0]["pyspy"]["command"]
+    assert command == "vllm serve /m --api-key <redacted> --port 8000"
+    assert "sk-live" not in str(doc)
