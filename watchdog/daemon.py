@@ -305,7 +305,8 @@ class Watchdog:
         self.files.save(state)
         if prev is not None and prev.phase is not state.phase:
             self.files.record("transition", old=prev.phase.value, new=state.phase.value)
-        self._update_gauges(state, hold_until)
+        if self._metrics is not None:
+            self._metrics.show_state(state, self.config, self._clock(), hold_until)
         for d in decisions:
             if not isinstance(d, Restart):
                 self.files.record("decision", decision=decision_name(d), **dataclasses.asdict(d))
@@ -370,23 +371,6 @@ class Watchdog:
             }
             | self.restarts.dossier_fields(a.incident_id)
         )
-
-    def _update_gauges(self, state: PolicyState, hold_until: float | None) -> None:
-        if self._metrics is None:
-            return
-        m, now = self._metrics, self._clock()
-        m.consecutive_failures.set(state.consecutive_failures)
-        m.probe_interval.set(self.config.interval_s)
-        m.probe_timeout.set(self.config.timeout_s)
-        m.state.state(state.phase.value)
-        held = (
-            state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP) or (hold_until or 0) > now
-        )
-        m.hold.set(1 if held else 0)
-        recent = [t for t in state.restart_times if now - t < self.config.restart_window_s]
-        m.budget_remaining.set(max(0, self.config.max_restarts - len(recent)))
-        if state.last_ok_at is not None:
-            m.last_success.set(state.last_ok_at)
 
 
 def build_watchdog(

@@ -7,7 +7,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.watchdog.policy_state import WatchdogPhase
+from tpwarden.watchdog.config import WatchdogConfig
+from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 
@@ -100,6 +101,24 @@ class WatchdogMetrics:
         )
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    def show_state(
+        self, state: PolicyState, config: WatchdogConfig, now: float, hold_until: float | None
+    ) -> None:
+        """Set the gauges from the policy state just committed (the probe settings in force,
+        the hold, the restart budget left in the window, the last success)."""
+        self.consecutive_failures.set(state.consecutive_failures)
+        self.probe_interval.set(config.interval_s)
+        self.probe_timeout.set(config.timeout_s)
+        self.state.state(state.phase.value)
+        held = (
+            state.phase in (WatchdogPhase.HELD, WatchdogPhase.GIVEN_UP) or (hold_until or 0) > now
+        )
+        self.hold.set(1 if held else 0)
+        recent = [t for t in state.restart_times if now - t < config.restart_window_s]
+        self.budget_remaining.set(max(0, config.max_restarts - len(recent)))
+        if state.last_ok_at is not None:
+            self.last_success.set(state.last_ok_at)
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP server; returns the bound port (useful with port 0)."""
