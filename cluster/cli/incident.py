@@ -161,6 +161,7 @@ def _render_process(p: dict[str, Any]) -> None:
     cpu = p.get("cpu_delta_s")
     line = (
         f"  pid {p.get('pid')} {p.get('comm')}: {p.get('state')} ({p.get('state_name')})"
+        f"{' FROZEN' if p.get('frozen') else ''}"
         f" wchan={p.get('wchan') or '-'} threads={p.get('threads')}"
         f" cpu+{'?' if cpu is None else cpu}s rss={int(p.get('rss_bytes') or 0) >> 20} MiB"
     )

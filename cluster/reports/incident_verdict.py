@@ -6,7 +6,8 @@ from /proc with the CPU time used over the probe window, py-spy stacks, kernel l
 error that stood in for it. `verdict(dossier)` weighs each node's facts, strongest first:
 
 * 3 (decisive): no serving container, container exited/paused, a process stopped (T), frozen by
-  the cgroup freezer, a zombie, an NVIDIA Xid, the OOM killer;
+  the cgroup freezer (its freezer state, or a freezer wchan), a zombie, an NVIDIA Xid, the OOM
+  killer;
 * 2: a process in D state, another NVRM error, the node did not answer;
 * 1: no CPU progress over the window while another rank waits in a collective.
 
@@ -70,6 +71,9 @@ def _process_findings(name: str, procs: list[Mapping[str, Any]]) -> list[Finding
         state, wchan = p.get("state"), p.get("wchan")
         if state == "T" or state == "t":
             out.append(Finding(name, DECISIVE, f"{who} stopped ({state})"))
+        elif p.get("frozen") is True:
+            at = f" at {wchan}" if wchan else ""
+            out.append(Finding(name, DECISIVE, f"{who} frozen by the cgroup freezer ({state}{at})"))
         elif wchan in FROZEN_WCHANS:
             out.append(Finding(name, DECISIVE, f"{who} frozen ({state} at {wchan})"))
         elif state == "Z":

@@ -73,3 +73,19 @@ def test_an_unknown_id_is_one_failure_document_exit_1(tmp_path: Path) -> None:
 def test_an_empty_store_lists_nothing(tmp_path: Path) -> None:
     out = run("incident", "list", "--state-dir", str(tmp_path))
     assert out.exit_code == 0 and "no incident dossiers" in out.output
+
+
+def test_show_human_marks_a_process_the_freezer_holds(tmp_path: Path) -> None:
+    nodes = nodes_with_pids(paused="node3")
+    collect = nodes.collect
+
+    def frozen(node, args, sudo):
+        out = collect(node, args, sudo)
+        out["dossier"]["processes"][0]["frozen"] = node.name == "node3"
+        return out
+
+    nodes.collect = frozen
+    ident = IncidentStore(tmp_path).save(capture(nodes.spec, nodes, "r", pyspy=[]))
+    text = " ".join(run("incident", "show", ident, "--state-dir", str(tmp_path)).output.split())
+    assert "pid 2765 python: T (stopped) FROZEN wchan=do_signal_stop" in text
+    assert text.count("FROZEN") == 1

@@ -209,3 +209,17 @@ def test_real_engine_ranks_that_only_wait_are_no_suspect() -> None:
     doc["nodes"]["node3"] = copy.deepcopy(doc["nodes"]["node2"])
     v = verdict(doc)
     assert (v.suspect, v.findings) == (None, [])
+
+
+def test_a_rank_the_cgroup_freezer_holds_while_its_container_says_running() -> None:
+    """A freeze that is not `docker pause` (the container still says running): the v2 freezer's
+    S at get_signal looks asleep, the collector's freezer state says frozen."""
+    frozen = stopped_rank()
+    frozen["collected"]["processes"][0].update(state="S", wchan="get_signal", frozen=True)
+    v = verdict(dossier(frozen))
+    assert (v.suspect, v.facts[0]) == (
+        "node3",
+        "process 2765 (python) frozen by the cgroup freezer (S at get_signal)",
+    )
+    frozen["collected"]["processes"][0]["frozen"] = False
+    assert "frozen" not in " ".join(verdict(dossier(frozen)).facts)

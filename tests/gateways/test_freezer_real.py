@@ -1,0 +1,44 @@
+"""The cgroup freezer as this host's kernel and Docker engine run it (issue 32): `docker pause`
+freezes a container's processes and `read_frozen` says so from the host, whichever freezer
+(cgroup v1 or v2) the engine uses here; the node collector's dossier carries it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import docker
+from tpwarden.node.dossier import collect_dossier
+from tpwarden.node.freezer import read_frozen
+
+
+def _until(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_docker_pause_is_read_as_frozen_and_unpause_as_thawed(tiny_image: str) -> None:
+    client = docker.from_env()
+    box = client.containers.run(
+        tiny_image, ["/bin/sleep", "300"], name=f"tpwarden-freezer-{uuid.uuid4().hex[:6]}",
+        detach=True, network_mode="none",
+    )  # fmt: skip
+    try:
+        box.reload()
+        pid = int(box.attrs["State"]["Pid"])
+        assert read_frozen(pid) is False
+        box.pause()
+        assert _until(lambda: read_frozen(pid) is True), "docker pause: not read as frozen"
+        part = collect_dossier(
+            [pid], window_s=0.2, kernel_log=lambda since: {"source": None, "events": []}
+        )
+        [proc] = part["processes"]
+        assert (proc["pid"], proc["frozen"], proc["cpu_delta_s"]) == (pid, True, 0.0)
+        box.unpause()
+        assert _until(lambda: read_frozen(pid) is False), "docker unpause: still frozen"
+    finally:
+        box.remove(force=True)
