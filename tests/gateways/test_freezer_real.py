@@ -4,21 +4,13 @@ freezes a container's processes and `read_frozen` says so from the host, whichev
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import docker
 from tpwarden.node.dossier import collect_dossier
 from tpwarden.node.freezer import read_frozen
 
-
-def _until(predicate, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+from tests.gateways.test_docker_gw import _wait
 
 
 def test_docker_pause_is_read_as_frozen_and_unpause_as_thawed(tiny_image: str) -> None:
@@ -32,13 +24,13 @@ def test_docker_pause_is_read_as_frozen_and_unpause_as_thawed(tiny_image: str) -
         pid = int(box.attrs["State"]["Pid"])
         assert read_frozen(pid) is False
         box.pause()
-        assert _until(lambda: read_frozen(pid) is True), "docker pause: not read as frozen"
+        _wait(lambda: read_frozen(pid) is True, timeout=5.0)  # docker pause: read as frozen
         part = collect_dossier(
             [pid], window_s=0.2, kernel_log=lambda since: {"source": None, "events": []}
         )
         [proc] = part["processes"]
         assert (proc["pid"], proc["frozen"], proc["cpu_delta_s"]) == (pid, True, 0.0)
         box.unpause()
-        assert _until(lambda: read_frozen(pid) is False), "docker unpause: still frozen"
+        _wait(lambda: read_frozen(pid) is False, timeout=5.0)  # unpause: thawed
     finally:
         box.remove(force=True)

@@ -19,7 +19,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.lab import faults
 
-from tests.lab.conftest import CLI
+from tests.lab.conftest import CLI, tpwarden
 
 pytestmark = pytest.mark.lab
 
@@ -38,8 +38,8 @@ def inv(lab, tmp_path, monkeypatch):
         ctl.down()
 
 
-def _tpwarden(*args, env=None, timeout=300):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def _tpwarden(*args, timeout=300):
+    return tpwarden(*args, timeout_s=timeout)
 
 
 def _healthy_hash(path):
