@@ -13,6 +13,7 @@ the node.
     python3 collector.pyz paths /models/a /models/b
     python3 collector.pyz --path /models/a cap 2000   (any action: its paths checked too)
     python3 collector.pyz dossier --pid 4242 [--pid ...] [--pyspy /opt/tpwarden/venv/bin/py-spy]
+                          [--frozen] [--no-kernel-log]
                           (root: an incident dossier's node part, tpwarden.node.dossier)
 
 Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.node import clockcap
 from tpwarden.node.dossier import collect_dossier
+from tpwarden.node.kernlog import read_kernel_log
 from tpwarden.node.memory import NodeMemory, read_node_memory
 
 COLLECTOR_VERSION = 1
@@ -199,7 +201,12 @@ def _dossier_action(args: argparse.Namespace, doc: JSONObject) -> None:
     of either is reported in the JSON; the other still counts)."""
     try:
         doc["dossier"] = collect_dossier(
-            args.pids, window_s=args.window, since_s=args.since, pyspy=args.pyspy
+            args.pids,
+            window_s=args.window,
+            since_s=args.since,
+            pyspy=args.pyspy,
+            all_frozen=args.frozen,
+            kernel_log=read_kernel_log if args.kernel_log else None,
         )
     except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
         doc["ok"], doc["error"] = False, f"dossier: {type(e).__name__}: {e}"
@@ -238,6 +245,14 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | 
     dossier.add_argument("--window", type=float, default=1.5, help="CPU-time window, seconds")
     dossier.add_argument("--since", type=float, default=600.0, help="kernel log, seconds back")
     dossier.add_argument("--pyspy", action="append", default=[], help="py-spy paths to try")
+    dossier.add_argument(
+        "--frozen", action="store_true",
+        help="the engine says the container is paused: every py-spy dump nonblocking",
+    )  # fmt: skip
+    dossier.add_argument(
+        "--no-kernel-log", action="store_false", dest="kernel_log",
+        help="read no kernel log (run in a diagnostic container, not on the host)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     doc: JSONObject = {
         "collector": COLLECTOR_VERSION,

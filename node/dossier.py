@@ -52,15 +52,22 @@ def _sample(pids: Sequence[int], root: str) -> dict[int, ProcFacts]:
     return out
 
 
-def find_processes(roots: Sequence[int], proc_root: str, findings: list[str]) -> list[int]:
-    """The roots' process trees as this node's /proc shows them (capped)."""
+def _no_kernel_log(since_s: float) -> dict[str, Any]:
+    return {"source": None, "events": [], "reason": None}
+
+
+def find_processes(
+    roots: Sequence[int], proc_root: str, findings: list[str]
+) -> tuple[list[int], list[int]]:
+    """The roots' process trees as this node's /proc shows them (capped), and the roots it
+    does not show."""
     pids = descendants(parent_map(proc_root), roots)
-    for r in roots:
-        if r not in pids:
-            findings.append(f"process {r} not in this node's /proc (exited, or another PID space)")
+    missing = [r for r in roots if r not in pids]
+    for r in missing:
+        findings.append(f"process {r} not in this node's /proc (exited, or another PID space)")
     if len(pids) > MAX_PROCESSES:
         findings.append(f"{len(pids)} processes; facts of the first {MAX_PROCESSES} only")
-    return pids[:MAX_PROCESSES]
+    return pids[:MAX_PROCESSES], missing
 
 
 def _dump_targets(facts: dict[int, ProcFacts]) -> list[ProcFacts]:
@@ -75,6 +82,7 @@ def _dumps(
     frozen: dict[int, bool | None],
     timeout_s: float,
     findings: list[str],
+    all_frozen: bool = False,
 ) -> dict[int, dict[str, Any]]:
     if binary is None:
         findings.append("py-spy: not installed on this node (no stacks)")
@@ -87,7 +95,8 @@ def _dumps(
             binary,
             f.pid,
             nonblocking=(
-                f.state not in BLOCKING_STATES
+                all_frozen
+                or f.state not in BLOCKING_STATES
                 or f.wchan == "do_freezer_trap"
                 or frozen.get(f.pid) is True
             ),
@@ -110,20 +119,29 @@ def collect_dossier(
     proc_root: str = "/proc",
     cgroup_root: str = "/sys/fs/cgroup",
     sleep: Callable[[float], None] = time.sleep,
-    kernel_log: Callable[[float], dict[str, Any]] = read_kernel_log,
+    kernel_log: Callable[[float], dict[str, Any]] | None = read_kernel_log,
+    all_frozen: bool = False,
 ) -> dict[str, Any]:
     """The node's dossier part as JSON (see the module doc). Its time is about
-    ``window_s + pyspy_timeout_s``: the kernel log is read while the window runs."""
+    ``window_s + pyspy_timeout_s``: the kernel log is read while the window runs. With
+    ``all_frozen`` (the engine says the container is paused) every dump is nonblocking; with no
+    ``kernel_log`` none is read (a diagnostic container has no host journal)."""
     findings: list[str] = []
     started = time.monotonic()
-    pids = find_processes(roots, proc_root, findings)
+    pids, missing = find_processes(roots, proc_root, findings)
+    read_kernel = kernel_log or _no_kernel_log
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernlog") as side:
-        kernel = side.submit(kernel_log, since_s)
+        kernel = side.submit(read_kernel, since_s)
         before = _sample(pids, proc_root)
-        sleep(window_s)
+        if pids:  # nothing to watch: no window to wait out
+            sleep(window_s)
         after = _sample(pids, proc_root)
         frozen = {pid: read_frozen(pid, proc_root, cgroup_root) for pid in after}
-        stacks = _dumps(find_pyspy(pyspy), after, frozen, pyspy_timeout_s, findings)
+        if all_frozen:  # the engine's word where the freezer cannot be read from here
+            frozen = {pid: True if f is None else f for pid, f in frozen.items()}
+        stacks = _dumps(
+            find_pyspy(pyspy), after, frozen, pyspy_timeout_s, findings, all_frozen=all_frozen
+        )
         kernel_doc = kernel.result()
     if kernel_doc.get("reason"):
         findings.append(f"kernel log: {kernel_doc['reason']}")
@@ -136,6 +154,7 @@ def collect_dossier(
         processes.append(doc)
     return {
         "roots": list(roots),
+        "missing_roots": missing,
         "window_s": window_s,
         "processes": processes,
         "kernel": kernel_doc,

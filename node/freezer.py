@@ -12,7 +12,9 @@ it slept in before (`hrtimer_nanosleep`, `futex_do_wait`), under the v2 freezer 
   a hybrid host.
 
 The cgroup paths in /proc/PID/cgroup are relative to the reader's cgroup namespace: read from
-the host's, as the dossier is. Standard library only: this runs on the nodes.
+the host's, as the dossier is. Read from another namespace (a diagnostic container beside the
+rank's) a path may climb out of it with `..`; joined to the reader's own cgroup mount it would
+name some other cgroup, so such a path gives no answer. Standard library only: this runs on the nodes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def freezer_files(cgroup_text: str, cgroup_root: str | Path = "/sys/fs/cgroup") 
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         relative = path.strip().lstrip("/")
+        if ".." in relative.split("/"):
+            continue  # outside the reader's cgroup namespace (read from a container): unknown
         if "freezer" in controllers.split(","):
             out.insert(0, root / "freezer" / relative / "freezer.state")
         elif hierarchy == "0" and controllers == "":

@@ -17,6 +17,7 @@ Results are our own frozen dataclasses; docker/requests/paramiko errors become `
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import threading
 import time
@@ -232,6 +233,8 @@ class DockerGateway:
         host_config = self.api.create_host_config(
             network_mode="none",
             device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None,
+            pid_mode=f"container:{job.pid_of}" if job.pid_of else None,
+            cap_add=list(job.cap_add) or None,
         )
         with _translate(self.node, f"run a throwaway {job.image}"):
             created = self.api.create_container(
@@ -241,9 +244,11 @@ class DockerGateway:
                 environment=[f"{k}={v}" for k, v in job.env.items()],
                 labels=dict(job.labels),
                 host_config=host_config,
+                user=job.user,
             )
             try:
-                self.api.put_archive(created["Id"], "/", tar_files(job.files))
+                archive = tar_files(job.files, executable=job.executable)
+                self.api.put_archive(created["Id"], "/", gzip.compress(archive, compresslevel=1))
                 self.api.start(created["Id"])
                 code = self._wait_exit(created["Id"], job.timeout_s)
                 out = self.api.logs(created["Id"], stdout=True, stderr=False)
@@ -285,8 +290,10 @@ class DockerGateway:
 
     def _wait_exit(self, container: str, timeout_s: float) -> int:
         """Poll until the container exits (short requests: no HTTP read held open over SSH for
-        minutes); DockerError past the deadline."""
+        minutes), every 0.1 s at first, backing off to every second; DockerError past the
+        deadline."""
         deadline = time.monotonic() + timeout_s
+        pause = 0.1
         while True:
             state = self.api.inspect_container(container).get("State") or {}
             if state.get("Status") in ("exited", "dead"):
@@ -295,7 +302,8 @@ class DockerGateway:
                 raise DockerError(
                     f"{self.node}: {container[:12]} still running after {timeout_s:.0f} s"
                 )
-            time.sleep(1.0)
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
 
     def run(
         self,

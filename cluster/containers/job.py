@@ -56,11 +56,17 @@ class JobResult:
     elapsed_s: float  # start to exit
 
 
-def tar_files(files: Mapping[str, bytes], top: str = "", dir_mode: int = 0o755) -> bytes:
+def tar_files(
+    files: Mapping[str, bytes],
+    top: str = "",
+    dir_mode: int = 0o755,
+    executable: frozenset[str] = frozenset(),
+) -> bytes:
     """`files` under `top` (a folder relative to the container's root, "" for the root) with a
-    directory entry for `top` and every parent of a nested name."""
+    directory entry for `top` and every parent of a nested name; the names in `executable`
+    get mode 0755, the others 0644."""
     top = top.strip("/")
-    names = {str(PurePosixPath(top, name.lstrip("/"))): data for name, data in files.items()}
+    names = [str(PurePosixPath(top, name.lstrip("/"))) for name in files]
     dirs = {top} if top else set()
     for name in names:
         parts = name.split("/")[:-1]
@@ -72,9 +78,10 @@ def tar_files(files: Mapping[str, bytes], top: str = "", dir_mode: int = 0o755) 
             info = tarfile.TarInfo(d)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, dir_mode, now
             tar.addfile(info)
-        for name, data in names.items():
+        for (given, data), name in zip(files.items(), names, strict=True):
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, now
+            mode = 0o755 if given in executable else 0o644
+            info.size, info.mode, info.mtime = len(data), mode, now
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -134,11 +141,18 @@ def folder_job(
 @dataclass(frozen=True, kw_only=True)
 class OneShot:
     """A throwaway container (`DockerGateway.run_once`): argv[0] is the entrypoint; `files`
-    (name in the container's root -> content) are copied in before it starts."""
+    (name in the container's root -> content; those in `executable` runnable) are copied in
+    before it starts. With `pid_of` (a container's id) it joins that container's PID namespace
+    (`docker run --pid container:ID`, as a Kubernetes debug container targets a process), with
+    the capabilities in `cap_add` (SYS_PTRACE to read its processes' memory)."""
 
     image: str
     argv: tuple[str, ...]
     files: Mapping[str, bytes] = field(default_factory=dict)
+    executable: frozenset[str] = frozenset()
+    pid_of: str | None = None
+    cap_add: tuple[str, ...] = ()
+    user: str | None = None  # the image's own user when None
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     gpus: bool = False

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from tpwarden.cluster.containers.gateway import DockerGateway
+from tpwarden.cluster.containers.info import ContainerInfo
+from tpwarden.cluster.containers.job import OneShot
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
 from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
@@ -28,6 +32,7 @@ from tpwarden.cluster.ssh.gateway import NodeSession, SshPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+DIAG_PYSPY = "tpwarden-py-spy"  # py-spy's name in a diagnostic container's root
 
 
 class Nodes(Protocol):
@@ -39,6 +44,10 @@ class Nodes(Protocol):
 
     def collector(
         self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
+    ) -> JSONObject: ...
+
+    def collector_beside(
+        self, node: NodeSpec, container: ContainerInfo, args: Sequence[str], timeout: float
     ) -> JSONObject: ...
 
     def fan_out(
@@ -94,32 +103,72 @@ class NodeConnector:
         self, node: NodeSpec, args: Sequence[str], sudo: bool = False, timeout: float = 60.0
     ) -> JSONObject:
         """Copy the collector zipapp to the node, run it with python3, parse its JSON."""
-        with self._collector_lock:
-            if self._collector is None:
-                dest = Path(self._tmp.name) / COLLECTOR_FILE
-                self._collector = build_node_zipapp(COLLECTOR, dest).path
         extra = ["--nvml-lib", self.nvml_lib] if self.nvml_lib else []
         result = self.session(node).run_script(
-            str(self._collector),
+            str(self._collector_zipapp()),
             [*extra, *args],
             interpreter=["python3"],
             sudo=sudo,
             timeout=timeout,
         )
-        try:
-            doc = json.loads(result.stdout)
-        except json.JSONDecodeError:
-            doc = None
-        if not isinstance(doc, dict):  # not the collector's JSON object: say what it printed
-            raise CommandFailed(
-                node.name, ["collector", *args], result.rc, result.stderr or result.stdout
-            )
-        return doc
+        return collector_json(node, args, result.rc, result.stdout, result.stderr)
+
+    def collector_beside(
+        self, node: NodeSpec, container: ContainerInfo, args: Sequence[str], timeout: float
+    ) -> JSONObject:
+        """Run the collector in a throwaway container of `container`'s image on the node's
+        engine, in `container`'s PID namespace (its PID 1 is the container's init), as root
+        with SYS_PTRACE and no network, with this host's py-spy copied in (`DIAG_PYSPY`; a
+        static binary, so it runs in any image of this machine's architecture). For when
+        the node's own /proc does not show the container's processes."""
+        files = {COLLECTOR_FILE: self._collector_zipapp().read_bytes()}
+        pyspy = local_pyspy()
+        if pyspy is not None:
+            files[DIAG_PYSPY] = pyspy.read_bytes()
+        job = OneShot(
+            image=container.image,
+            argv=("python3", f"/{COLLECTOR_FILE}", *args),
+            files=files,
+            executable=frozenset({DIAG_PYSPY}),
+            pid_of=container.id,
+            cap_add=("SYS_PTRACE",),
+            user="0",
+            timeout_s=timeout,
+        )
+        done = self.docker(node).run_once(job)
+        return collector_json(node, args, done.exit_code, done.stdout, done.stderr)
+
+    def _collector_zipapp(self) -> Path:
+        with self._collector_lock:
+            if self._collector is None:
+                dest = Path(self._tmp.name) / COLLECTOR_FILE
+                self._collector = build_node_zipapp(COLLECTOR, dest).path
+            return self._collector
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None
     ) -> dict[str, T | TpwardenError]:
         return fan_out(nodes, fn, timeout)
+
+
+def collector_json(
+    node: NodeSpec, args: Sequence[str], rc: int, stdout: str, stderr: str
+) -> JSONObject:
+    """The collector's JSON object, or CommandFailed saying what it printed instead."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise CommandFailed(node.name, ["collector", *args], rc, stderr or stdout)
+    return doc
+
+
+def local_pyspy() -> Path | None:
+    """This host's py-spy: beside this interpreter (tpwarden's venv), else on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    found = shutil.which("py-spy", path=path)
+    return Path(found) if found else None
 
 
 def fan_out(

@@ -4,7 +4,8 @@ For each node, within one deadline for all of them (``DOSSIER_TIMEOUT_S``): its 
 container as the engine reports it (state, exit code, OOM flag, host PID of its init), then the
 node's collector (`collector.pyz dossier`, tpwarden.node.dossier) run on the container's
 process tree: process facts and CPU progress over a short window, py-spy stacks, kernel log
-events and NVML facts. A node that does not answer in time is a finding (its ``error``), never
+events and NVML facts. Where the node's /proc does not show the container's processes, they
+are read from a diagnostic container in the rank's PID namespace (`from_beside`). A node that does not answer in time is a finding (its ``error``), never
 a wait past the deadline. `verdict` (tpwarden.cluster.reports.incident_verdict) names the suspect.
 
 The dossier is plain JSON (what is stored, shown and alerted is the same document).
@@ -19,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpwarden.cluster.containers.info import ContainerInfo
-from tpwarden.cluster.control.nodes import Nodes
+from tpwarden.cluster.control.nodes import DIAG_PYSPY, Nodes
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.reports.incident_verdict import verdict
 from tpwarden.cluster.secrets import redact_argv
@@ -32,6 +34,7 @@ KERNEL_SINCE_S = 900.0  # kernel log read back this far (covers 3 failures at 12
 # TPWARDEN_PYSPY; the collector also tries py-spy on the node's PATH.
 DEFAULT_PYSPY = ("/opt/tpwarden/venv/bin/py-spy",)
 DOSSIER_VERSION = 1
+MIN_BESIDE_S = 3.0  # a diagnostic container needs its window plus a start and a dump
 
 
 def pyspy_candidates(environ: dict[str, str] | None = None) -> list[str]:
@@ -97,11 +100,50 @@ def node_part(
     except TpwardenError as e:
         doc["collect_error"] = str(e)
         return doc
-    doc["collected"] = _redacted(out.get("dossier"))
+    collected = out.get("dossier")
+    if isinstance(collected, dict) and container.pid in (collected.get("missing_roots") or []):
+        left = budget_s - (time.monotonic() - started)
+        collected = from_beside(nodes, node, container, collected, left)
+    doc["collected"] = _redacted(collected)
     doc["collect_error"] = out.get("error")
     doc["gpus"] = out.get("gpus") or []
     doc["nvml"] = out.get("nvml")
     return doc
+
+
+def from_beside(
+    nodes: Nodes, node: NodeSpec, container: ContainerInfo, host_part: JSONObject, left_s: float
+) -> JSONObject:
+    """The node's /proc does not show the container's processes (the collector runs in another
+    PID namespace than the engine's: a node in a VM or machine container, or a remote engine):
+    read them from a diagnostic container in the rank's PID namespace instead
+    (`Nodes.collector_beside`). The host's part keeps its kernel log; the processes and their
+    stacks come from the diagnostic container, their PIDs the container's own."""
+    findings = list(host_part.get("findings") or [])
+    if container.state not in ("running", "paused") or left_s < MIN_BESIDE_S:
+        findings.append(f"diagnostic container: not run ({container.state}, {left_s:.1f} s left)")
+        return {**host_part, "findings": findings}
+    args = ["dossier", "--pid", "1", "--window", str(WINDOW_S), "--no-kernel-log"]
+    args += ["--pyspy", f"/{DIAG_PYSPY}"] + (["--frozen"] if container.state == "paused" else [])
+    try:
+        beside = nodes.collector_beside(node, container, args, timeout=left_s - 1.0)
+    except TpwardenError as e:
+        findings.append(f"diagnostic container: {e}")
+        return {**host_part, "findings": findings}
+    found = beside.get("dossier")
+    part: JSONObject = found if isinstance(found, dict) else {}
+    findings.append("processes read from a diagnostic container in the rank's PID namespace")
+    findings += [f"diagnostic container: {f}" for f in part.get("findings") or []]
+    if beside.get("error"):
+        findings.append(f"diagnostic container: {beside['error']}")
+    return {
+        **host_part,
+        "processes": part.get("processes") or [],
+        "window_s": part.get("window_s"),
+        "took_s": part.get("took_s"),
+        "pid_namespace": "container",
+        "findings": findings,
+    }
 
 
 def capture(

@@ -64,10 +64,13 @@ def _container_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
     return []
 
 
-def _process_findings(name: str, procs: list[Mapping[str, Any]]) -> list[Finding]:
+def _process_findings(
+    name: str, procs: list[Mapping[str, Any]], pid_space: str = "host"
+) -> list[Finding]:
     out = []
+    where = " in the container" if pid_space == "container" else ""
     for p in procs:
-        who = f"process {p.get('pid')} ({p.get('comm')})"
+        who = f"process {p.get('pid')}{where} ({p.get('comm')})"
         state, wchan = p.get("state"), p.get("wchan")
         if state == "T" or state == "t":
             out.append(Finding(name, DECISIVE, f"{who} stopped ({state})"))
@@ -128,7 +131,8 @@ def node_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
     if node.get("error"):
         out.append(Finding(name, STRONG, f"node did not answer: {node['error']}"))
     collected = node.get("collected") or {}
-    out += _process_findings(name, _processes(node))
+    pid_space = str(collected.get("pid_namespace") or "host")
+    out += _process_findings(name, _processes(node), pid_space)
     out += _kernel_findings(name, list((collected.get("kernel") or {}).get("events") or []))
     return sorted(out, key=lambda f: -f.weight)
 

@@ -4,19 +4,22 @@ a real worker rank paused -> /health 200, the probe hangs with flat real counter
 dossier names the paused rank. A real worker rank killed (SIGKILL) is named the same way.
 
 In the lab the nodes are systemd-nspawn machines with their own PID namespace while the serving
-containers run on the host's engine, so a node's collector cannot see the rank's processes
-(their state, py-spy stacks): the dossier's verdict rests on the engine's container state."""
+containers run on the host's engine, so a node's collector cannot see the rank's processes: the
+dossier reads them, and their py-spy stacks, from a diagnostic container in each rank's PID
+namespace. The paused rank's are frozen; the other workers wait in the tensor-parallel
+collective (torch.distributed's all_reduce) for it."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
+from tpwarden.cluster.reports.incident import DOSSIER_TIMEOUT_S
 from tpwarden.lab import faults
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.policy_state import WatchdogPhase
 
-from tests.lab.test_incident_dossier import assert_dossier_names_a_dead_rank
+from tests.lab.test_incident_dossier import assert_dossier_names_a_dead_rank, assert_stacks_beside
 from tests.lab.test_watchdog_scenarios import (
     FAILURES,
     control_restarts,
@@ -60,6 +63,12 @@ def test_paused_worker_rank_restarts_after_exactly_n_failures(engine_server, tmp
         )
         doc = IncidentStore(wd.config.state_dir).load(dossier["id"])
         assert doc is not None and doc["nodes"][WORKER]["container"]["state"] == "paused", doc
+        assert_stacks_beside(doc, WORKER)
+        waits = [f for f in doc["verdict"]["facts"] if " in all_reduce (torch/distributed/" in f]
+        assert waits and waits[0].startswith("node1, node2, node4 wait"), doc["verdict"]
+        # taken after restart_begin (which follows the third failure at once), within its bound
+        assert begin["ts"] - counted[-1]["ts"] < 1.0, (begin, counted[-1])
+        assert dossier["took_s"] <= DOSSIER_TIMEOUT_S + 1, dossier
         with engine_server.controller() as ctl:
             assert ctl.probe(timeout=10)[0]
             assert {n.state for n in ctl.status(timeout_s=15).nodes} == {"running"}

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import fan_out
-from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.launch import ContainerPlan, plan_cluster
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
@@ -201,6 +201,11 @@ class FakeNodes:
         self._thawed = threading.Event()
         self.collect: Callable[[NodeSpec, Sequence[str], bool], dict[str, Any]] = default_collector
         self.collector_calls: list[tuple[str, tuple[str, ...], bool]] = []
+        # `collector_beside(node, container, args)` scripts a diagnostic container's collector
+        self.beside: Callable[[NodeSpec, ContainerInfo, Sequence[str]], dict[str, Any]] | None = (
+            None
+        )
+        self.beside_calls: list[tuple[str, str, tuple[str, ...], float]] = []
         self.actions: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
         self.closed = False
@@ -258,6 +263,15 @@ class FakeNodes:
         if also_paths:
             doc["paths"] = self.collect(node, ["paths", *also_paths], sudo).get("paths", {})
         return doc
+
+    def collector_beside(
+        self, node: NodeSpec, container: ContainerInfo, args: Sequence[str], timeout: float
+    ) -> dict[str, Any]:
+        with self._lock:
+            self.beside_calls.append((node.name, container.id, tuple(args), timeout))
+        if self.beside is None:
+            raise DockerError(f"{node.name}: no diagnostic container scripted")
+        return self.beside(node, container, args)
 
     def fan_out(
         self, nodes: Sequence[NodeSpec], fn: Callable[[NodeSpec], T], timeout: float | None = None

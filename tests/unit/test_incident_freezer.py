@@ -51,6 +51,13 @@ def test_each_freezer_file_answers(name: str, expected: bool) -> None:
     assert frozen_from(Path(kind), path.read_text()) is expected
 
 
+def test_a_cgroup_outside_the_readers_namespace_gives_no_file() -> None:
+    """Read from a diagnostic container's cgroup namespace, the rank's cgroup climbs out of it:
+    joined to the reader's own mount, `..` would name another cgroup."""
+    assert freezer_files("0::/../docker-1.scope\n", "/cg") == []
+    assert freezer_files("7:freezer:/../abc\n0::/../abc\n", "/cg") == []
+
+
 def test_a_file_without_an_answer_is_none() -> None:
     assert frozen_from(Path("cgroup.events"), "populated 1\n") is None  # kernel < 5.2
     assert frozen_from(Path("freezer.state"), "SOMETHING\n") is None

@@ -83,9 +83,40 @@ def test_what_cannot_be_had_is_a_finding(tmp_path: Path) -> None:
         pyspy=[str(tmp_path / "none")],
         kernel_log=lambda since: {"source": None, "events": [], "reason": "dmesg: not installed"},
     )
-    assert part["processes"] == []
+    assert part["processes"] == [] and part["missing_roots"] == [2**22 + 777]
     assert part["findings"][0].startswith(f"process {2**22 + 777} not in this node's /proc")
     assert "kernel log: dmesg: not installed" in part["findings"]
+
+
+@pytest.fixture
+def sleeping_child() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_container_the_engine_calls_paused_is_dumped_nonblocking(
+    sleeping_child: int, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--frozen` (the engine says paused) where the freezer cannot be read (as from a
+    diagnostic container): every dump nonblocking, every unreadable freezer state frozen;
+    `--no-kernel-log` reads none. Without `--frozen` a sleeping process is dumped blocking."""
+    argv = ["dossier", "--pid", str(sleeping_child), "--window", "0.1", "--no-kernel-log"]
+    assert collector.main([*argv, "--pyspy", pyspy_binary()]) == 0
+    [plain] = json.loads(capsys.readouterr().out)["dossier"]["processes"]
+    assert plain["state"] in ("S", "R") and plain["pyspy"]["nonblocking"] is False
+    part = collect_dossier(
+        [sleeping_child], window_s=0.1, pyspy=[pyspy_binary()], kernel_log=None,
+        cgroup_root=str(tmp_path), all_frozen=True,
+    )  # fmt: skip
+    [proc] = part["processes"]
+    assert (proc["frozen"], proc["pyspy"]["nonblocking"], part["missing_roots"]) == (True, True, [])
+    assert part["kernel"] == {"source": None, "events": [], "reason": None}
+    assert not [f for f in part["findings"] if f.startswith("kernel log")]
 
 
 def test_the_zipapp_takes_a_dossier_on_a_bare_python3(stopped_child: int, tmp_path: Path) -> None:
