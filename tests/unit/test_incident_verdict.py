@@ -212,6 +212,38 @@ def test_real_engine_killed_rank_named_while_the_head_still_waits_for_it() -> No
     ]
 
 
+def test_the_watchdogs_own_real_engine_dossier_read_through_diagnostic_containers() -> None:
+    """What the watchdog stored on the real engine, node3 paused: every rank's processes from a
+    diagnostic container in its PID namespace, node3's frozen, the others' workers in the
+    tensor-parallel collective."""
+    doc = recorded("vllm-watchdog-paused-node3.json")
+    v = verdict(doc)
+    assert (v.suspect, v.rank) == ("node3", 2)
+    assert v.facts[0] == "container paused (all its processes frozen)"
+    assert v.facts[1:4] == [
+        f"process {pid} in the container ({comm}) frozen by the cgroup freezer (D at __refrigerator)"
+        for pid, comm in ((1, "vllm"), (17, "python3.11"), (18, "VLLM::Worker_TP"))
+    ]
+    assert v.facts[4:] == [f"node1, node2, node4 wait in {WAITING}"]
+    for name, part in nodes(doc):
+        collected = part["collected"]
+        # the node's /proc did not show the container's init (its host PID); the container did
+        assert collected["missing_roots"] == [part["container"]["pid"]]
+        assert collected["pid_namespace"] == "container" and collected["processes"]
+        stacks = [p["pyspy"] for p in collected["processes"]]
+        assert all(s["error"] is None for s in stacks)
+        assert all(s["nonblocking"] is (name == "node3") for s in stacks), name
+    assert doc["took_s"] < 10.0
+
+
+def test_the_watchdogs_own_real_engine_dossier_of_a_killed_rank() -> None:
+    v = verdict(recorded("vllm-watchdog-killed-node3.json"))
+    assert (v.suspect, v.facts[:2]) == (
+        "node3",
+        ["container exited (code 137)", f"node1 waits in {WAITING}"],
+    )
+
+
 def test_real_engine_ranks_that_only_wait_are_no_suspect() -> None:
     doc = recorded("vllm-paused-node3.json")
     doc["nodes"]["node3"] = copy.deepcopy(doc["nodes"]["node2"])
