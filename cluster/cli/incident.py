@@ -149,18 +149,19 @@ def _render_node(name: str, node: dict[str, Any]) -> None:
     if node.get("collect_error"):
         console.print(Text(f"  collector: {node['collect_error']}", style="yellow"))
     collected = node.get("collected") or {}
+    in_container = collected.get("pid_namespace") == "container"
     for p in collected.get("processes") or []:
-        _render_process(p)
+        _render_process(p, " (in the container)" if in_container else "")
     for e in (collected.get("kernel") or {}).get("events") or []:
         console.print(Text(f"  kernel: {e.get('line')}", style="red"))
     for f in collected.get("findings") or []:
         console.print(Text(f"  note: {f}", style="dim"))
 
 
-def _render_process(p: dict[str, Any]) -> None:
+def _render_process(p: dict[str, Any], where: str = "") -> None:
     cpu = p.get("cpu_delta_s")
     line = (
-        f"  pid {p.get('pid')} {p.get('comm')}: {p.get('state')} ({p.get('state_name')})"
+        f"  pid {p.get('pid')}{where} {p.get('comm')}: {p.get('state')} ({p.get('state_name')})"
         f"{' FROZEN' if p.get('frozen') else ''}"
         f" wchan={p.get('wchan') or '-'} threads={p.get('threads')}"
         f" cpu+{'?' if cpu is None else cpu}s rss={int(p.get('rss_bytes') or 0) >> 20} MiB"

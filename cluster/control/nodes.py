@@ -25,6 +25,7 @@ from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.containers.job import OneShot
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import CommandFailed, NodeUnreachable, TpwardenError
+from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
 from tpwarden.cluster.node_zipapp import COLLECTOR, COLLECTOR_FILE, build_node_zipapp
 from tpwarden.cluster.settings import SshSpec
 from tpwarden.cluster.spec import NodeSpec
@@ -120,7 +121,8 @@ class NodeConnector:
         engine, in `container`'s PID namespace (its PID 1 is the container's init), as root
         with SYS_PTRACE and no network, with this host's py-spy copied in (`DIAG_PYSPY`; a
         static binary, so it runs in any image of this machine's architecture). For when
-        the node's own /proc does not show the container's processes."""
+        the node's own /proc does not show the container's processes. It is removed when it
+        ends; one left by a killed caller is labelled io.tpwarden.component=diagnostic."""
         files = {COLLECTOR_FILE: self._collector_zipapp().read_bytes()}
         pyspy = local_pyspy()
         if pyspy is not None:
@@ -133,6 +135,11 @@ class NodeConnector:
             pid_of=container.id,
             cap_add=("SYS_PTRACE",),
             user="0",
+            labels={
+                LABEL_COMPONENT: "diagnostic",  # never one of the serving containers (vllm)
+                LABEL_NODE: node.name,
+                LABEL_CLUSTER: container.labels.get(LABEL_CLUSTER, ""),
+            },
             timeout_s=timeout,
         )
         done = self.docker(node).run_once(job)

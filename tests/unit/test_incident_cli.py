@@ -13,6 +13,7 @@ from tpwarden.cluster.reports.incident import capture
 from tpwarden.watchdog.incidents import IncidentStore
 from typer.testing import CliRunner
 
+from tests.unit.test_incident_beside import beside, host_blind
 from tests.unit.test_incident_capture import nodes_with_pids
 
 SCHEMA = json.loads(
@@ -89,3 +90,14 @@ def test_show_human_marks_a_process_the_freezer_holds(tmp_path: Path) -> None:
     text = " ".join(run("incident", "show", ident, "--state-dir", str(tmp_path)).output.split())
     assert "pid 2765 python: T (stopped) FROZEN wchan=do_signal_stop" in text
     assert text.count("FROZEN") == 1
+
+
+def test_show_human_says_when_pids_are_the_containers(tmp_path: Path) -> None:
+    """Processes read from a diagnostic container carry the container's PIDs: shown as such."""
+    nodes = nodes_with_pids(paused="node3")
+    host_blind(nodes)
+    nodes.beside = beside
+    ident = IncidentStore(tmp_path).save(capture(nodes.spec, nodes, "r"))
+    text = " ".join(run("incident", "show", ident, "--state-dir", str(tmp_path)).output.split())
+    assert "pid 1 (in the container) python: T (stopped)" in text
+    assert "note: processes read from a diagnostic container in the rank's PID namespace" in text
