@@ -207,6 +207,11 @@ class DockerGateway:
             except docker.errors.NotFound:
                 return None
 
+    def architecture(self) -> str:
+        """The engine's machine as `uname -m` names it there (`docker info`'s Architecture)."""
+        with _translate(self.node, "read the engine's info"):
+            return str(self.api.info().get("Architecture") or "")
+
     def image_present(self, image: str) -> bool:
         with _translate(self.node, f"inspect image {image}"):
             try:

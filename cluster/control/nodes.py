@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -123,9 +124,14 @@ class NodeConnector:
         static binary, so it runs in any image of this machine's architecture). For when
         the node's own /proc does not show the container's processes. It is removed when it
         ends; one left by a killed caller is labelled io.tpwarden.component=diagnostic."""
+        engine = self.docker(node)
         files = {COLLECTOR_FILE: self._collector_zipapp().read_bytes()}
-        pyspy = local_pyspy()
-        if pyspy is not None:
+        pyspy, unfit = local_pyspy(), None
+        if pyspy is not None and (arch := engine.architecture()) not in ("", platform.machine()):
+            unfit = (
+                f"py-spy: this host's is for {platform.machine()}, the node is {arch} (no stacks)"
+            )
+        elif pyspy is not None:
             files[DIAG_PYSPY] = pyspy.read_bytes()
         job = OneShot(
             image=container.image,
@@ -142,8 +148,11 @@ class NodeConnector:
             },
             timeout_s=timeout,
         )
-        done = self.docker(node).run_once(job)
-        return collector_json(node, args, done.exit_code, done.stdout, done.stderr)
+        done = engine.run_once(job)
+        doc = collector_json(node, args, done.exit_code, done.stdout, done.stderr)
+        if unfit and isinstance(doc.get("dossier"), dict):
+            doc["dossier"].setdefault("findings", []).append(unfit)
+        return doc
 
     def _collector_zipapp(self) -> Path:
         with self._collector_lock:

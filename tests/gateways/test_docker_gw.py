@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import platform
 import tarfile
 import time
 import uuid
@@ -176,5 +177,6 @@ def test_a_one_shot_joins_a_paused_containers_pid_namespace_and_runs_a_file_it_w
         alone = gateway.run_once(OneShot(image=tiny_image, argv=("/bin/cat", "/proc/1/cmdline")))
         assert alone.stdout == "/bin/cat\x00/proc/1/cmdline\x00"  # its own namespace otherwise
         assert {c.id for c in client.containers.list(all=True)} == before
+        assert gateway.architecture() == platform.machine()  # what decides if py-spy fits
     finally:
         box.remove(force=True)

@@ -1,12 +1,19 @@
-"""The nodes connector's fan-out: parallel, bounded by a deadline, errors as values."""
+"""The nodes connector's fan-out: parallel, bounded by a deadline, errors as values; the
+diagnostic container it asks a node's engine for (issue 32)."""
 
 from __future__ import annotations
 
+import json
+import platform
 import threading
 import time
 
-from tpwarden.cluster.control.nodes import NodeConnector, fan_out
+from tpwarden.cluster.containers.info import ContainerInfo
+from tpwarden.cluster.containers.job import OneShot, OneShotResult
+from tpwarden.cluster.control.nodes import DIAG_PYSPY, NodeConnector, fan_out
 from tpwarden.cluster.errors import NodeUnreachable, TpwardenError
+from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
+from tpwarden.cluster.node_zipapp import COLLECTOR_FILE
 
 from tests.unit.fake_nodes import FakeNodes, good_spec
 
@@ -62,3 +69,58 @@ def test_the_real_connector_connects_to_nothing_until_asked() -> None:
     assert connector.nvml_lib == "/x/libnvidia-ml.so"
     assert connector.fan_out([], lambda n: n) == {}
     connector.close()
+
+
+class _Engine:
+    """A node's Docker gateway as `collector_beside` uses it: the engine's machine, one job."""
+
+    def __init__(self, arch: str) -> None:
+        self.arch, self.jobs = arch, []
+
+    def architecture(self) -> str:
+        return self.arch
+
+    def close(self) -> None:
+        pass
+
+    def run_once(self, job):
+        self.jobs.append(job)
+        return OneShotResult(0, json.dumps({"ok": True, "dossier": {"findings": []}}), "")
+
+
+def _beside(arch: str) -> tuple[dict, OneShot]:
+    spec = good_spec()
+    node = spec.node("node3")
+    rank = ContainerInfo(
+        node="node3", id="c0ffee" * 10, name="lab-vllm-node3", image="vllm/custom:1",
+        state="paused", labels={LABEL_CLUSTER: spec.name}, pid=4242,
+    )  # fmt: skip
+    connector, engine = NodeConnector(spec.ssh), _Engine(arch)
+    connector._docker[node.name] = engine  # type: ignore[assignment]
+    try:
+        doc = connector.collector_beside(node, rank, ["dossier", "--pid", "1"], timeout=5)
+    finally:
+        connector.close()
+    [job] = engine.jobs
+    return doc, job
+
+
+def test_a_diagnostic_container_joins_the_ranks_pid_namespace_with_py_spy() -> None:
+    doc, job = _beside(platform.machine())
+    assert (job.image, job.pid_of, job.cap_add, job.user) == (
+        "vllm/custom:1", "c0ffee" * 10, ("SYS_PTRACE",), "0",
+    )  # fmt: skip
+    assert job.argv == ("python3", f"/{COLLECTOR_FILE}", "dossier", "--pid", "1")
+    assert set(job.files) == {COLLECTOR_FILE, DIAG_PYSPY} and job.executable == {DIAG_PYSPY}
+    assert job.files[DIAG_PYSPY][:4] == b"\x7fELF"  # this host's py-spy binary
+    assert job.labels[LABEL_COMPONENT] == "diagnostic" and job.labels[LABEL_NODE] == "node3"
+    assert doc["dossier"]["findings"] == []
+
+
+def test_no_py_spy_goes_to_an_engine_of_another_machine() -> None:
+    other = "aarch64" if platform.machine() != "aarch64" else "x86_64"
+    doc, job = _beside(other)
+    assert DIAG_PYSPY not in job.files
+    assert doc["dossier"]["findings"] == [
+        f"py-spy: this host's is for {platform.machine()}, the node is {other} (no stacks)"
+    ]
