@@ -30,6 +30,9 @@ FROZEN_WCHANS = ("__refrigerator", "do_freezer_trap")  # cgroup v1 / v2 freezer 
 DECISIVE, STRONG, WEAK = 3, 2, 1
 
 
+SUMMARY_OWN = 2  # the suspect's facts a summary line names
+
+
 @dataclass(frozen=True)
 class Finding:
     node: str
@@ -225,10 +228,17 @@ def verdict(dossier: Mapping[str, Any]) -> Verdict:
         why = "; ".join(f"{f.node}: {f.text}" for f in findings if f.weight == top)
         summary = f"no single suspect: {len(leaders)} ranks stand out ({why})"
         return Verdict(None, None, summary, [], table)
-    facts = [f.text for f in findings if f.node == suspect]
-    if tiebreak:
-        facts.append(tiebreak)
-    facts += _waiting_facts(_others_waiting(nodes, suspect))
+    own = [f.text for f in findings if f.node == suspect] + ([tiebreak] if tiebreak else [])
+    waits = _waiting_facts(_others_waiting(nodes, suspect))
     rank = nodes[suspect].get("rank")
-    summary = f"suspect: {suspect} (rank {rank}): " + "; ".join(facts)
-    return Verdict(suspect, rank, summary, facts, table)
+    return Verdict(suspect, rank, _summary(suspect, rank, own, waits), own + waits, table)
+
+
+def _summary(suspect: str, rank: Any, own: list[str], waits: list[str]) -> str:
+    """One line for an alert, a status line or a table cell: the suspect's strongest
+    `SUMMARY_OWN` facts and where the others wait first; the rest are counted (the dossier
+    lists them all: a paused rank has a fact per frozen process)."""
+    shown = own[:SUMMARY_OWN] + waits[:1]
+    more = len(own) + len(waits) - len(shown)
+    tail = [f"+{more} more in the dossier"] if more else []
+    return f"suspect: {suspect} (rank {rank}): " + "; ".join(shown + tail)

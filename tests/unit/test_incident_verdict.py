@@ -225,6 +225,11 @@ def test_the_watchdogs_own_real_engine_dossier_read_through_diagnostic_container
         for pid, comm in ((1, "vllm"), (17, "python3.11"), (18, "VLLM::Worker_TP"))
     ]
     assert v.facts[4:] == [f"node1, node2, node4 wait in {WAITING}"]
+    # the line an alert, `status` and `incident list` carry: the strongest facts, then the wait
+    assert v.summary == (
+        "suspect: node3 (rank 2): container paused (all its processes frozen); "
+        f"{v.facts[1]}; node1, node2, node4 wait in {WAITING}; +2 more in the dossier"
+    )
     for name, part in nodes(doc):
         collected = part["collected"]
         # the node's /proc did not show the container's init (its host PID); the container did
