@@ -11,11 +11,14 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import pytest
+from docker.models.containers import Container
 
 SSHD = "/usr/sbin/sshd"
 
@@ -131,3 +134,16 @@ def tiny_image(tmp_path_factory: pytest.TempPathFactory) -> str:
         ["docker", "import", "-", TINY_IMAGE], input=tar.stdout, check=True, capture_output=True
     )
     return TINY_IMAGE
+
+
+@pytest.fixture
+def sleeper(tiny_image: str) -> Iterator[Container]:
+    """A tiny container sleeping 300 s with no network, removed after the test."""
+    box = docker.from_env().containers.run(
+        tiny_image, ["/bin/sleep", "300"], name=f"tpwarden-sleeper-{uuid.uuid4().hex[:6]}",
+        detach=True, network_mode="none",
+    )  # fmt: skip
+    try:
+        yield box
+    finally:
+        box.remove(force=True)

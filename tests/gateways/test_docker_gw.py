@@ -151,7 +151,7 @@ def test_build_image_offline_streams_its_lines_and_says_why_a_step_failed(gatewa
 
 
 def test_a_one_shot_joins_a_paused_containers_pid_namespace_and_runs_a_file_it_was_given(
-    gateway, tiny_image
+    gateway, tiny_image, sleeper
 ):
     """What a dossier's diagnostic container needs of the engine (issue 32): `pid_of` shows it
     the target's processes (its PID 1 is the target's init) even while the target is paused,
@@ -159,24 +159,17 @@ def test_a_one_shot_joins_a_paused_containers_pid_namespace_and_runs_a_file_it_w
     import docker
 
     client = docker.from_env()
-    box = client.containers.run(
-        tiny_image, ["/bin/sleep", "300"], name=f"tpwarden-target-{uuid.uuid4().hex[:6]}",
-        detach=True, network_mode="none",
+    sleeper.pause()
+    before = {c.id for c in client.containers.list(all=True)}
+    seen = gateway.run_once(
+        OneShot(
+            image=tiny_image, argv=("/look",), files={"look": b"#!/bin/sh\ncat /proc/1/cmdline\n"},
+            executable=frozenset({"look"}), pid_of=sleeper.id, cap_add=("SYS_PTRACE",), user="0",
+            timeout_s=30,
+        )
     )  # fmt: skip
-    try:
-        box.pause()
-        before = {c.id for c in client.containers.list(all=True)}
-        seen = gateway.run_once(
-            OneShot(
-                image=tiny_image, argv=("/look",), files={"look": b"#!/bin/sh\ncat /proc/1/cmdline\n"},
-                executable=frozenset({"look"}), pid_of=box.id, cap_add=("SYS_PTRACE",), user="0",
-                timeout_s=30,
-            )
-        )  # fmt: skip
-        assert (seen.exit_code, seen.stdout) == (0, "/bin/sleep\x00300\x00"), seen
-        alone = gateway.run_once(OneShot(image=tiny_image, argv=("/bin/cat", "/proc/1/cmdline")))
-        assert alone.stdout == "/bin/cat\x00/proc/1/cmdline\x00"  # its own namespace otherwise
-        assert {c.id for c in client.containers.list(all=True)} == before
-        assert gateway.architecture() == platform.machine()  # what decides if py-spy fits
-    finally:
-        box.remove(force=True)
+    assert (seen.exit_code, seen.stdout) == (0, "/bin/sleep\x00300\x00"), seen
+    alone = gateway.run_once(OneShot(image=tiny_image, argv=("/bin/cat", "/proc/1/cmdline")))
+    assert alone.stdout == "/bin/cat\x00/proc/1/cmdline\x00"  # its own namespace otherwise
+    assert {c.id for c in client.containers.list(all=True)} == before
+    assert gateway.architecture() == platform.machine()  # what decides if py-spy fits
