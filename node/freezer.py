@@ -14,7 +14,8 @@ it slept in before (`hrtimer_nanosleep`, `futex_do_wait`), under the v2 freezer 
 The cgroup paths in /proc/PID/cgroup are relative to the reader's cgroup namespace: read from
 the host's, as the dossier is. Read from another namespace (a diagnostic container beside the
 rank's) a path may climb out of it with `..`; joined to the reader's own cgroup mount it would
-name some other cgroup, so such a path gives no answer. Standard library only: this runs on the nodes.
+name some other cgroup, so such a path gives no answer. Standard library only: this runs on
+the nodes.
 """
 
 from __future__ import annotations

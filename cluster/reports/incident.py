@@ -5,8 +5,9 @@ container as the engine reports it (state, exit code, OOM flag, host PID of its 
 node's collector (`collector.pyz dossier`, tpwarden.node.dossier) run on the container's
 process tree: process facts and CPU progress over a short window, py-spy stacks, kernel log
 events and NVML facts. Where the node's /proc does not show the container's processes, they
-are read from a diagnostic container in the rank's PID namespace (`from_beside`). A node that does not answer in time is a finding (its ``error``), never
-a wait past the deadline. `verdict` (tpwarden.cluster.reports.incident_verdict) names the suspect.
+are read from a diagnostic container in the rank's PID namespace (`from_beside`). A node that
+does not answer in time is a finding (its ``error``), never a wait past the deadline.
+`verdict` (tpwarden.cluster.reports.incident_verdict) names the suspect.
 
 The dossier is plain JSON (what is stored, shown and alerted is the same document).
 """
