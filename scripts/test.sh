@@ -28,6 +28,11 @@ bash scripts/typecheck.sh
 echo "==> import contracts (lint-imports; pyproject [tool.importlinter])"
 .venv/bin/lint-imports
 echo "==> pytest"
+# How busy the machine's cores were while pytest ran (/proc/stat: user nice system irq softirq
+# steal, in clock ticks), printed at the end beside each test's own figure (tests/conftest.py).
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+busy_start=$(busy_ticks)
+pytest_start=$SECONDS
 # Each pytest process writes a JUnit report (build/test-report-*.xml): bench/test_tiers.py breaks
 # the run down by tier afterwards, and lists its 25 slowest tests.
 mkdir -p build
@@ -61,6 +66,10 @@ else
   cat build/test-pure.log
   [ "$pure_rc" -eq 0 ] || rc=$pure_rc
 fi
+busy_s=$(( ($(busy_ticks) - busy_start) / $(getconf CLK_TCK) ))
+wall_s=$(( SECONDS - pytest_start ))
+echo "==> pytest took ${wall_s} s; the machine's cores were busy ${busy_s} CPU-s of" \
+     "$(( wall_s * $(nproc) )) ($(nproc) cores)"
 if compgen -G "build/test-report*.xml" >/dev/null; then
   echo "==> each tier's share of the run (bench/test_tiers.py)"
   .venv/bin/python bench/test_tiers.py || true

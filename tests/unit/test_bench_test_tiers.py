@@ -63,9 +63,33 @@ def test_reports_of_one_run_are_summed_and_the_slowest_listed_across_them(tmp_pa
     assert "pytest wall time: 14.5 s (test-report-lab.xml)" in done.stdout
     assert "pytest wall time: 3.0 s (test-report-pure.xml)" in done.stdout
     slowest = done.stdout.split("slowest tests")[1].splitlines()[1:3]
-    assert slowest[0].split() == ["9.0", "s", "tests.unit.test_z::slow"]
-    assert slowest[1].split() == ["8.0", "s", "tests.lab.test_b::t2"]
+    assert slowest[0].split() == ["9.0", "s", "-", "tests.unit.test_z::slow"]
+    assert slowest[1].split() == ["8.0", "s", "-", "tests.lab.test_b::t2"]
     assert done.stdout.splitlines()[-1] == "tests: 3 passed, 2 failed, 1 skipped"
+
+
+def test_cores_busy_per_tier_and_per_test_from_the_recorded_cpu_seconds(tmp_path):
+    """tests/conftest.py records the machine's busy CPU seconds per test; a tier's cores are
+    its busy seconds over its time, and a tier with a test that lacks the figure shows none."""
+    prop = '<properties><property name="machine_cpu_busy_s" value="{}"/></properties>'
+    (tmp_path / "r.xml").write_text(
+        '<testsuites><testsuite time="30.0">'
+        f'<testcase classname="tests.lab.test_w" name="waits" time="20.0">{prop.format(4.0)}'
+        "</testcase>"
+        f'<testcase classname="tests.lab.test_w" name="works" time="10.0">{prop.format(18.0)}'
+        "</testcase>"
+        '<testcase classname="tests.unit.test_u" name="old" time="1.0"/>'
+        "</testsuite></testsuites>"
+    )
+    done = run(str(tmp_path / "r.xml"))
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:3]}
+    assert rows["lab"][-1] == "0.73"  # (4 + 18) / (20 + 10)
+    assert rows["unit"][-1] == "-"
+    slowest = done.stdout.split("slowest tests")[1].splitlines()[1:4]
+    assert [row.split()[:3] for row in slowest] == [
+        ["20.0", "s", "0.20"], ["10.0", "s", "1.80"], ["1.0", "s", "-"],
+    ]  # fmt: skip
 
 
 def test_default_is_every_report_under_build(tmp_path):
