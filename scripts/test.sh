@@ -69,7 +69,8 @@ fi
 busy_s=$(( ($(busy_ticks) - busy_start) / $(getconf CLK_TCK) ))
 wall_s=$(( SECONDS - pytest_start ))
 echo "==> pytest took ${wall_s} s; the machine's cores were busy ${busy_s} CPU-s of" \
-     "$(( wall_s * $(nproc) )) ($(nproc) cores)"
+     "$(( wall_s * $(nproc) )) ($(nproc) cores): that work alone fills every core for" \
+     "$(( busy_s / $(nproc) )) s, however the tests are scheduled"
 if compgen -G "build/test-report*.xml" >/dev/null; then
   echo "==> each tier's share of the run (bench/test_tiers.py)"
   .venv/bin/python bench/test_tiers.py || true

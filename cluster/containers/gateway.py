@@ -234,7 +234,11 @@ class DockerGateway:
     # -- actions ----------------------------------------------------------------------------
     def run_once(self, job: OneShot) -> OneShotResult:
         """Run a throwaway container to its end: created with no network, `job.files` copied in,
-        started, waited for (at most `job.timeout_s`), its output read, removed in every case."""
+        started, waited for (at most `job.timeout_s`), its output read, removed in every case.
+        One-shots of the same labels that have exited but were never removed (their caller was
+        killed) are removed first."""
+        if job.labels:
+            self._remove_exited(job.labels)
         host_config = self.api.create_host_config(
             network_mode="none",
             device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None,
@@ -292,6 +296,16 @@ class DockerGateway:
                 with contextlib.suppress(TpwardenError):
                     self.remove(cid, stop_timeout=5)
         return JobResult(rc, logs, results, {**facts, "exit_code": rc}, elapsed)
+
+    def _remove_exited(self, labels: Mapping[str, str]) -> None:
+        """Remove the exited containers carrying all of `labels` (a running one is left: it may
+        be another caller's, and it ends by its own timeout)."""
+        wanted = {"label": [f"{k}={v}" for k, v in labels.items()], "status": ["exited", "dead"]}
+        with _translate(self.node, "list exited one-shots"):
+            leftovers = self.api.containers(all=True, filters=wanted)
+        for leftover in leftovers:
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.remove_container(leftover["Id"], force=True)
 
     def _wait_exit(self, container: str, timeout_s: float) -> int:
         """Poll until the container exits (short requests: no HTTP read held open over SSH for

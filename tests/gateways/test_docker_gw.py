@@ -173,3 +173,36 @@ def test_a_one_shot_joins_a_paused_containers_pid_namespace_and_runs_a_file_it_w
     assert alone.stdout == "/bin/cat\x00/proc/1/cmdline\x00"  # its own namespace otherwise
     assert {c.id for c in client.containers.list(all=True)} == before
     assert gateway.architecture() == platform.machine()  # what decides if py-spy fits
+
+
+def test_a_one_shot_removes_the_exited_one_shots_a_killed_caller_left(gateway, tiny_image):
+    """A caller killed with -9 mid-run leaves its one-shot behind, exited (the job's own timeout
+    ends it). The next one-shot of the same labels removes it; a running one (maybe another
+    caller's) and an exited one of other labels stay."""
+    import docker
+
+    client = docker.from_env()
+    run = uuid.uuid4().hex[:8]
+    labels = {"io.tpwarden.component": "diagnostic", "io.tpwarden.test": run}
+
+    def box(argv: list[str], **extra: str):
+        return client.containers.run(tiny_image, argv, labels={**labels, **extra}, detach=True,
+                                     network_mode="none")  # fmt: skip
+
+    left, other = (
+        box(["/bin/sleep", "0"]),
+        box(["/bin/sleep", "0"], **{"io.tpwarden.test": f"{run}-other"}),
+    )
+    running = box(["/bin/sleep", "300"])
+    try:
+        left.wait(timeout=30)
+        other.wait(timeout=30)
+        done = gateway.run_once(OneShot(image=tiny_image, argv=("/bin/sleep", "0"), labels=labels))
+        assert done.exit_code == 0
+        tested = client.containers.list(all=True, filters={"label": "io.tpwarden.test"})
+        mine = {c.id for c in tested if c.labels["io.tpwarden.test"].startswith(run)}
+        assert mine == {other.id, running.id}  # the leftover gone, the new one too
+    finally:
+        for each in (left, other, running):
+            with contextlib.suppress(docker.errors.NotFound):
+                each.remove(force=True)

@@ -226,10 +226,15 @@ def test_dump_script_in_image_mode_reads_whatever_vllm_is_installed(tmp_path):
 class FakeDockerAPI:
     """docker-py's APIClient as far as `DockerGateway.run_once` uses it."""
 
-    def __init__(self, fail_start: bool = False) -> None:
+    def __init__(self, fail_start: bool = False, leftovers: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple] = []
         self.fail_start = fail_start
         self.polls = 0
+        self.leftovers = leftovers
+
+    def containers(self, all: bool, filters: dict):  # noqa: A002 - docker-py's name
+        self.calls.append(("containers", all, filters))
+        return [{"Id": c} for c in self.leftovers]
 
     def create_host_config(self, **kw):
         return kw
@@ -262,7 +267,7 @@ class FakeDockerAPI:
 
 def test_gateway_run_once_copies_the_file_waits_reads_and_removes(monkeypatch):
     monkeypatch.setattr("tpwarden.cluster.containers.gateway.time.sleep", lambda s: None)
-    api = FakeDockerAPI()
+    api = FakeDockerAPI(leftovers=("left0",))
     job = OneShot(
         image="img:1",
         argv=("python3", SCRIPT_IN_CONTAINER, "--from-image"),
@@ -272,6 +277,13 @@ def test_gateway_run_once_copies_the_file_waits_reads_and_removes(monkeypatch):
     )
     result = DockerGateway("node1", api).run_once(job)
     assert result == OneShotResult(3, "{}\n", "warn\n")
+    # first the exited one-shots of the same labels that a killed caller left
+    assert api.calls[:2] == [
+        ("containers", True,
+         {"label": ["io.tpwarden.component=flag-table"], "status": ["exited", "dead"]}),
+        ("remove", "left0", True),
+    ]  # fmt: skip
+    del api.calls[:2]
     create = api.calls[0][1]
     assert create["entrypoint"] == ["python3"]
     assert create["command"] == [SCRIPT_IN_CONTAINER, "--from-image"]
