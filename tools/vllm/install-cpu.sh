@@ -7,7 +7,8 @@
 # Order: torch 2.13.0 CPU wheel (pinned by a constraints file so pip can never swap in a CUDA
 # build), then vllm==0.33.0 --no-deps, then requirements-cpu.txt --no-deps (exact pins, the
 # whole closure, GPU-only packages left out). Needs only PyPI plus the CPU torch wheel that pip's
-# find-links already offer on this machine kind. Idempotent: a second run checks and exits.
+# find-links already offer on this machine kind. Idempotent: a second run checks and exits
+# (the smoke test only when the venv changed since it last passed: smoked.sh).
 set -euo pipefail
 
 VLLM_VERSION=0.33.0
@@ -19,6 +20,8 @@ STAMP="$VENV/.tpwarden-install-stamp"
 PY=${PYTHON:-python3.11}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# shellcheck source=tools/vllm/smoked.sh
+source "$HERE/smoked.sh"
 log() { printf 'install-cpu: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -41,9 +44,16 @@ PY
 
 [[ -f "$REQS" ]] || die "missing $REQS"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]] && smoke; then
-    log "already installed in $VENV"
-    exit 0
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
+    if already_smoked "$VENV" "$(want_stamp)"; then
+        log "already installed in $VENV (smoke-tested as it is now)"
+        exit 0
+    fi
+    if smoke; then
+        record_smoked "$VENV" "$(want_stamp)"
+        log "already installed in $VENV"
+        exit 0
+    fi
 fi
 
 start=$SECONDS
@@ -74,4 +84,5 @@ log "requirements-cpu.txt --no-deps"
 
 smoke
 want_stamp >"$STAMP"
+record_smoked "$VENV" "$(want_stamp)"
 log "done in $((SECONDS - start)) s; venv size $(du -sh "$VENV" | cut -f1)"

@@ -1,0 +1,50 @@
+"""tools/vllm/smoked.sh: an installer skips its ~22 s smoke test only while the venv is exactly
+as it was when the smoke test last passed (same installer stamp, same installed distributions)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+HELPER = Path(__file__).resolve().parents[2] / "tools" / "vllm" / "smoked.sh"
+
+
+def _bash(venv: Path, call: str) -> int:
+    script = f'set -euo pipefail; source "{HELPER}"; {call}'
+    return subprocess.run(["bash", "-c", script, "_", str(venv)], check=False).returncode
+
+
+def _venv(tmp_path: Path) -> Path:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for dist in ("torch-2.13.0+cpu.dist-info", "vllm-0.33.0.dist-info"):
+        (site / dist).mkdir(parents=True)
+    return tmp_path / "venv"
+
+
+def test_a_recorded_smoke_holds_until_the_stamp_or_a_package_changes(tmp_path):
+    venv = _venv(tmp_path)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1  # never smoke-tested
+    assert _bash(venv, 'record_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=def"') == 1  # other requirements
+
+    (site / "numpy-2.3.5.dist-info").mkdir()  # a package installed since
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1
+    (site / "numpy-2.3.5.dist-info").rmdir()
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
+
+    torch = site / "torch-2.13.0+cpu.dist-info"  # the same version reinstalled
+    stat = torch.stat()
+    os.utime(torch, (stat.st_atime, stat.st_mtime + 5))
+    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1
+
+
+def test_both_installers_check_the_record_before_their_smoke_test_and_write_it_after():
+    for name in ("install-cpu.sh", "install-cpu-serve.sh"):
+        text = (HELPER.parent / name).read_text()
+        assert 'source "$HERE/smoked.sh"' in text, name
+        fast, smoke = text.index("already_smoked"), text.index("    if smoke; then")
+        assert fast < smoke, name
+        assert text.count('record_smoked "$VENV" "$(want_stamp)"') == 2, name
