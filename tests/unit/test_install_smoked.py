@@ -41,10 +41,33 @@ def test_a_recorded_smoke_holds_until_the_stamp_or_a_package_changes(tmp_path):
     assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1
 
 
-def test_both_installers_check_the_record_before_their_smoke_test_and_write_it_after():
+def _installed(venv: Path, stamp: str, smoke: str) -> subprocess.CompletedProcess[str]:
+    """An installer's early exit, with a smoke test that says it ran and passes or fails."""
+    script = (
+        f'set -euo pipefail; source "{HELPER}"; log() {{ echo "log: $*"; }}; '
+        f'smoke() {{ echo smoke; {smoke}; }}; exit_if_installed "$1/stamp" "$1" "{stamp}"; '
+        "echo install"
+    )
+    return subprocess.run(["bash", "-c", script, "_", str(venv)], capture_output=True, text=True)
+
+
+def test_the_installers_early_exit_smoke_tests_once_then_trusts_the_record(tmp_path):
+    venv = _venv(tmp_path)
+    assert _installed(venv, "v=1", "true").stdout == "install\n"  # no stamp: install
+    (venv / "stamp").write_text("v=1\n")
+    first = _installed(venv, "v=1", "true")
+    assert (first.returncode, first.stdout) == (0, f"smoke\nlog: already installed in {venv}\n")
+    again = _installed(venv, "v=1", "false")  # no smoke test: it would fail now
+    assert again.stdout == f"log: already installed in {venv} (smoke-tested as it is now)\n"
+    assert _installed(venv, "v=2", "true").stdout == "install\n"  # another stamp: install
+    (venv / "lib" / "python3.11" / "site-packages" / "numpy-2.3.5.dist-info").mkdir()
+    broken = _installed(venv, "v=1", "false")  # changed since: smoke-tested, fails, reinstall
+    assert broken.stdout == "smoke\ninstall\n"
+
+
+def test_both_installers_exit_early_through_the_shared_record():
     for name in ("install-cpu.sh", "install-cpu-serve.sh"):
         text = (HELPER.parent / name).read_text()
         assert 'source "$HERE/smoked.sh"' in text, name
-        fast, smoke = text.index("already_smoked"), text.index("    if smoke; then")
-        assert fast < smoke, name
-        assert text.count('record_smoked "$VENV" "$(want_stamp)"') == 2, name
+        assert 'exit_if_installed "$STAMP" "$VENV" "$(want_stamp)"' in text, name
+        assert 'record_smoked "$VENV" "$(want_stamp)"' in text, name  # after a fresh install

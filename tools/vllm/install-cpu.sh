@@ -44,17 +44,7 @@ PY
 
 [[ -f "$REQS" ]] || die "missing $REQS"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
-    if already_smoked "$VENV" "$(want_stamp)"; then
-        log "already installed in $VENV (smoke-tested as it is now)"
-        exit 0
-    fi
-    if smoke; then
-        record_smoked "$VENV" "$(want_stamp)"
-        log "already installed in $VENV"
-        exit 0
-    fi
-fi
+exit_if_installed "$STAMP" "$VENV" "$(want_stamp)"
 
 start=$SECONDS
 command -v "$PY" >/dev/null || PY=python3

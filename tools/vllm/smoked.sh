@@ -19,3 +19,19 @@ already_smoked() {  # VENV STAMP_TEXT: the last smoke test passed on this very i
 record_smoked() {  # VENV STAMP_TEXT
     echo "$2 packages=$(packages_fingerprint "$1")" >"$1/.tpwarden-smoked"
 }
+
+exit_if_installed() {  # STAMP_FILE VENV STAMP_TEXT
+    # The installer's own early exit: when its stamp file says this install is done, exit 0, at
+    # once if the smoke test already passed on the venv as it is now, else once the caller's
+    # `smoke` passes (then recorded). Uses the caller's `log` and `smoke`.
+    [[ -f "$1" && "$(cat "$1")" == "$3" ]] || return 0
+    if already_smoked "$2" "$3"; then
+        log "already installed in $2 (smoke-tested as it is now)"
+        exit 0
+    fi
+    if smoke; then
+        record_smoked "$2" "$3"
+        log "already installed in $2"
+        exit 0
+    fi
+}
