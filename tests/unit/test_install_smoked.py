@@ -10,9 +10,14 @@ from pathlib import Path
 HELPER = Path(__file__).resolve().parents[2] / "tools" / "vllm" / "smoked.sh"
 
 
-def _bash(venv: Path, call: str) -> int:
+def _bash(venv: Path, call: str) -> subprocess.CompletedProcess[str]:
+    """`call` in bash with the helper sourced and the venv as $1."""
     script = f'set -euo pipefail; source "{HELPER}"; {call}'
-    return subprocess.run(["bash", "-c", script, "_", str(venv)], check=False).returncode
+    return subprocess.run(["bash", "-c", script, "_", str(venv)], capture_output=True, text=True)
+
+
+def _smoked(venv: Path, stamp: str) -> int:
+    return _bash(venv, f'already_smoked "$1" "{stamp}"').returncode
 
 
 def _venv(tmp_path: Path) -> Path:
@@ -25,30 +30,29 @@ def _venv(tmp_path: Path) -> Path:
 def test_a_recorded_smoke_holds_until_the_stamp_or_a_package_changes(tmp_path):
     venv = _venv(tmp_path)
     site = venv / "lib" / "python3.11" / "site-packages"
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1  # never smoke-tested
-    assert _bash(venv, 'record_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=def"') == 1  # other requirements
+    assert _smoked(venv, "vllm=0.33.0 reqs=abc") == 1  # never smoke-tested
+    assert _bash(venv, 'record_smoked "$1" "vllm=0.33.0 reqs=abc"').returncode == 0
+    assert _smoked(venv, "vllm=0.33.0 reqs=abc") == 0
+    assert _smoked(venv, "vllm=0.33.0 reqs=def") == 1  # other requirements
 
     (site / "numpy-2.3.5.dist-info").mkdir()  # a package installed since
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1
+    assert _smoked(venv, "vllm=0.33.0 reqs=abc") == 1
     (site / "numpy-2.3.5.dist-info").rmdir()
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 0
+    assert _smoked(venv, "vllm=0.33.0 reqs=abc") == 0
 
     torch = site / "torch-2.13.0+cpu.dist-info"  # the same version reinstalled
     stat = torch.stat()
     os.utime(torch, (stat.st_atime, stat.st_mtime + 5))
-    assert _bash(venv, 'already_smoked "$1" "vllm=0.33.0 reqs=abc"') == 1
+    assert _smoked(venv, "vllm=0.33.0 reqs=abc") == 1
 
 
 def _installed(venv: Path, stamp: str, smoke: str) -> subprocess.CompletedProcess[str]:
     """An installer's early exit, with a smoke test that says it ran and passes or fails."""
-    script = (
-        f'set -euo pipefail; source "{HELPER}"; log() {{ echo "log: $*"; }}; '
-        f'smoke() {{ echo smoke; {smoke}; }}; exit_if_installed "$1/stamp" "$1" "{stamp}"; '
-        "echo install"
+    return _bash(
+        venv,
+        f'log() {{ echo "log: $*"; }}; smoke() {{ echo smoke; {smoke}; }}; '
+        f'exit_if_installed "$1/stamp" "$1" "{stamp}"; echo install',
     )
-    return subprocess.run(["bash", "-c", script, "_", str(venv)], capture_output=True, text=True)
 
 
 def test_the_installers_early_exit_smoke_tests_once_then_trusts_the_record(tmp_path):
