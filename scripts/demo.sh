@@ -64,8 +64,30 @@ run provision -i "$INV"
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)   # the thermal agents sample from here on
 
 step "3/9 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow its boot"
+if [ "$ENGINE" = real ]; then
+  # The machine the real engine runs on (issue 49): a figure or a failure says which CPU it was.
+  CPU=$("$PY" -m tpwarden.lab.cpu)
+  say "$CPU"
+fi
 run plan -i "$INV" | tail -n 4
-run up -i "$INV" --replace --timeout "$BOOT_WAIT"
+up_rc=0
+run up -i "$INV" --replace --timeout "$BOOT_WAIT" 2>"$DEMO/up.err" || up_rc=$?
+cat "$DEMO/up.err" >&2
+if [ "$up_rc" -ne 0 ]; then
+  # Why, in one line (the boot reader's verdict, joined where the terminal wrapped it), and, for
+  # the real engine, the way to the same story on the simulator.
+  why=$(awk '/boot failed/{p=1} p && (/^─/ || /^$/){exit} p{printf "%s ", $0}' "$DEMO/up.err")
+  why=${why:-$(grep -v '^[[:space:]]*$' "$DEMO/up.err" | tail -n 1)}
+  if [ "$ENGINE" = real ]; then
+    printf '\n\033[1;31mThe real engine (vLLM 0.32.0 on CPU) did not serve here: %s\033[0m\n' \
+      "${why:-tpwarden up exited $up_rc}" >&2
+    echo "   on: $CPU" >&2
+    echo "   The same story on the vLLM simulator: bash scripts/demo.sh --engine sim" >&2
+  else
+    echo "tpwarden up failed: ${why:-exit $up_rc}" >&2
+  fi
+  exit 1
+fi
 
 step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory.load import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"

@@ -26,12 +26,14 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.spec import ClusterSpec
-from tpwarden.lab import faults, sshc
+from tpwarden.cluster.vllm.metrics import sum_by_sample
+from tpwarden.lab import cpu, faults, sshc
 from tpwarden.lab import lab as lablib
 from tpwarden.lab.paths import NODE_NAMES, LabPaths, node_ip
 
@@ -49,6 +51,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "own_config: boots its own config first (no restore of the lab's before it)"
     )
+
+
+def pytest_report_header() -> str:
+    """The machine the real engine runs on (issue 49): a figure or a failure of this tier says
+    which CPU and which of vLLM's CPU code paths it came from."""
+    return "real engine on " + cpu.read_cpu().line()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -74,6 +82,9 @@ class EngineServer:
     boot: BootResult  # the fixture's own boot, followed from the real logs
     up_s: float  # `up` (plan, apply, follow boot) wall time
     lab_up_s: float
+    # /metrics right after the fixture's boot (sample -> sum): what the server had served by
+    # then, which is only the boot follower's probes
+    metrics_after_boot: dict[str, float]
     restore_before_next: bool = False  # set by leave_for_next
 
     @property
@@ -146,7 +157,8 @@ def engine_server(tmp_path_factory) -> EngineServer:
                 result.boot and result.boot.reason,
                 result.boot and result.boot.last_lines,
             )
-        server = EngineServer(paths, spec, state_dir, result.boot, up_s, lab_up_s)
+        metrics = sum_by_sample(httpx.get(spec.api_base + "/metrics", timeout=10).text)
+        server = EngineServer(paths, spec, state_dir, result.boot, up_s, lab_up_s, metrics)
         yield server
         if not os.environ.get("TPWARDEN_LAB_KEEP"):
             server.unpause_all()

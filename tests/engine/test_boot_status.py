@@ -28,6 +28,24 @@ def test_boot_followed_from_real_logs_reaches_ready(engine_server):
     assert progress.kv_cache_tokens and progress.kv_cache_tokens > 0, progress
 
 
+def test_the_probe_was_the_first_request_and_every_rank_survived_it(engine_server):
+    """Issue 49: on a CPU with AMX, vLLM 0.32's CPU attention ran its first tile instruction
+    without the kernel's permission when a <= 4-token prompt was the server's first request
+    (no bf16 GEMM of more rows had asked for it by accident), and every rank died with SIGILL.
+    The fixture's `up` followed the boot until the watchdog's 1-token probe answered: by then
+    the server had served that probe and nothing else, and it serves on."""
+    first = engine_server.metrics_after_boot
+    answered = first.get("vllm:request_success_total", 0.0)
+    assert answered >= 1, first
+    # nothing but probes: one token out each, at most 4 prompt tokens in each
+    assert first.get("vllm:generation_tokens_total") == answered, first
+    assert 0 < first.get("vllm:prompt_tokens_total", 0.0) <= 4 * answered, first
+    with engine_server.controller(node_timeout_s=10) as ctl:
+        st = ctl.status(timeout_s=15)
+    assert st.verdict is Verdict.HEALTHY, st.notes
+    assert [n.state for n in st.nodes] == ["running"] * 4
+
+
 def test_real_completion_has_logprobs(engine_server):
     body = {
         "model": engine_server.served_name,
