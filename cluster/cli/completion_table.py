@@ -59,6 +59,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     },
     "prometheus": {
         "config": "Scrape jobs tpwarden-thermal,...",
+        "rules": "tpwarden's alert rules (group `tpwarden`),...",
     },
     "tune": {
         "drafter": "Sweep at the current k, record...",

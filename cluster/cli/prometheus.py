@@ -1,4 +1,5 @@
-"""`tpwarden prometheus config`: a Prometheus scrape config generated from the inventory.
+"""`tpwarden prometheus config`: a Prometheus scrape config generated from the inventory;
+`tpwarden prometheus rules`: tpwarden's alert rules, shipped or time-scaled for rehearsals.
 
     tpwarden prometheus config -i inventory.yml --out /etc/prometheus/tpwarden.yml
     promtool check config /etc/prometheus/tpwarden.yml
@@ -24,7 +25,9 @@ from tpwarden.cluster.cli.common import (
     load,
 )
 from tpwarden.cluster.durable import atomic_write_text
+from tpwarden.watchdog.monitoring_files import rules_path
 from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
+from tpwarden.watchdog.rule_scale import scale_rules
 
 app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_args_is_help=True)
 
@@ -85,3 +88,51 @@ def config(
             err_console.print(Text(f"wrote {written}"))
     if cfg.errors:
         raise typer.Exit(2)
+
+
+@app.command("rules")
+@handle_errors
+def rules(
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="Write the rules here ('-': stdout).")
+    ] = "-",
+    time_scale: Annotated[
+        float,
+        typer.Option(
+            "--time-scale",
+            help="Multiply every `for:` and every range window (`[2m]`) by this: 0.1 makes the "
+            "hung-server alert wait 12 s of flat counters instead of 2 minutes. For rehearsals "
+            "(the lab's Prometheus uses it); 1 writes the shipped rules unchanged.",
+            min=0.001,
+            max=1000.0,
+        ),
+    ] = 1.0,
+    min_range: Annotated[
+        float,
+        typer.Option(
+            "--min-range",
+            help="Seconds a scaled range window keeps at least (give two scrape intervals).",
+            min=0.0,
+        ),
+    ] = 30.0,
+    as_json: JsonOption = False,
+) -> None:
+    """tpwarden's alert rules (group `tpwarden`), shipped or with their time windows scaled.
+
+    Example: tpwarden prometheus rules --time-scale 0.1 --min-range 8 -o rules-rehearsal.yml
+    (then: tpwarden prometheus config -i inventory.yml --rules rules-rehearsal.yml)
+    """
+    text = rules_path().read_text()
+    if time_scale != 1.0:
+        text = scale_rules(text, time_scale, min_range)
+    written = None
+    if out != "-":
+        atomic_write_text(Path(out), text, mode=0o644)
+        written = out
+    if as_json:
+        doc = {"ok": True, "written": written, "time_scale": time_scale, "min_range_s": min_range}
+        emit_json("prometheus rules", {**doc, "rules": None if written else text})
+    elif written:
+        err_console.print(Text(f"wrote {written}"))
+    else:
+        print(text, end="")
