@@ -20,7 +20,7 @@ from tpwarden.cluster.errors import LabError
 from tpwarden.cluster.labels import LABEL_COMPONENT
 from tpwarden.lab import nodes, sensord
 from tpwarden.lab.host import write_atomic
-from tpwarden.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, LabPaths
+from tpwarden.lab.paths import CLUSTER_LABEL, NODE_LABEL, LabPaths
 
 FILL_NAME = ".tpwarden-lab-fill"
 SIM_KINDS = ("boot_stuck_at", "boot_crash_at", "http_5xx", "engine_dead", "hang", "slow_steps")
@@ -103,8 +103,8 @@ def free_logs(paths: LabPaths, name: str) -> None:
 SERVER_COMPONENT = "vllm"
 
 
-def _containers(name: str, client: docker.DockerClient) -> list:
-    labels = [f"{CLUSTER_LABEL}={CLUSTER_NAME}", f"{NODE_LABEL}={name}",
+def _containers(paths: LabPaths, name: str, client: docker.DockerClient) -> list:
+    labels = [f"{CLUSTER_LABEL}={paths.cluster_name}", f"{NODE_LABEL}={name}",
               f"{LABEL_COMPONENT}={SERVER_COMPONENT}"]  # fmt: skip
     found = client.containers.list(all=True, filters={"label": labels})
     if not found:
@@ -128,7 +128,7 @@ def container_action(
     try:
         client = client or docker.from_env()
         done = []
-        for container in _containers(name, client):
+        for container in _containers(paths, name, client):
             if action in ("pause", "unpause") and not _applies(container, action):
                 continue
             getattr(container, action)()

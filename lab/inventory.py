@@ -11,7 +11,7 @@ from tpwarden.cluster.errors import LabError
 from tpwarden.lab import engine as real_engine
 from tpwarden.lab import host as host_limits
 from tpwarden.lab.images import SIM_LATEST
-from tpwarden.lab.paths import CLUSTER_NAME, HEAD, NODE_NAMES, LabPaths, node_ip
+from tpwarden.lab.paths import HEAD, NODE_NAMES, LabPaths
 
 ENGINES = ("sim", "real")
 BACKENDS = ("native", "ray")
@@ -102,17 +102,17 @@ def inventory_doc(
 
     def host(name: str) -> dict:
         return {
-            "ansible_host": node_ip(name),
-            "vllm_host_ip": node_ip(name),
+            "ansible_host": paths.node_ip(name),
+            "vllm_host_ip": paths.node_ip(name),
             # The nodes share the host's network namespace: each agent's /metrics listens on
             # its own node address, where the lab's Prometheus scrapes it (one 127.0.0.1:9411
             # would be taken by the first agent only).
-            "tpwarden_thermal_metrics_host": node_ip(name),
+            "tpwarden_thermal_metrics_host": paths.node_ip(name),
         }
 
     ssh_args = f"-o UserKnownHostsFile={paths.known_hosts} -o StrictHostKeyChecking=yes"
     tpwarden: dict[str, Any] = {
-        "cluster_name": CLUSTER_NAME,
+        "cluster_name": paths.cluster_name,
         "image": SIM_LATEST,
         "vllm_version": "0.33.0",
         "gpus": "none",  # the lab's engine has no NVIDIA runtime (real clusters: all)
@@ -129,7 +129,7 @@ def inventory_doc(
         "enforce_eager": True,
         "chat_template_kwargs": {"enable_thinking": False},
         "gpu_clock_cap_mhz": 2000,
-        "host": node_ip(HEAD),
+        "host": paths.head_ip,
         "port": 8000,
         "shm_size": "1g",
         # What a lab node can honour of the field's RDMA set (inventory.example.yml): no RDMA
@@ -163,7 +163,7 @@ def inventory_doc(
             "state_dir": str(paths.watchdog_dir),
             # on this machine, beside the lab's Prometheus (lab/prometheus.py)
             "metrics_host": "127.0.0.1",
-            "metrics_port": 9410,
+            "metrics_port": paths.watchdog_metrics_port,
         },
         "thermal": {"interval_s": 1, "dir": "/var/log/tpwarden/thermal"},
         # The client image carries the real vllm 0.33.0 (lab/client_image.py).
@@ -211,7 +211,8 @@ def render_inventory(
     out = io.StringIO()
     out.write(
         "# tpwarden lab inventory (written by `tpwarden lab inventory`): four lab nodes on\n"
-        f"# 127.0.0.11-14, engine {engine}, backend {backend}, same schema as "
+        f"# {paths.node_ip(NODE_NAMES[0])}-{paths.node_ip(NODE_NAMES[-1]).rsplit('.', 1)[1]}"
+        f" (lane {paths.lane}), engine {engine}, backend {backend}, same schema as "
         "inventory.example.yml.\n"
     )
     yaml.dump(inventory_doc(paths, engine, backend, limits), out)

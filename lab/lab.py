@@ -8,12 +8,15 @@ log or bind mounts, no containers labelled io.tpwarden.cluster=lab, no listeners
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,12 +36,10 @@ from tpwarden.lab import (
 from tpwarden.lab.inventory import BACKENDS, ENGINES, check_engine_backend, render_inventory
 from tpwarden.lab.paths import (
     CLUSTER_LABEL,
-    CLUSTER_NAME,
     NODE_LABEL,
     LabPaths,
     StepCallback,
     no_steps,
-    node_ip,
 )
 
 REQUIRED_TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "ssh-keygen", "mount", "docker")
@@ -137,18 +138,19 @@ def up(
         d.mkdir(parents=True, exist_ok=True)
     nodes.ensure_client_key(paths)
     models.ensure_models(paths, on_step)
-    with ThreadPoolExecutor(max_workers=2) as pool:  # images build while the nodes boot
-        image_job = pool.submit(images.ensure_images, paths.cache, on_step=on_step)
-        lower = rootfs.ensure_rootfs(rootfs.NODE_ROOTFS, paths.cache, on_step=on_step)
-        nvml = _build_nvml(paths, on_step)
-        assets = nodes.find_assets(lower, paths, nvml)
-        _boot_nodes(paths, assets, on_step)
-        lab_images = image_job.result()
-    on_step("images", f"{lab_images.base}, {lab_images.sim} (+ :latest)")
-    client_image.ensure_lab_client(paths, lab_images.base, on_step)  # bench client + tokenizer
-    if kind == "real":
-        tag = engine.ensure_real_engine(paths, lab_images.base, on_step)
-        on_step("engine", f"real vLLM {engine.ENGINE_VERSION} (CPU): {tag}")
+    with _building(paths, on_step):  # the cache and the images are every lane's
+        with ThreadPoolExecutor(max_workers=2) as pool:  # images build while the nodes boot
+            image_job = pool.submit(images.ensure_images, paths.cache, on_step=on_step)
+            lower = rootfs.ensure_rootfs(rootfs.NODE_ROOTFS, paths.cache, on_step=on_step)
+            nvml = _build_nvml(paths, on_step)
+            assets = nodes.find_assets(lower, paths, nvml)
+            _boot_nodes(paths, assets, on_step)
+            lab_images = image_job.result()
+        on_step("images", f"{lab_images.base}, {lab_images.sim} (+ :latest)")
+        client_image.ensure_lab_client(paths, lab_images.base, on_step)  # client + tokenizer
+        if kind == "real":
+            tag = engine.ensure_real_engine(paths, lab_images.base, on_step)
+            on_step("engine", f"real vLLM {engine.ENGINE_VERSION} (CPU): {tag}")
     host.write_atomic(paths.root / "engine", kind + "\n")
     host.write_atomic(paths.root / "backend", backend + "\n")
     _start_sensord(paths, on_step)
@@ -156,6 +158,20 @@ def up(
     on_step("inventory", str(paths.inventory))
     prometheus.start(paths, on_step, prometheus_listen)  # scrapes what the inventory names
     return status(paths)
+
+
+@contextmanager
+def _building(paths: LabPaths, on_step: StepCallback) -> Iterator[None]:
+    """One lane at a time builds or checks what the lanes share (the cache's root filesystems
+    and NVML stand-in, the images): the other waits, then finds them built."""
+    paths.cache.mkdir(parents=True, exist_ok=True)
+    with open(paths.build_lock, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_step("cache", "another lane is building; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _boot_nodes(paths: LabPaths, assets: nodes.NodeAssets, on_step: StepCallback) -> None:
@@ -167,7 +183,7 @@ def _boot_nodes(paths: LabPaths, assets: nodes.NodeAssets, on_step: StepCallback
     host.write_atomic(paths.known_hosts, lines, 0o644)
     for node in fresh:
         nodes.start(node, paths, assets)
-        on_step(f"boot {node.name}", f"systemd-nspawn on {node_ip(node.name)}")
+        on_step(f"boot {node.name}", f"systemd-nspawn on {node.ip}")
 
     def ready(node):
         state = nodes.wait_ready(node, paths)
@@ -205,8 +221,10 @@ def write_inventory(paths: LabPaths) -> str:
     return text
 
 
-def _lab_containers(client: docker.DockerClient) -> list:
-    return client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={CLUSTER_NAME}"})
+def _lab_containers(client: docker.DockerClient, paths: LabPaths) -> list:
+    """This lane's containers (its cluster label), never another lane's."""
+    label = f"{CLUSTER_LABEL}={paths.cluster_name}"
+    return client.containers.list(all=True, filters={"label": label})
 
 
 def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
@@ -223,7 +241,7 @@ def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
     on_step("sensors", "stopped")
     try:
         client = docker.from_env()
-        for container in _lab_containers(client):
+        for container in _lab_containers(client, paths):
             container.remove(force=True)
             on_step("container", f"removed {container.name}")
     except docker.errors.DockerException as exc:
@@ -232,9 +250,7 @@ def down(paths: LabPaths, on_step: StepCallback = no_steps) -> None:
         for result in [pool.submit(nodes.stop, n) for n in paths.all_nodes()]:
             result.result()
     on_step("nodes", "stopped, unmounted")
-    still = [
-        f"{node_ip(n.name)}:22" for n in paths.all_nodes() if host.tcp_open(node_ip(n.name), 22)
-    ]
+    still = [f"{n.ip}:22" for n in paths.all_nodes() if host.tcp_open(n.ip, 22)]
     prom = prometheus.listen_address(paths)
     if host.tcp_open(*_split(prom)):
         still.append(prom)
@@ -254,7 +270,7 @@ def status(paths: LabPaths, client: docker.DockerClient | None = None) -> LabSta
     have_images = {images.SIM_LATEST: False}
     try:
         client = client or docker.from_env()
-        for c in _lab_containers(client):
+        for c in _lab_containers(client, paths):
             by_node.setdefault(c.labels.get(NODE_LABEL, "?"), []).append(f"{c.name} {c.status}")
         have_images[images.SIM_LATEST] = bool(client.images.list(name=images.SIM_LATEST))
     except docker.errors.DockerException:
@@ -265,9 +281,9 @@ def status(paths: LabPaths, client: docker.DockerClient | None = None) -> LabSta
         out.append(
             NodeStatus(
                 name=node.name,
-                ip=node_ip(node.name),
+                ip=node.ip,
                 running=running,
-                ssh_open=host.tcp_open(node_ip(node.name), 22, 0.3),
+                ssh_open=host.tcp_open(node.ip, 22, 0.3),
                 leader_pid=_leader(node) if running else None,
                 log_fs_used_pct=_used_pct(node.logfs) if host.is_mounted(node.logfs) else None,
                 heat_override=_heat_active(node, time.time()),

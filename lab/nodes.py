@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tpwarden.cluster.errors import LabError
 from tpwarden.lab import host, sensord, sshc
-from tpwarden.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths, node_ip
+from tpwarden.lab.paths import NODE_GPU_DIR, LabPaths, NodePaths
 
 LOG_FS_SIZE = "16m"
 READY_TIMEOUT_S = 120
@@ -78,7 +78,7 @@ def ensure_client_key(paths: LabPaths) -> None:
     dot_ssh = paths.ssh_home / ".ssh"
     dot_ssh.mkdir(parents=True, exist_ok=True, mode=0o700)
     config = "".join(
-        f"Host {node_ip(n.name)}\n  User root\n  IdentityFile {paths.key}\n"
+        f"Host {n.ip}\n  User root\n  IdentityFile {paths.key}\n"
         f"  UserKnownHostsFile {paths.known_hosts}\n  StrictHostKeyChecking yes\n"
         for n in paths.all_nodes()
     )
@@ -105,7 +105,7 @@ def prepare(node: NodePaths, assets: NodeAssets) -> None:
     )
     host.mount("tmpfs", "tpwarden-lab-log", node.logfs, f"size={LOG_FS_SIZE},mode=0755")
     root = node.merged
-    ip = node_ip(node.name)
+    ip = node.ip
     _write(root / "etc/hostname", f"{node.name}\n")
     _write(
         root / "etc/hosts",
@@ -180,7 +180,7 @@ def _host_key(node: NodePaths) -> None:
 
 def known_hosts_line(node: NodePaths) -> str:
     key_type, blob = (node.merged / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2]
-    return f"{node_ip(node.name)} {key_type} {blob}\n"
+    return f"{node.ip} {key_type} {blob}\n"
 
 
 def nspawn_argv(node: NodePaths, paths: LabPaths, assets: NodeAssets) -> list[str]:
@@ -218,7 +218,7 @@ def start(node: NodePaths, paths: LabPaths, assets: NodeAssets) -> None:
 
 def wait_ready(node: NodePaths, paths: LabPaths, timeout_s: float = READY_TIMEOUT_S) -> str:
     """Poll until sshd answers and systemd reports running/degraded; return that state."""
-    ip = node_ip(node.name)
+    ip = node.ip
     state = {"last": "no sshd"}
 
     def ready() -> bool:

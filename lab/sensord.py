@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tpwarden.lab import sensors
-from tpwarden.lab.paths import HEAD, NODE_NAMES, LabPaths, NodePaths, node_ip
+from tpwarden.lab.paths import HEAD, NODE_NAMES, LabPaths, NodePaths
 
 log = logging.getLogger(__name__)
 INTERVAL_S = 1.0
@@ -90,7 +90,7 @@ class HeatWatcher:
 
 def serve(paths: LabPaths, stop: list[bool]) -> None:
     nodes = paths.all_nodes()
-    load = sensors.MetricsLoadSource(f"http://{node_ip(HEAD)}:{METRICS_PORT}/metrics", NODE_NAMES)
+    load = sensors.MetricsLoadSource(f"http://{paths.head_ip}:{METRICS_PORT}/metrics", NODE_NAMES)
     driver = sensors.SensorDriver([sensor_paths(n) for n in nodes], load, time.time)
     watchers = [HeatWatcher(n) for n in nodes]
     next_tick = time.monotonic()

@@ -13,7 +13,7 @@ from rich.text import Text
 from tpwarden.cluster.errors import LabError
 from tpwarden.lab import faults
 from tpwarden.lab import lab as lablib
-from tpwarden.lab.paths import NODE_NAMES, LabPaths
+from tpwarden.lab.paths import LANE_ENV, LANES, NODE_NAMES, LabPaths
 
 app = typer.Typer(
     help="The lab: a simulated 4-node cluster on this machine (needs root).", no_args_is_help=True
@@ -25,8 +25,24 @@ console = Console()
 err = Console(stderr=True)
 
 
-def _paths() -> LabPaths:
-    return LabPaths.from_env()
+def _lane(value: int) -> int:
+    if value not in LANES:
+        raise typer.BadParameter(f"one of {', '.join(map(str, LANES))}")
+    return value
+
+
+LANE_OPTION = typer.Option(
+    1,
+    "--lane",
+    envvar=LANE_ENV,
+    callback=_lane,
+    help="Which lab on this machine: lane 1 (nodes on 127.0.0.11-14) or lane 2 "
+    "(127.0.0.21-24); each has its own nodes, cluster name, ports, lock and state.",
+)
+
+
+def _paths(lane: int) -> LabPaths:
+    return LabPaths.from_env(lane=lane)
 
 
 def _fail(exc: LabError) -> None:
@@ -56,6 +72,7 @@ class _Steps:
 
 @app.command()
 def up(
+    lane: int = LANE_OPTION,
     engine: str = typer.Option(
         "sim",
         "--engine",
@@ -81,7 +98,7 @@ def up(
     try:
         with steps.status:
             state = lablib.up(
-                _paths(),
+                _paths(lane),
                 on_step=steps,
                 engine_name=engine,
                 backend=backend,
@@ -94,22 +111,25 @@ def up(
 
 
 @app.command()
-def down() -> None:
+def down(lane: int = LANE_OPTION) -> None:
     """Stop everything the lab started (its watchdog, Prometheus, serving containers, sensors,
     nodes); caches stay."""
     steps = _Steps()
     try:
         with steps.status:
-            lablib.down(_paths(), on_step=steps)
+            lablib.down(_paths(lane), on_step=steps)
     except LabError as exc:
         _fail(exc)
     console.print(f"lab down in {time.monotonic() - steps.start:.1f} s")
 
 
 @app.command()
-def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    lane: int = LANE_OPTION,
+) -> None:
     """Show nodes, sshd, log disk, heat overrides and lab containers."""
-    state = lablib.status(_paths())
+    state = lablib.status(_paths(lane))
     if as_json:
         typer.echo(json.dumps(state.to_dict(), indent=2))
     else:
@@ -144,10 +164,11 @@ def _render_status(state: lablib.LabStatus) -> None:
 
 @app.command()
 def inventory(
+    lane: int = LANE_OPTION,
     output: Path | None = typer.Option(None, "-o", "--output", help="Also write it here."),
 ) -> None:
     """Write the lab's Ansible inventory (to the lab root, and print it or write -o FILE)."""
-    text = lablib.write_inventory(_paths())
+    text = lablib.write_inventory(_paths(lane))
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -156,19 +177,20 @@ def inventory(
 
 
 @fault_app.command()
-def cut(node: str = typer.Argument(..., callback=_node)) -> None:
+def cut(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """Stop NODE's sshd (new SSH connections are refused)."""
-    _run(lambda: faults.cut(_paths(), node), f"{node}: sshd stopped")
+    _run(lambda: faults.cut(_paths(lane), node), f"{node}: sshd stopped")
 
 
 @fault_app.command()
-def restore(node: str = typer.Argument(..., callback=_node)) -> None:
+def restore(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """Start NODE's sshd again."""
-    _run(lambda: faults.restore(_paths(), node), f"{node}: sshd started")
+    _run(lambda: faults.restore(_paths(lane), node), f"{node}: sshd started")
 
 
 @fault_app.command()
 def heat(
+    lane: int = LANE_OPTION,
     node: str = typer.Argument(..., callback=_node),
     gpu: bool = typer.Option(False, "--gpu", help="Heat the GPU sensor."),
     zone: list[str] = typer.Option([], "--zone", help="Zone role name or index."),
@@ -180,7 +202,7 @@ def heat(
         raise typer.BadParameter("give --gpu and/or --zone NAME")
     _run(
         lambda: faults.heat(
-            _paths(),
+            _paths(lane),
             node,
             gpu_temp_c=temp if gpu else None,
             zones={z: temp for z in zone},
@@ -191,47 +213,48 @@ def heat(
 
 
 @fault_app.command("fill-logs")
-def fill_logs(node: str = typer.Argument(..., callback=_node)) -> None:
+def fill_logs(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """Fill NODE's /var/log/tpwarden until it is full (ENOSPC)."""
-    _run(lambda: faults.fill_logs(_paths(), node), f"{node}: log disk full")
+    _run(lambda: faults.fill_logs(_paths(lane), node), f"{node}: log disk full")
 
 
 @fault_app.command("free-logs")
-def free_logs(node: str = typer.Argument(..., callback=_node)) -> None:
+def free_logs(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """Undo fill-logs."""
-    _run(lambda: faults.free_logs(_paths(), node), f"{node}: log disk freed")
+    _run(lambda: faults.free_logs(_paths(lane), node), f"{node}: log disk freed")
 
 
-def _container(action: str, node: str) -> None:
-    _run(lambda: faults.container_action(_paths(), node, action), f"{node}: {action}")
+def _container(action: str, node: str, lane: int) -> None:
+    _run(lambda: faults.container_action(_paths(lane), node, action), f"{node}: {action}")
 
 
 @fault_app.command()
-def pause(node: str = typer.Argument(..., callback=_node)) -> None:
+def pause(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """docker pause NODE's serving container."""
-    _container("pause", node)
+    _container("pause", node, lane)
 
 
 @fault_app.command()
-def unpause(node: str = typer.Argument(..., callback=_node)) -> None:
+def unpause(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """docker unpause NODE's serving container."""
-    _container("unpause", node)
+    _container("unpause", node, lane)
 
 
 @fault_app.command()
-def cool(node: str = typer.Argument(..., callback=_node)) -> None:
+def cool(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """End NODE's heat overrides now: its sensors restart from idle values."""
-    _run(lambda: faults.cool(_paths(), node), f"{node}: heat overrides ended")
+    _run(lambda: faults.cool(_paths(lane), node), f"{node}: heat overrides ended")
 
 
 @fault_app.command()
-def kill(node: str = typer.Argument(..., callback=_node)) -> None:
+def kill(node: str = typer.Argument(..., callback=_node), lane: int = LANE_OPTION) -> None:
     """docker kill NODE's serving container."""
-    _container("kill", node)
+    _container("kill", node, lane)
 
 
 @fault_app.command()
 def sim(
+    lane: int = LANE_OPTION,
     kind: str = typer.Argument(..., help=", ".join(faults.SIM_KINDS)),
     node_rank: int | None = typer.Option(None, "--node-rank", help="Only this rank."),
     phase: str | None = typer.Option(None, "--phase", help="Boot phase (boot_*_at)."),
@@ -246,15 +269,15 @@ def sim(
         --when-argv '"num_speculative_tokens":5'
     """
     _run(
-        lambda: faults.sim_fault(_paths(), kind, node_rank, phase, value, when_argv),
+        lambda: faults.sim_fault(_paths(lane), kind, node_rank, phase, value, when_argv),
         f"simulator fault {kind} set",
     )
 
 
 @fault_app.command()
-def clear() -> None:
+def clear(lane: int = LANE_OPTION) -> None:
     """Remove every simulator fault."""
-    _run(lambda: faults.clear_sim_faults(_paths()), "simulator faults cleared")
+    _run(lambda: faults.clear_sim_faults(_paths(lane)), "simulator faults cleared")
 
 
 def _run(action, message: str) -> None:

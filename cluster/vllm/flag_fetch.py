@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.labels import LABEL_COMPONENT, LABEL_NODE
+from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
 from tpwarden.cluster.spec import ClusterSpec
 
 DUMP_SCRIPT = Path(__file__).with_name("dump_serve_flags.py")
@@ -73,7 +73,7 @@ def fetch_job(spec: ClusterSpec, script: bytes) -> OneShot:
         argv=("python3", SCRIPT_IN_CONTAINER, "--from-image"),
         files={SCRIPT_IN_CONTAINER: script},
         env={k: str(v) for k, v in s.env.items()},
-        labels={**LABELS, LABEL_NODE: spec.head.name},
+        labels={**LABELS, LABEL_NODE: spec.head.name, LABEL_CLUSTER: spec.name},
         gpus=s.gpus == "all",
         timeout_s=TIMEOUT_S,
     )

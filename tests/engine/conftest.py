@@ -12,8 +12,9 @@ as an operator would; tests share it and leave it healthy. Nothing here touches 
         engine_server.controller()  # a Controller on that inventory (context manager)
 
 Scope: the fixture is package-scoped, which is once per pytest run (tests/engine is one package):
-its teardown then runs when this tier is done, so the lab lock and ~10 GB of ranks are released
-before the next tier (tests/lab takes the same machine-wide lock) instead of at session end.
+its teardown then runs when this tier is done, so the lane's lock and ~10 GB of ranks are
+released when this tier is done instead of at session end. The lane is TPWARDEN_LAB_LANE's
+(scripts/test.sh runs this tier on lane 2, beside the lab tier on lane 1; issue 50).
 Set TPWARDEN_LAB_KEEP=1 to leave the lab and the server up after the run.
 """
 
@@ -35,9 +36,8 @@ from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.vllm.metrics import sum_by_sample
 from tpwarden.lab import cpu, faults, sshc
 from tpwarden.lab import lab as lablib
-from tpwarden.lab.paths import NODE_NAMES, LabPaths, node_ip
+from tpwarden.lab.paths import NODE_NAMES, LabPaths
 
-LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock"))
 BOOT_TIMEOUT_S = 600
 
 
@@ -107,7 +107,9 @@ class EngineServer:
         return Controller(self.spec, state_dir=state_dir or self.state_dir, **kw)
 
     def ssh(self, node: str, argv: list[str], timeout_s: float = 30) -> sshc.Completed:
-        return sshc.run_once(node_ip(node), self.paths.key, self.paths.known_hosts, argv, timeout_s)
+        return sshc.run_once(
+            self.paths.node_ip(node), self.paths.key, self.paths.known_hosts, argv, timeout_s
+        )
 
     def unpause_all(self) -> None:
         for node in NODE_NAMES:
@@ -137,10 +139,10 @@ class EngineServer:
 def engine_server(tmp_path_factory) -> EngineServer:
     if os.geteuid() != 0:
         pytest.fail("the engine tier needs root (the lab: mounts, systemd-nspawn)")
-    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(LAB_LOCK, "w")  # noqa: SIM115 - held for the whole tier
+    paths = LabPaths.from_env()  # the lane: TPWARDEN_LAB_LANE (scripts/test.sh: 2)
+    paths.lock.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(paths.lock, "w")  # noqa: SIM115 - held for the whole tier
     fcntl.flock(lock, fcntl.LOCK_EX)
-    paths = LabPaths.from_env()
     state_dir = tmp_path_factory.mktemp("engine-control")
     try:
         t0 = time.monotonic()

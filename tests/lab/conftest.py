@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,26 +25,23 @@ import pytest
 from tpwarden.cluster.provision.wheelhouse import source_items
 from tpwarden.lab import lab as lablib
 from tpwarden.lab import sshc
-from tpwarden.lab.paths import NODE_NAMES, LabPaths, node_ip
+from tpwarden.lab.paths import NODE_NAMES, LabPaths
 
 from tests.lab.provisioning import listing, provision, stop_head_watchdog
-
-LAB_PATTERN = re.compile(
-    r"127\.0\.0\.1[1-4]:\d+\b|tpwarden-lab|systemd-nspawn|cluster\.lab\.sensord"
-    r"|io\.tpwarden\.cluster|/usr/bin/prometheus|127\.0\.0\.1:(9090|9410)\b"
-)  # node listeners (sshd, API, thermal agents), the lab's Prometheus and watchdog
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lab: needs the simulated lab (root, docker, nspawn)")
 
 
-def host_snapshot() -> dict[str, set[str]]:
-    """The host facts lab down must restore: listeners, containers, mounts, processes."""
+def host_snapshot(paths: LabPaths) -> dict[str, set[str]]:
+    """The host facts lab down must restore: this lane's listeners, containers, mounts and
+    processes (another lane may come and go meanwhile)."""
+    pattern = paths.host_pattern()
 
     def lines(argv: list[str]) -> set[str]:
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-        return {line for line in out.splitlines() if LAB_PATTERN.search(line)}
+        return {line for line in out.splitlines() if pattern.search(line)}
 
     return {
         "listeners": lines(["ss", "-ltn"]),
@@ -82,12 +78,14 @@ class Lab:
         """A HOME for docker-py's ssh:// transport (lab key + lab known_hosts)."""
         return self.paths.ssh_home
 
-    @staticmethod
-    def snapshot() -> dict[str, set[str]]:
-        return host_snapshot()
+    def snapshot(self) -> dict[str, set[str]]:
+        return host_snapshot(self.paths)
+
+    def node_ip(self, node: str) -> str:
+        return self.paths.node_ip(node)
 
     def ssh(self, node: str, argv: list[str], timeout_s: float = 30) -> sshc.Completed:
-        return sshc.run_once(node_ip(node), self.key, self.known_hosts, argv, timeout_s)
+        return sshc.run_once(self.node_ip(node), self.key, self.known_hosts, argv, timeout_s)
 
     def up(self) -> float:
         start = time.monotonic()
@@ -98,31 +96,31 @@ class Lab:
         lablib.down(self.paths)
 
 
-# One lab per machine: a pytest run holds this lock from lab up to lab down, so two runs (or a
-# person rehearsing with `flock /run/lock/tpwarden-lab.lock tpwarden lab up`) never share it.
-LAB_LOCK = Path(os.environ.get("TPWARDEN_LAB_LOCK", "/run/lock/tpwarden-lab.lock"))
+# One run per lane: a pytest run holds its lane's lock (LabPaths.lock) from lab up to lab down,
+# so two runs (or a person rehearsing with `flock /run/lock/tpwarden-lab.lock tpwarden lab up`)
+# never share a lane. TPWARDEN_LAB_LANE picks the lane (scripts/test.sh: the engine tier on 2).
 
 
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (mounts, systemd-nspawn)")
-    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(LAB_LOCK, "w")  # noqa: SIM115 - held for the whole session
+    paths = LabPaths.from_env()
+    paths.lock.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(paths.lock, "w")  # noqa: SIM115 - held for the whole session
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        yield from _lab_session()
+        yield from _lab_session(paths)
     finally:
         lock.close()
 
 
-def _lab_session():
-    paths = LabPaths.from_env()
+def _lab_session(paths: LabPaths):
     if lablib.status(paths).up:
         # A lab left running (a rehearsal, an earlier demo): start this run from a clean host,
         # so "lab down leaves the host as before" compares against a host without a lab.
         lablib.down(paths)
-    before = host_snapshot()
+    before = host_snapshot(paths)
     handle = Lab(paths, before, 0.0)
     handle.first_up_s = handle.up()
     try:

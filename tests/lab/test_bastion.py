@@ -10,7 +10,9 @@ import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.status_model import Verdict
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.lab.paths import HEAD, node_ip
+from tpwarden.lab.paths import HEAD
+
+from tests.lab.lane import node_ip
 
 pytestmark = pytest.mark.lab
 

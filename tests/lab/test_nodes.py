@@ -13,7 +13,9 @@ from pathlib import Path
 import docker
 import paramiko
 import pytest
-from tpwarden.lab.paths import NODE_NAMES, node_ip
+from tpwarden.lab.paths import NODE_NAMES
+
+from tests.lab.lane import node_ip
 
 pytestmark = pytest.mark.lab
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tpwarden.lab.paths import NODE_NAMES, node_ip
+from tpwarden.lab.paths import NODE_NAMES
+
+from tests.lab.lane import node_ip
 
 pytestmark = pytest.mark.lab
 

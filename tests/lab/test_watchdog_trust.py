@@ -138,9 +138,7 @@ def _descendants(pid: int) -> list[int]:
 
 def test_frozen_node_status_says_so_and_exits(lab, tmp_path: Path) -> None:
     # Reproduction (2): `tpwarden status` printed, then hung on a frozen node.
-    from tpwarden.lab.paths import node_ip
-
-    pids = _descendants(_listener_pid(node_ip("node3")))
+    pids = _descendants(_listener_pid(lab.node_ip("node3")))
     for p in pids:
         os.kill(p, 19)  # SIGSTOP: the node's sshd freezes (TCP still accepted by the kernel)
     try:
