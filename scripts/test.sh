@@ -5,21 +5,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-# The test run owns the machine: what an earlier demo left running (its watchdog, the serving
-# containers, the thermal agents, the lab nodes) would fight the lab tests for ports and for the
-# server. `tpwarden lab down` stops all of it. The lab lock says whether another run (tests or
-# the demo) is using the lab right now: then refuse at once rather than fail halfway.
-LAB_LOCK=${TPWARDEN_LAB_LOCK:-/run/lock/tpwarden-lab.lock}
-mkdir -p "$(dirname "$LAB_LOCK")"
-if ! flock -n "$LAB_LOCK" true; then
-  echo "the lab is in use by another run (it holds $LAB_LOCK); wait for it or stop it" >&2
-  exit 1
-fi
-if .venv/bin/tpwarden lab status >/dev/null 2>&1 \
-   || [ -s "${TPWARDEN_LAB_ROOT:-/var/lib/tpwarden-lab}/watchdog/watchdog.lock" ]; then
-  echo "==> stopping what an earlier demo left running (tpwarden lab down)"
-  flock -n "$LAB_LOCK" .venv/bin/tpwarden lab down
-fi
+# The test run owns the machine's lab lanes: what an earlier demo left running (its watchdog, the
+# serving containers, the thermal agents, the lab nodes) would fight the lab tests for ports and
+# for the server. `tpwarden lab down` stops all of it, in each lane (issue 50: lane 1 for the lab
+# tiers, lane 2 for the real engine's). A lane's lock says whether another run (tests or the
+# demo) is using it right now: then refuse at once rather than fail halfway.
+LANE_LOCKS=(/run/lock/tpwarden-lab.lock /run/lock/tpwarden-lab-2.lock)
+mkdir -p /run/lock
+for lane in 1 2; do
+  lock=${LANE_LOCKS[$((lane - 1))]}
+  if ! flock -n "$lock" true; then
+    echo "lab lane $lane is in use by another run (it holds $lock); wait for it or stop it" >&2
+    exit 1
+  fi
+  state=${TPWARDEN_LAB_ROOT:-/var/lib/tpwarden-lab}
+  [ "$lane" = 1 ] || state=$state/lane$lane
+  if .venv/bin/tpwarden lab status --lane "$lane" >/dev/null 2>&1 \
+     || [ -s "$state/watchdog/watchdog.lock" ]; then
+    echo "==> stopping what an earlier demo left running in lab lane $lane (tpwarden lab down)"
+    flock -n "$lock" .venv/bin/tpwarden lab down --lane "$lane"
+  fi
+done
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
@@ -33,46 +39,75 @@ echo "==> pytest"
 busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 busy_start=$(busy_ticks)
 pytest_start=$SECONDS
+# The machine's memory in use (MemTotal - MemAvailable), sampled every 2 s: its peak is printed
+# at the end (issue 50: two lanes and the pure tiers stay within the machine with margin).
+mem_peak=build/test-mem-peak-kib
+echo 0 > "$mem_peak"
+(
+  peak=0
+  while :; do
+    used=$(awk '/^MemTotal:/{t=$2} /^MemAvailable:/{a=$2} END{print t-a}' /proc/meminfo)
+    if [ "$used" -gt "$peak" ]; then peak=$used; echo "$peak" > "$mem_peak"; fi
+    sleep 2
+  done
+) &
+sampler=$!
 # Each pytest process writes a JUnit report (build/test-report-*.xml): bench/test_tiers.py breaks
 # the run down by tier afterwards, and lists its 25 slowest tests.
 mkdir -p build
 rm -f build/test-report*.xml
 PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
 if [ "$#" -gt 0 ]; then
-  # A selection of your own (paths, -k, -m, ...): one pytest process, as asked.
+  # A selection of your own (paths, -k, -m, ...): one pytest process, as asked (on lab lane 1,
+  # unless TPWARDEN_LAB_LANE says otherwise).
   rc=0
   "${PYTEST[@]}" --junitxml=build/test-report.xml "$@" || rc=$?
 else
-  # The whole suite, in three pytest processes (issue 35, item 2). The tiers that share the lab
-  # run one after the other: first the real engine's (engine, fidelity: CPU-bound, alone on the
-  # machine), then the lab's (gateways, lab: mostly waiting on boots, probes and windows). The
-  # pure tiers (unit, vllm_parser, packaging, sim: no lab, no fixed ports) run beside the lab's,
-  # in a second process with its own temporary folder; their output is printed when they end.
+  # The whole suite, in three pytest processes side by side (issue 50): the real engine's tiers
+  # (engine, fidelity: CPU-bound) on lab lane 2, the lab's tiers (gateways, lab: mostly waiting
+  # on boots, probes and windows) on lane 1, and the pure tiers (unit, vllm_parser, packaging,
+  # sim: no lab, no fixed ports) at a lower CPU priority, so they fill what the other two leave.
+  # Each has its own temporary folder; the engine's and the pure tiers' output is kept in
+  # build/test-{engine,pure}.log and printed when the lab's tiers end.
   rc=0
-  echo "==> pytest 1/2: the real engine's tiers (tests/engine, tests/fidelity)"
-  "${PYTEST[@]}" --junitxml=build/test-report-engine.xml tests/engine tests/fidelity || rc=$?
-  echo "==> pytest 2/2: the lab's tiers (tests/gateways, tests/lab), and beside them the pure" \
-       "tiers (tests/unit, tests/vllm_parser, tests/packaging, tests/sim; output in" \
-       "build/test-pure.log, printed when they end)"
-  "${PYTEST[@]}" --basetemp=/tmp/tpwarden-pure-tests --junitxml=build/test-report-pure.xml \
+  echo "==> pytest: the real engine's tiers on lab lane 2 (tests/engine, tests/fidelity)," \
+       "beside the lab's tiers on lane 1 (tests/gateways, tests/lab) and the pure tiers" \
+       "(tests/unit, tests/vllm_parser, tests/packaging, tests/sim; nice 10)"
+  TPWARDEN_LAB_LANE=2 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-engine-tests \
+    --junitxml=build/test-report-engine.xml tests/engine tests/fidelity > build/test-engine.log 2>&1 &
+  engine=$!
+  nice -n 10 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-pure-tests \
+    --junitxml=build/test-report-pure.xml \
     tests/unit tests/vllm_parser tests/packaging tests/sim > build/test-pure.log 2>&1 &
   pure=$!
-  trap 'kill "$pure" 2>/dev/null || true' EXIT  # an interrupted run leaves no pytest behind
-  "${PYTEST[@]}" --junitxml=build/test-report-lab.xml tests/gateways tests/lab || rc=$?
+  # an interrupted run leaves no pytest behind
+  trap 'kill "$engine" "$pure" "$sampler" 2>/dev/null || true' EXIT
+  TPWARDEN_LAB_LANE=1 "${PYTEST[@]}" --junitxml=build/test-report-lab.xml tests/gateways tests/lab \
+    || rc=$?
+  engine_rc=0
+  wait "$engine" || engine_rc=$?
   pure_rc=0
   wait "$pure" || pure_rc=$?
-  trap - EXIT
+  echo "==> the real engine's tiers, lane 2 (exit ${engine_rc}):"
+  cat build/test-engine.log
   echo "==> the pure tiers (exit ${pure_rc}):"
   cat build/test-pure.log
+  [ "$engine_rc" -eq 0 ] || rc=$engine_rc
   [ "$pure_rc" -eq 0 ] || rc=$pure_rc
 fi
+kill "$sampler" 2>/dev/null || true
+trap - EXIT
 busy_s=$(( ($(busy_ticks) - busy_start) / $(getconf CLK_TCK) ))
 wall_s=$(( SECONDS - pytest_start ))
 echo "==> pytest took ${wall_s} s; the machine's cores were busy ${busy_s} CPU-s of" \
      "$(( wall_s * $(nproc) )) ($(nproc) cores): that work alone fills every core for" \
      "$(( busy_s / $(nproc) )) s, however the tests are scheduled"
+echo "==> peak memory in use: $(awk '{printf "%.1f", $1 / 1048576}' "$mem_peak") GiB of" \
+     "$(awk '/^MemTotal:/{printf "%.1f", $2 / 1048576}' /proc/meminfo) GiB"
 if compgen -G "build/test-report*.xml" >/dev/null; then
   echo "==> each tier's share of the run (bench/test_tiers.py)"
-  .venv/bin/python bench/test_tiers.py || true
+  tiers=(.venv/bin/python bench/test_tiers.py --run-wall "$wall_s" --run-busy "$busy_s")
+  [ "$#" -gt 0 ] || tiers+=(--baseline tests/baseline_test_ids.txt)
+  "${tiers[@]}" || true
 fi
 exit "$rc"

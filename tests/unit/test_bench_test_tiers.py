@@ -84,8 +84,8 @@ def test_cores_busy_per_tier_and_per_test_from_the_recorded_cpu_seconds(tmp_path
     done = run(str(tmp_path / "r.xml"))
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:3]}
-    assert rows["lab"][-1] == "0.73"  # (4 + 18) / (20 + 10)
-    assert rows["unit"][-1] == "-"
+    assert rows["lab"][5] == "0.73"  # the cores column: (4 + 18) / (20 + 10)
+    assert rows["unit"][5:] == ["-", "-", "-"]
     slowest = done.stdout.split("slowest tests")[1].splitlines()[1:4]
     assert [row.split()[:3] for row in slowest] == [
         ["20.0", "s", "0.20"], ["10.0", "s", "1.80"], ["1.0", "s", "-"],
@@ -111,3 +111,41 @@ def test_the_test_command_runs_every_tier():
         re.findall(r"(?<![\w/])tests/(\w+)(?=[\s\"])", script.split('if [ "$#" -gt 0 ]')[1])
     )
     assert tiers == named, (sorted(tiers), sorted(named))
+
+
+def test_floor_per_tier_and_over_the_run(tmp_path):
+    """Issue 50: a tier's floor is its busy CPU-seconds over the cores; the run's wall against
+    the run's floor when test.sh passes them."""
+    prop = '<properties><property name="machine_cpu_busy_s" value="{}"/></properties>'
+    (tmp_path / "r.xml").write_text(
+        '<testsuites><testsuite time="30.0">'
+        f'<testcase classname="tests.lab.test_w" name="waits" time="20.0">{prop.format(4.0)}'
+        "</testcase>"
+        f'<testcase classname="tests.lab.test_w" name="works" time="10.0">{prop.format(18.0)}'
+        "</testcase></testsuite></testsuites>"
+    )
+    done = run("--cores", "2", "--run-wall", "900", "--run-busy", "1200", str(tmp_path / "r.xml"))
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0].split()
+    assert header[-2:] == ["floor", "w/floor"]
+    lab = done.stdout.splitlines()[1].split()
+    # 22 busy CPU-s over 2 cores: a floor of 11 s, against 30 s taken
+    assert lab[0] == "lab" and lab[-2:] == ["11.0", "2.73"]
+    assert "run: wall 900 s; floor 600 s (1200 busy CPU-s / 2 cores); wall/floor 1.50" in (
+        done.stdout
+    )
+
+
+def test_baseline_ids_must_have_run_and_passed(tmp_path):
+    (tmp_path / "r.xml").write_text(REPORT)
+    baseline = tmp_path / "ids.txt"
+    baseline.write_text("# comment\ntests/unit/test_a.py::t1\ntests/unit/test_a.py::t5\n")
+    done = run("--baseline", str(baseline), str(tmp_path / "r.xml"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "baseline: 2 of 2 ran and passed"
+    baseline.write_text("tests/lab/test_b.py::t2\ntests/unit/test_a.py::TestX::t9[1]\n")
+    done = run("--baseline", str(baseline), str(tmp_path / "r.xml"))
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[-1] == (
+        "baseline: 0 of 2 ran and passed; not: tests.lab.test_b::t2, tests.unit.test_a.TestX::t9[1]"
+    )
