@@ -123,7 +123,7 @@ def inventory_doc(
             "quantization": "compressed-tensors",
         },
         "drafter": {"method": "dflash", "path": str(paths.drafter), "num_speculative_tokens": 3},
-        "parallel": {"tensor": 4, "backend": backend, "master_port": 29501},
+        "parallel": {"tensor": 4, "backend": backend, "master_port": paths.master_port},
         "kv_cache": {"dtype": "fp8", "memory": "16GiB"},
         "max_model_len": 1048576,
         "enforce_eager": True,

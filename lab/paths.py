@@ -182,6 +182,12 @@ class LabPaths:
     def watchdog_metrics_port(self) -> int:
         return 9410 + 10 * (self.lane - 1)
 
+    @property
+    def master_port(self) -> int:
+        """torch.distributed's port on the head: its TCPStore listens on every address, not
+        only the head's, so two lanes cannot share it (EADDRINUSE)."""
+        return 29501 + 100 * (self.lane - 1)
+
     def node_ip(self, name: str) -> str:
         return node_ip(name, self.lane)
 

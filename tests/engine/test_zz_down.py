@@ -59,6 +59,7 @@ def _listening(ips: list[str], port: int) -> list[str]:
 def test_down_after_head_died_kills_every_rank(engine_server):
     spec = engine_server.spec
     ips = [engine_server.paths.node_ip(n) for n in NODE_NAMES]
+    master_port = spec.serving.parallel.master_port
     containers = _cluster_container_ids(spec.name)
     assert len(containers) >= 4, containers
     with engine_server.controller(node_timeout_s=10) as ctl:
@@ -74,11 +75,13 @@ def test_down_after_head_died_kills_every_rank(engine_server):
         assert all(not cs for cs in ctl.observe().values())
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (
-        _rank_processes(containers) or _listening(ips, spec.serving.port) or _listening(ips, 29501)
+        _rank_processes(containers)
+        or _listening(ips, spec.serving.port)
+        or _listening(ips, master_port)
     ):
         time.sleep(1)
     assert _rank_processes(containers) == []
-    assert _listening(ips, spec.serving.port) == [] and _listening(ips, 29501) == []
+    assert _listening(ips, spec.serving.port) == [] and _listening(ips, master_port) == []
     labelled = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=io.tpwarden.cluster={spec.name}"],
         capture_output=True,

@@ -35,6 +35,7 @@ def test_lane_two_owns_everything_but_the_cache():
     assert two.node("node3").ip == "127.0.0.23"
     assert two.cluster_name == "lab2"
     assert two.prometheus_listen == "127.0.0.1:9092" and two.watchdog_metrics_port == 9420
+    assert (one.master_port, two.master_port) == (29501, 29601)  # TCPStore binds every address
     assert two.lock == Path("/run/lock/tpwarden-lab-2.lock")
     assert two.node("node1").machine == "tpwarden-lab2-node1"
     owned = ("root", "models", "watchdog_dir", "ssh", "inventory", "nodes_dir", "sensord_pid",
@@ -69,6 +70,7 @@ def test_lane_two_inventory_names_only_lane_two(engine):
     tp = doc["vars"]["tpwarden"]
     assert tp["cluster_name"] == "lab2" and tp["host"] == "127.0.0.21"
     assert tp["watchdog"]["metrics_port"] == 9420
+    assert tp["parallel"]["master_port"] == 29601
     assert tp["watchdog"]["state_dir"] == str(two.watchdog_dir)
     assert doc["vars"]["ansible_ssh_private_key_file"] == str(two.key)
 
