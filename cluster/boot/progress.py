@@ -5,9 +5,12 @@ in `tpwarden.cluster.boot.rules` (regexes after vLLM's format strings, fatal lin
 and `tpwarden.cluster.vllm.log_prefix` (the prefix grammar); this module folds events into a
 `BootProgress` whose single `phase` is the verdict: READY and FAILED are phases, so a boot is
 never both. Once READY, later lines only add notes: a client asking for an unknown model logs
-ERROR on a healthy server. Before READY a boot fails only on what ends it (an uncaught
-traceback, the engine's "failed to start"/"initialization failed" lines, a container that
-exited), never on the level of a line.
+ERROR on a healthy server. A worker process that died (`Worker proc VllmWorker-1 died
+unexpectedly (exit code: -4)`) is named as the progress's `crash` (`tpwarden.cluster.boot.crash`:
+rank, signal, phase) whenever it comes; after READY it stays a note for the verdict, and the
+failure that follows (the containers exit) names it. Before READY a boot fails only on what
+ends it (an uncaught traceback, the engine's "failed to start"/"initialization failed" lines, a
+worker that died, a container that exited), never on the level of a line.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from tpwarden.cluster.boot.crash import Crash, CrashWatch
 from tpwarden.cluster.boot.history import estimate_eta
 from tpwarden.cluster.boot.phase import DEFAULT_WEIGHTS_S, TIMED_PHASES, BootPhase
 from tpwarden.cluster.boot.rules import BootEvent, Cause, parse_line, root_cause
@@ -24,6 +28,7 @@ MAX_NOTES = 30
 # A traceback whose first frame is one of these reached the top of its process: `vllm serve`
 # (<module>), `python -m vllm...` (_run_module_as_main), a multiprocessing child (_bootstrap).
 _TOP_FRAMES = ("<module>", "_run_module_as_main", "_bootstrap")
+_CRASH_KINDS = ("traceback", "process_header", "frame", "chain", "exception", "fatal")
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,9 @@ class BootNote:
 class BootProgress:
     """Where a boot is. `phase` is the verdict (READY, FAILED or a phase short of them);
     `fraction` is 0..1 over the whole boot; `eta_s` None without history. On failure `error` is
-    the root cause (named when known: "out of memory: ...") and `error_context` the wrapper
-    that reported it ("RuntimeError: Engine core initialization failed...")."""
+    the root cause (named when known: "out of memory: ...", or the crash when a worker died by
+    a signal: "rank 1 died by SIGILL: ...") and `error_context` the wrapper that reported it
+    ("RuntimeError: Engine core initialization failed...")."""
 
     phase: BootPhase = BootPhase.STARTING
     fraction: float = 0.0
@@ -70,6 +76,7 @@ class BootProgress:
     error: str | None = None
     error_kind: str | None = None
     error_context: str | None = None
+    crash: Crash | None = None  # worker processes that died: which, by which signal, when
     notes: tuple[BootNote, ...] = ()
     last_line: str = ""
     phase_started_at: float | None = None
@@ -131,6 +138,7 @@ class BootProgress:
             "error": self.error,
             "error_kind": self.error_kind,
             "error_context": self.error_context,
+            "crash": self.crash.to_json() if self.crash else None,
             "notes": [n.to_json() for n in self.notes],
             "last_line": self.last_line,
             "eta_s": self.eta_s,
@@ -163,6 +171,8 @@ class BootTracker:
         self._headers: set[str] = set()
         self._exceptions: list[str] = []  # exception lines before ready, in log order
         self._fatal: list[str] = []  # the engine's own "failed" lines
+        self._watch = CrashWatch()  # workers that died, and what the log showed by then
+        self._causes_end: int | None = None  # exceptions after the first death are its echo
 
     def feed_lines(self, lines: Iterable[str], now: float) -> BootProgress:
         for line in lines:
@@ -190,6 +200,7 @@ class BootTracker:
         """The server answered a real request: ready, whatever the log said so far."""
         p = self.progress
         if not p.failed:
+            self._watch.progress("ready", True)
             p = self._enter(p, BootPhase.READY, now)
         self.progress = self._with_estimates(p, now)
         return self.progress
@@ -200,18 +211,17 @@ class BootTracker:
         if not p.failed:
             self.phase_times.setdefault(BootPhase.FAILED, now)
             p = replace(p, phase=BootPhase.FAILED, phase_started_at=now)
-        cause = self._cause()
         errors = [n for n in p.notes if n.level in ("ERROR", "CRITICAL") and not n.after_ready]
-        if cause is None and errors and not p.error:
+        if self._watch.deaths or self._cause() is not None:
+            p = self._judged(p)
+            if not p.error_context:
+                p = replace(p, error_context=reason)
+        elif errors and not p.error:
             # no exception in the log: the last ERROR the process wrote before it went away
             # ("Failed to import Ray ...") says more than "container exited (1)"
             p = replace(p, error=errors[-1].message, error_context=reason)
-        elif cause is None:
-            p = replace(p, error=p.error or reason)
         else:
-            p = self._with_cause(p, cause)
-            if not p.error_context:
-                p = replace(p, error_context=reason)
+            p = replace(p, error=p.error or reason)
         self.progress = replace(p, eta_s=None)
         return self.progress
 
@@ -225,7 +235,20 @@ class BootTracker:
         return replace(p, phase=phase, phase_started_at=now)
 
     def _cause(self) -> Cause | None:
-        return root_cause(self._exceptions, self._fatal)
+        return root_cause(self._exceptions[: self._causes_end], self._fatal)
+
+    def _judged(self, p: BootProgress, fallback: str | None = None) -> BootProgress:
+        """The failure's error fields: a crash by a signal that is a cause (SIGILL, SIGKILL...)
+        names it; otherwise the root exception logged before the first death (a worker stopped
+        by SIGTERM after another one raised); a death with neither is the error itself."""
+        crash = self._watch.crash()
+        if crash is not None:
+            p = replace(p, crash=crash)
+            if crash.named or not self._exceptions[: self._causes_end]:
+                kind = crash.signal.name if crash.named and crash.signal else "worker died"
+                return replace(p, error=crash.describe(), error_kind=kind, error_context=None)
+        cause = self._cause() or (Cause(fallback) if fallback is not None else None)
+        return p if cause is None else self._with_cause(p, cause)
 
     @staticmethod
     def _with_cause(p: BootProgress, cause: Cause) -> BootProgress:
@@ -245,15 +268,24 @@ class BootTracker:
         return replace(p, notes=(*p.notes, note))
 
     def _apply(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
+        if ev.kind == "request":
+            self._watch.request(int(ev.data["status"]))
+            if p.crash is None:
+                return p
+            return self._judged(p) if p.failed else replace(p, crash=self._watch.crash())
+        if ev.kind == "worker_died" and ev.death is not None:
+            return self._worker_died(p, ev, now)
+        if ev.kind not in _CRASH_KINDS and ev.kind != "note":
+            self._watch.progress(ev.kind, ev.phase is not None)
         if p.ready:
             # a served request's ERROR (unknown model...) is worth a note, never a failure
             if ev.level in ("ERROR", "CRITICAL") and ev.kind in ("note", "fatal", "exception"):
                 return self._note(p, ev, after_ready=True)
             return p
-        if ev.kind in ("traceback", "process_header", "frame", "chain", "exception", "fatal"):
+        if ev.kind in _CRASH_KINDS:
             return self._crash_event(p, ev, now)
         if ev.kind == "note":
-            return self._note(p, ev, after_ready=False)
+            return self._note(p, ev, after_ready=self._watch.ready)
         if p.failed:
             return p  # progress lines after a failure (a drafter-like shard bar) mean nothing
         return self._progress_event(p, ev, now)
@@ -285,7 +317,7 @@ class BootTracker:
             if ended or d.get("fatal"):
                 return self._fail_from_log(p, str(d["message"]), now)
             if p.failed:
-                return self._with_cause(p, self._cause() or Cause(str(d["message"])))
+                return self._judged(p, fallback=str(d["message"]))
         elif ev.kind == "fatal":
             return self._fail_from_log(p, str(d["message"]), now)
         return p
@@ -295,7 +327,20 @@ class BootTracker:
         if not p.failed:
             self.phase_times.setdefault(BootPhase.FAILED, now)
             p = replace(p, phase=BootPhase.FAILED, phase_started_at=now)
-        return self._with_cause(p, self._cause() or Cause(line))
+        return self._judged(p, fallback=line)
+
+    def _worker_died(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
+        """A worker process died. Before ready it ends the boot; after, the boot stays READY
+        (it did come up: what happens next is the watchdog's business) with the crash named
+        beside it, for `fail()` (the containers that exit next) and for the reports."""
+        assert ev.death is not None
+        if self._causes_end is None:
+            self._causes_end = len(self._exceptions)
+        self._watch.died(ev.death)
+        if p.ready:
+            p = self._note(p, replace(ev, data={"message": ev.death.line}), after_ready=True)
+            return replace(p, crash=self._watch.crash())
+        return self._fail_from_log(p, ev.death.line, now)
 
     def _progress_event(self, p: BootProgress, ev: BootEvent, now: float) -> BootProgress:
         d = ev.data

@@ -2,8 +2,9 @@
 
 `parse_line` turns a raw line (any prefix form, see `tpwarden.cluster.vllm.log_prefix`) into events:
 progress (phase changes, shard counts...), `note` (a non-fatal ERROR or WARNING), `exception`
-(a Python exception line), `traceback` (start of a traceback) and `fatal` (the engine's own
-"failed to start" / "initialization failed" lines, a worker that died).
+(a Python exception line), `traceback` (start of a traceback), `fatal` (the engine's own
+"failed to start" / "initialization failed" lines), `worker_died` (a worker process that died,
+with its exit code or signal: `tpwarden.cluster.boot.crash`) and `request` (an answered POST).
 
 The level is not the verdict: vLLM logs non-fatal ERRORs during healthy boots (a Triton kernel
 import that falls back, a client asking for a model name that does not exist) and the real cause
@@ -18,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tpwarden.cluster.boot.crash import WorkerDeath, parse_death
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.vllm.log_prefix import LogLine, parse_prefix
@@ -31,6 +33,7 @@ class BootEvent:
     line: str = ""
     who: str = "main"  # the emitting process (LogLine.who)
     level: str | None = None
+    death: WorkerDeath | None = None  # kind "worker_died": which worker, by which signal
 
 
 def _num(text: str) -> float:
@@ -164,6 +167,8 @@ _RULES: list[tuple[str, BootPhase | None, re.Pattern[str]]] = [
         re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<url>\S+)"),
     ),
     ("api_starting", BootPhase.API_STARTING, re.compile(r"Supported[_ ]tasks: ")),
+    # uvicorn's access log: a request and its answer (when the server died: serving or not)
+    ("request", None, re.compile(r'"POST (?P<path>/\S*) HTTP/[\d.]+" (?P<status>\d{3})\b')),
 ]
 
 # The engine's own "this process is done" lines. Logged at ERROR (0.8-0.11 `EngineCore failed
@@ -198,7 +203,17 @@ def _coerce(data: Mapping[str, str | None]) -> JSONObject:
     for k, v in data.items():
         if v is None:
             continue
-        if k in {"n", "total", "pct", "rank", "world_size", "node_rank", "max_model_len", "blocks"}:
+        if k in {
+            "n",
+            "total",
+            "pct",
+            "rank",
+            "world_size",
+            "node_rank",
+            "max_model_len",
+            "blocks",
+            "status",
+        }:
             out[k] = int(_num(v))
         elif k in {"tokens", "tokens_per_request"}:
             out[k] = int(_num(v))
@@ -229,6 +244,11 @@ def classify(ln: LogLine) -> BootEvent | None:
         return ev("chain")
     if _PROCESS_HEADER.match(stripped):
         return ev("process_header")
+    death = parse_death(ln) if not text[:1].isspace() else None
+    if death is not None:
+        return BootEvent(
+            kind="worker_died", phase=None, line=ln.raw, who=ln.who, level=ln.level, death=death
+        )
     fm = _FRAME.match(text)
     if fm:
         return ev("frame", data={"func": fm.group("func")})

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from tpwarden.cluster.boot.crash import LINE_LABEL as CRASH_LABEL
+from tpwarden.cluster.boot.crash import Crash
 from tpwarden.cluster.boot.progress import BootNote, BootProgress, read_boot_log
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
@@ -114,11 +116,22 @@ def print_notes(notes: Sequence[BootNote], limit: int = 12) -> None:
         console.print(f"[dim]... {len(ordered) - limit} more notes (--json shows all)[/]")
 
 
+def print_crash(crash: Crash | None) -> None:
+    """A worker that died, on one line of at most 80 columns (`crash: rank 1 died by SIGILL
+    (illegal instruction) on the first request`), then what its signal means."""
+    if crash is None:
+        return
+    console.print(f"[red]{CRASH_LABEL}[/]{plain(crash.line())}", highlight=False, soft_wrap=True)
+    if crash.signal is not None:
+        console.print(f"{crash.signal.name}: {crash.signal.meaning}", highlight=False)
+
+
 def _report_log_verdict(p: BootProgress, source: str) -> None:
     colour = {"ready": "green", "failed": "red"}.get(p.verdict, "yellow")
     console.print(
         f"[{colour}]{p.verdict}[/] ({plain(source)}): {plain(p.describe())}", highlight=False
     )
+    print_crash(p.crash)
     facts = []
     if p.version:
         facts.append(f"vLLM {p.version}")

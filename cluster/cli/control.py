@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.boot.progress import BootProgress
-from tpwarden.cluster.cli.boot import BootView, boot, print_notes, report_boot
+from tpwarden.cluster.cli.boot import BootView, boot, print_crash, print_notes, report_boot
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -288,6 +288,8 @@ def status(
                 console.print(wd_text)
                 if boot_state is not None:
                     console.print(f"boot: {plain(boot_state.describe())}", highlight=False)
+                    if not any(n.startswith("crash: ") for n in st.notes):
+                        print_crash(boot_state.crash)  # the head's log: a worker that died
                     _status_notes(boot_state, st.ok, verbose)
             if not watch:
                 break

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.labels import LABEL_CONFIG_HASH, LABEL_ROLE
+from tpwarden.cluster.signals import Signal, from_exit_status
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,12 @@ class ContainerInfo:
     @property
     def paused(self) -> bool:
         return self.state == "paused"
+
+    @property
+    def exit_signal(self) -> Signal | None:
+        """The signal that ended it, from its exit status (132 = 128 + SIGILL); None when it
+        runs or exited on its own."""
+        return from_exit_status(self.exit_code)
 
     @property
     def config_hash(self) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
+from tpwarden.cluster.boot.crash_report import CRASH_TAIL_LINES, cluster_crash, with_crash
 from tpwarden.cluster.boot.history import BootHistory, phase_durations
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.boot.progress import BootProgress, BootTracker
@@ -22,9 +23,11 @@ from tpwarden.cluster.control.nodes import Nodes
 from tpwarden.cluster.control.results import BootResult, Emit
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import plan_cluster
+from tpwarden.cluster.signals import container_exit
 from tpwarden.cluster.spec import ClusterSpec
 
 Observed = Mapping[str, list[ContainerInfo] | TpwardenError]
+LAST_LINES = 20  # a failed boot's report shows each node's last lines
 
 
 class Probe(Protocol):
@@ -35,7 +38,9 @@ class Probe(Protocol):
 
 def dead_containers(observed: Observed) -> list[str]:
     """Pure: 'node: container gone/exited (code)' for every answering node whose container is
-    not up. A node that did not answer is not counted: it says nothing about its container."""
+    not up, the code named when it is a signal's (`container exited (137): SIGKILL, killed,
+    often by the kernel's out-of-memory killer`). A node that did not answer is not counted: it
+    says nothing about its container."""
     dead = []
     for name, r in observed.items():
         if isinstance(r, TpwardenError):
@@ -44,7 +49,7 @@ def dead_containers(observed: Observed) -> list[str]:
             dead.append(f"{name}: container gone")
         for c in r:
             if c.state in ("exited", "dead"):
-                dead.append(f"{name}: container exited ({c.exit_code})")
+                dead.append(f"{name}: {container_exit(c.exit_code, c.oom_killed)}")
     return dead
 
 
@@ -95,7 +100,7 @@ class BootFollower:
         now = self.clock()
         progress = tracker.feed_lines(re.split(r"[\r\n]+", text), now)
         if c.state in ("exited", "dead") and not progress.failed:
-            progress = tracker.fail(f"head container exited ({c.exit_code})", now)
+            progress = tracker.fail(f"head {container_exit(c.exit_code, c.oom_killed)}", now)
         return progress
 
     def follow(self, timeout_s: float = 2400.0, poll_s: float = 0.5) -> BootResult:
@@ -170,9 +175,23 @@ class BootFollower:
                     break
         finally:
             stream.close()
-        last = last_log_lines(self.spec, self.nodes, 20)
-        self.emit("failed", None, reason or "boot failed", tracker.progress)
-        return BootResult(False, tracker.progress, self.clock() - start, reason, last)
+        progress, reason, last = self._named_failure(tracker.progress, reason or "boot failed")
+        self.emit("failed", None, reason, progress)
+        return BootResult(False, progress, self.clock() - start, reason, last)
+
+    def _named_failure(
+        self, progress: BootProgress, reason: str
+    ) -> tuple[BootProgress, str, dict[str, str]]:
+        """A failed boot's progress and reason with the server's crash named from every node's
+        log (the rank that died by a signal may be another node's: its executor logs the exit
+        code the head's did not), and each node's last lines for the report."""
+        tails = last_log_lines(self.spec, self.nodes, CRASH_TAIL_LINES)
+        crash = cluster_crash(tails, self.spec.head.name, progress.crash)
+        progress = with_crash(progress, crash)
+        if crash is not None and crash.named:
+            reason = crash.describe()
+        last = {node: "\n".join(text.splitlines()[-LAST_LINES:]) for node, text in tails.items()}
+        return progress, reason, last
 
 
 def _drain(lines: queue.Queue[str | None], tracker: BootTracker, now: float) -> BootProgress:

@@ -8,6 +8,9 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from tpwarden.cluster.boot.crash import Crash
+from tpwarden.cluster.boot.crash_report import CRASH_TAIL_LINES, read_crash
+from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import Nodes, daemon_call
 from tpwarden.cluster.control.status_model import (
     ClusterStatus,
@@ -69,7 +72,20 @@ def node_status(
         elapsed_s=round(time.monotonic() - t, 3),
         zones=zones,
         memory=memory,
+        oom_killed=bool(c and c.oom_killed),
+        crash=exited_crash(nodes, node, c),
     )
+
+
+def exited_crash(nodes: Nodes, node: NodeSpec, c: ContainerInfo | None) -> Crash | None:
+    """The workers an exited container's log says died (`status`, the incident dossier); a
+    log that cannot be read says nothing (the exit status still does)."""
+    if c is None or c.state not in ("exited", "dead"):
+        return None
+    try:
+        return read_crash(nodes.docker(node).logs(c.id, tail=CRASH_TAIL_LINES))
+    except TpwardenError:
+        return None
 
 
 def gather_status(

@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from tpwarden.cluster.boot.crash import Crash, combine
 from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.signals import container_exit, from_exit_status
 
 
 class Verdict(StrEnum):
@@ -44,12 +46,17 @@ class NodeStatus:
     zones: tuple[Mapping[str, JSONValue], ...] = ()  # ACPI zones: name, type, temp_c, critical_c
     # total_bytes, used_bytes, available_bytes, unified (node_memory); None = not read
     memory: Mapping[str, JSONValue] | None = None
+    oom_killed: bool = False  # docker's State.OOMKilled
+    crash: Crash | None = None  # an exited container's workers that died, from its log
 
     def to_json(self) -> JSONObject:
         d = asdict(self)
         d["gpus"] = [dict(g) for g in self.gpus]
         d["zones"] = [dict(z) for z in self.zones]
         d["memory"] = None if self.memory is None else dict(self.memory)
+        sig = from_exit_status(self.exit_code)
+        d["exit_signal"] = sig.name if sig else None
+        d["crash"] = self.crash.to_json() if self.crash else None
         return d
 
 
@@ -143,6 +150,22 @@ def clock_cap_notes(node: NodeStatus) -> list[str]:
     return out
 
 
+def crash_notes(nodes: Sequence[NodeStatus]) -> list[str]:
+    """What ended the containers that exited: an exit status that is a signal's, and the ranks
+    their logs say died (all nodes together: the phase is the head's, the signal may be another
+    node's)."""
+    notes = [
+        f"{n.node}: {container_exit(n.exit_code, n.oom_killed, n.state or 'exited')}"
+        for n in nodes
+        if n.reachable and n.state in ("exited", "dead") and from_exit_status(n.exit_code)
+    ]
+    head = next((n.node for n in nodes if n.role == "head"), None)
+    crash = combine({n.node: n.crash for n in nodes if n.crash is not None}, head)
+    if crash is not None:
+        notes.append(f"crash: {crash.describe()}")
+    return notes
+
+
 def derive_verdict(
     nodes: Sequence[NodeStatus], server: ServerStatus
 ) -> tuple[Verdict, tuple[str, ...]]:
@@ -161,6 +184,7 @@ def derive_verdict(
         notes.append(f"not running: {', '.join(not_running)}")
     if drift:
         notes.append(f"config drift on {', '.join(drift)}")
+    notes.extend(crash_notes(reachable))
     for node_status in reachable:
         notes.extend(gpu_alarms(node_status))
         notes.extend(clock_cap_notes(node_status))

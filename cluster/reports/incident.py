@@ -4,9 +4,11 @@ For each node, within one deadline for all of them (``DOSSIER_TIMEOUT_S``): its 
 container as the engine reports it (state, exit code, OOM flag, host PID of its init), then the
 node's collector (`collector.pyz dossier`, tpwarden.node.dossier) run on the container's
 process tree: process facts and CPU progress over a short window, py-spy stacks, kernel log
-events and NVML facts. Where the node's /proc does not show the container's processes, they
-are read from a diagnostic container in the rank's PID namespace (`from_beside`). A node that
-does not answer in time is a finding (its ``error``), never a wait past the deadline.
+events and NVML facts. A container that exited has its log read instead, for the workers that
+died in it and by which signal (`tpwarden.cluster.boot.crash`). Where the node's /proc does not
+show the container's processes, they are read from a diagnostic container in the rank's PID
+namespace (`from_beside`). A node that does not answer in time is a finding (its ``error``),
+never a wait past the deadline.
 `verdict` (tpwarden.cluster.reports.incident_verdict) names the suspect.
 
 The dossier is plain JSON (what is stored, shown and alerted is the same document).
@@ -22,6 +24,7 @@ from typing import Any
 
 from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.nodes import DIAG_PYSPY, Nodes
+from tpwarden.cluster.control.status import exited_crash
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.reports.incident_verdict import verdict
@@ -90,7 +93,10 @@ def node_part(
         "gpus": [],
     }
     if container is None or container.pid is None:
-        return doc  # nothing runs: the container state says it all
+        # nothing runs: the container's state says it all, and its log which rank died how
+        crash = exited_crash(nodes, node, container)
+        doc["crash"] = crash.to_json() if crash else None
+        return doc
     args = ["dossier", "--pid", str(container.pid), "--window", str(WINDOW_S)]
     args += ["--since", str(KERNEL_SINCE_S)]
     for path in pyspy:

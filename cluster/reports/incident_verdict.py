@@ -5,9 +5,10 @@ engine reports it (state, exit code, OOM flag), and what the node's collector sa
 from /proc with the CPU time used over the probe window, py-spy stacks, kernel log events) or the
 error that stood in for it. `verdict(dossier)` weighs each node's facts, strongest first:
 
-* 3 (decisive): no serving container, container exited/paused, a process stopped (T), frozen by
-  the cgroup freezer (its freezer state, or a freezer wchan), a zombie, an NVIDIA Xid, the OOM
-  killer;
+* 3 (decisive): no serving container, container exited/paused, a worker that its log says
+  died by a signal that is a cause (SIGILL, SIGKILL, SIGSEGV...), a process stopped (T), frozen
+  by the cgroup freezer (its freezer state, or a freezer wchan), a zombie, an NVIDIA Xid, the
+  OOM killer;
 * 2: a process in D state, another NVRM error, the node did not answer;
 * 1: no CPU progress over the window while another rank waits in a collective.
 
@@ -15,7 +16,9 @@ The suspect's facts end with where the other ranks wait ("node1, node2, node4 wa
 all_reduce (...)"), a torch.distributed collective before a message-queue wait.
 
 One node with the highest weight is the suspect; several, or none, is "no single suspect" with
-why. The facts it used are in the result, so an operator can check them.
+why. When several ranks died by the same signal (every rank's SIGILL on a CPU that lacks an
+instruction), that signal, its meaning and when it came are the summary. The facts it used are
+in the result, so an operator can check them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpwarden.cluster.boot.crash import CrashPhase
 from tpwarden.node.kernlog import xid_name
 
 FROZEN_WCHANS = ("__refrigerator", "do_freezer_trap")  # cgroup v1 / v2 freezer (docker pause)
@@ -65,6 +69,15 @@ def _container_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
     if state == "paused":
         return [Finding(name, DECISIVE, "container paused (all its processes frozen)")]
     return []
+
+
+def _crash_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
+    """The workers an exited container's log says died: decisive when by a signal that is a
+    cause (the line names the rank, the signal and when)."""
+    crash = node.get("crash") or {}
+    if not crash.get("deaths"):
+        return []
+    return [Finding(name, DECISIVE if crash.get("named") else STRONG, str(crash["line"]))]
 
 
 def _process_findings(
@@ -130,7 +143,7 @@ def no_progress(node: Mapping[str, Any]) -> bool:
 
 def node_findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
     """Everything that makes ``name`` a suspect, strongest first."""
-    out = _container_findings(name, node)
+    out = _container_findings(name, node) + _crash_findings(name, node)
     if node.get("error"):
         out.append(Finding(name, STRONG, f"node did not answer: {node['error']}"))
     collected = node.get("collected") or {}
@@ -198,10 +211,39 @@ def _only_killed(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) -> 
     return killed[0] if len(killed) == 1 and others else None
 
 
+def _named(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) -> list[str]:
+    """The leading nodes whose log says a rank died by a signal that is a cause."""
+    return [n for n in leaders if (nodes[n].get("crash") or {}).get("named")]
+
+
+def _same_signal(nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]) -> str | None:
+    """Several leading nodes' ranks died by one signal that is a cause: the summary names it,
+    its meaning and when (the head's log says when, even where its own worker's exit code was
+    not logged)."""
+    named = _named(nodes, leaders)
+    crashes = [nodes[n]["crash"] for n in named]
+    if not crashes or len({c["signal"] for c in crashes}) > 1:
+        return None
+    logs = [nodes[n].get("crash") or {} for n in leaders]
+    heads = [c for n, c in zip(leaders, logs, strict=True) if nodes[n].get("role") == "head"]
+    known = [c["phase"] for c in heads + logs if c.get("phase") not in (None, "unknown")]
+    when = f", {CrashPhase(known[0]).text}" if known else ""
+    ranks = ", ".join(f"{n} (rank {nodes[n].get('rank')})" for n in named)
+    return (
+        f"no single suspect: {len(named)} ranks died by {crashes[0]['signal']} "
+        f"({crashes[0]['meaning']}){when}: {ranks}"
+    )
+
+
 def _tiebreak(
     nodes: Mapping[str, Mapping[str, Any]], leaders: list[str]
 ) -> tuple[str | None, str | None]:
-    """Several ranks died: the one that went first, or the only one killed; else none."""
+    """Several ranks died: the only one whose log names a signal that is a cause, the one that
+    went first, or the only one killed; else none."""
+    named = _named(nodes, leaders)
+    if len(named) == 1:
+        sig = nodes[named[0]]["crash"]["signal"]
+        return named[0], f"the only rank whose log says it died by {sig} (of {', '.join(leaders)})"
     first = _first_exited(nodes, leaders)
     if first is not None:
         return first, f"its container exited first (of {', '.join(leaders)})"
@@ -226,7 +268,9 @@ def verdict(dossier: Mapping[str, Any]) -> Verdict:
     suspect, tiebreak = (leaders[0], None) if len(leaders) == 1 else _tiebreak(nodes, leaders)
     if suspect is None:
         why = "; ".join(f"{f.node}: {f.text}" for f in findings if f.weight == top)
-        summary = f"no single suspect: {len(leaders)} ranks stand out ({why})"
+        summary = _same_signal(nodes, leaders) or (
+            f"no single suspect: {len(leaders)} ranks stand out ({why})"
+        )
         return Verdict(None, None, summary, [], table)
     own = [f.text for f in findings if f.node == suspect] + ([tiebreak] if tiebreak else [])
     waits = _waiting_facts(_others_waiting(nodes, suspect))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus
 from tpwarden.cluster.durable import JSONValue
+from tpwarden.cluster.signals import from_exit_status
 from tpwarden.node.clockcap import NO_READ_BACK, utc
 from tpwarden.node.thermal.roles import zone_role
 
@@ -79,8 +80,12 @@ def node_verdict(n: NodeStatus) -> tuple[str, str | None]:
     if n.state is None:
         return "missing", n.reason or "no serving container"
     if n.state != "running":
-        code = f" (exit code {n.exit_code})" if n.exit_code is not None else ""
-        return n.state, f"container {n.state}{code}"
+        sig = from_exit_status(n.exit_code)
+        named = f": {sig.name}" if sig else ""
+        oom = " from the OOM killer" if n.oom_killed else ""
+        code = f" (exit code {n.exit_code}{named}{oom})" if n.exit_code is not None else ""
+        died = f"; {n.crash.lead.who} {n.crash.lead.how}" if n.crash else ""
+        return n.state, f"container {n.state}{code}{died}"
     alarms = [
         r
         for g in n.gpus

@@ -56,6 +56,7 @@ class LogLine:
     text: str
     process: str | None = None
     pid: int | None = None
+    rank: int | None = None  # `(VllmWorker rank=1 pid=4)` (0.8); the name holds it later
     ip: str | None = None
     level: str | None = None
     source: str | None = None
@@ -88,11 +89,12 @@ def parse_prefix(line: str) -> LogLine:
         timestamp = timestamp or m.groupdict().get("ts")
         text = text[m.end() :]
     process = ip = None
-    pid = None
+    pid = rank = None
     m = _PROCESS.match(text)
     if m and (m.group("proc") or m.group("pid")):
         process, ip = m.group("proc"), m.group("ip")
         pid = int(m.group("pid")) if m.group("pid") else None
+        rank = int(m.group("rank")) if m.group("rank") else None
         text = text[m.end() :]
     level = source = None
     m = _VLLM_LEVEL.match(text) or _BARE_LEVEL.match(text)
@@ -105,6 +107,7 @@ def parse_prefix(line: str) -> LogLine:
         text=text,
         process=process,
         pid=pid,
+        rank=rank,
         ip=ip,
         level=level,
         source=source,

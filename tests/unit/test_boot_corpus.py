@@ -77,6 +77,17 @@ CORPUS = {
         None,
     ),
     "v0.25.1_single_dflash_success.log": ("ready", "ready", (49, 49), 1, None),
+    # the lab's real engine on a CPU with AMX (issue 49): the head came up, then every worker
+    # died on the first request (a note after ready, the crash named: test_boot_crash.py); the
+    # worker node's rank died by SIGILL
+    "v0.32.0_lab-cpu_tp4-nnodes4_sigill_node1.log": ("ready", "ready", (1, 1), None, None),
+    "v0.32.0_lab-cpu_tp4-nnodes4_sigill_node2.log": (
+        "failed",
+        "failed",
+        None,
+        None,
+        "rank 1 died by SIGILL: an instruction this CPU or its container does not allow",
+    ),
     "v0.2x_single_cuda-driver-oom_crash_club3090-60.log": (
         "failed",
         "failed",

@@ -43,3 +43,48 @@ def test_from_file_on_a_hang_says_where_it_stopped():
 def test_from_file_that_does_not_exist_is_bad_input(tmp_path: Path):
     result = CliRunner().invoke(app, ["boot", "--from-file", str(tmp_path / "nope.log")])
     assert result.exit_code == 2
+
+
+# the lab's real engine on a CPU with AMX (issue 49): each rank's log names its crash on one line
+SIGILL_LINES = {
+    "v0.32.0_lab-cpu_tp4-nnodes4_sigill_node1.log": (
+        0,
+        "crash: rank 0 died (no exit code) on the first request",
+    ),
+    "v0.32.0_lab-cpu_tp4-nnodes4_sigill_node2.log": (
+        1,
+        "crash: rank 1 died by SIGILL (illegal instruction) after loading its model",
+    ),
+}
+
+
+def test_from_file_names_a_crash_on_one_line_of_80_columns():
+    for name, (code, expected) in SIGILL_LINES.items():
+        result = CliRunner().invoke(
+            app, ["boot", "--from-file", str(BOOT / name)], env={"COLUMNS": "80"}
+        )
+        assert result.exit_code == code, result.output
+        (line,) = [ln for ln in result.output.splitlines() if ln.startswith("crash: ")]
+        assert line == expected and len(line) <= 80
+    # the signal's meaning follows on a line of its own
+    result = CliRunner().invoke(
+        app, ["boot", "--from-file", str(BOOT / name)], env={"COLUMNS": "80"}
+    )
+    assert "SIGILL: an instruction this CPU or its container does not allow" in result.output
+
+
+def test_from_file_json_carries_the_crash():
+    log = BOOT / "v0.32.0_lab-cpu_tp4-nnodes4_sigill_node2.log"
+    doc = json.loads(CliRunner().invoke(app, ["boot", "--from-file", str(log), "--json"]).output)
+    crash = doc["crash"]
+    assert (crash["signal"], crash["named"], crash["phase"]) == ("SIGILL", True, "after_load")
+    assert [(d["worker"], d["rank"], d["exit_code"]) for d in crash["deaths"]] == [
+        ("VllmWorker-1", 1, -4)
+    ]
+    assert doc["error_kind"] == "SIGILL"
+
+
+def test_a_healthy_log_prints_no_crash_line():
+    log = BOOT / "v0.25.1_single_dflash_success.log"
+    result = CliRunner().invoke(app, ["boot", "--from-file", str(log)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and "crash:" not in result.output

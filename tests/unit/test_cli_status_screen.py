@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tpwarden.cluster.boot.progress import BootNote, BootProgress
+from tpwarden.cluster.boot.progress import BootNote, BootProgress, read_boot_log
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.cli import control as control_cli
 from tpwarden.cluster.control.status_model import ClusterStatus, NodeStatus, ServerStatus, Verdict
@@ -81,3 +81,19 @@ def test_an_unhealthy_server_shows_its_notes_unasked(fake):
     fake.verdict = Verdict.HUNG
     result = _screen()
     assert result.exit_code == 1 and "ulimit" in result.stdout
+
+
+def test_the_heads_crash_shows_on_one_line_when_no_exited_container_named_it(fake):
+    # the head's log says a worker died (the lab's SIGILL head, tests/fixtures/real/boot) while
+    # no container has exited yet: the screen names it from the head's boot state
+    log = (
+        Path(__file__).parents[1]
+        / "fixtures/real/boot/v0.32.0_lab-cpu_tp4-nnodes4_sigill_node1.log"
+    )
+    head = read_boot_log(log.read_text().splitlines())
+    fake.boot_progress = lambda self: head
+    fake.verdict = Verdict.BROKEN
+    result = _screen()
+    assert "crash: rank 0 died (no exit code) on the first request" in result.stdout.splitlines()
+    doc = json.loads(_screen("--json").stdout)
+    assert doc["boot"]["crash"]["phase"] == "first_request"
