@@ -161,7 +161,10 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
 def sweep(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
-    prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
+    prompts: Annotated[
+        Path | None,
+        typer.Option(help="JSONL (a `prompt` or chat `messages` per line) or ShareGPT JSON."),
+    ] = None,
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
     ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
