@@ -186,9 +186,10 @@ class CompletionGroup(LazyGroup):
             return CompletionGroup(self.target, path, short, self.subtables)
         if short is not None and self._listing:
             return TyperCommand(cmd_name, short_help=short, callback=None)
-        made = stand_in(" ".join(path), lambda: self._real_command(cmd_name))
-        if made is not None and ctx.resilient_parsing:
-            return made
+        if ctx.resilient_parsing:  # a TAB completing a value
+            made = stand_in(" ".join(path), lambda: self._real_command(cmd_name))
+            if made is not None:
+                return made
         return self._real_command(cmd_name)
 
     def _real_command(self, cmd_name: str) -> click.Command | None:
