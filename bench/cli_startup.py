@@ -1,7 +1,8 @@
 """Print what the `tpwarden` command line costs to start, as ratios measured in one run (issue 30):
 
 - `tpwarden --help` and a TAB completion against `python -c pass`
-  (goal: <= 4x python -c pass + 0.1 s);
+  (goal: <= 4x python -c pass + 0.1 s): of a command name, and of a value (issue 52: node names
+  from the inventory, eval tasks, `--set` keys, `rollout --bench` presets);
 - `tpwarden inventory check` against `ansible-inventory --list` on the same file (goal <= 1.0x).
 
     python bench/cli_startup.py [--runs 5] [-i inventory.example.yml]
@@ -55,11 +56,21 @@ def main() -> None:
     complete = {**os.environ, "_TPWARDEN_COMPLETE": "complete_bash",
                 "COMP_WORDS": "tpwarden watchdog h", "COMP_CWORD": "2"}  # fmt: skip
     top = {**complete, "COMP_WORDS": "tpwarden wat", "COMP_CWORD": "1"}
+    values = {  # a value of an option or argument (issue 52): nodes, tasks, --set keys, presets
+        "TAB: logs -i INV <TAB>": (f"tpwarden logs -i {args.inventory} ", "4"),
+        "TAB: eval run --tasks gsm<TAB>": ("tpwarden eval run --tasks gsm", "4"),
+        "TAB: rollout --set drafter.n<TAB>": ("tpwarden rollout --set drafter.n", "3"),
+        "TAB: rollout --bench <TAB>": ("tpwarden rollout --bench ", "3"),
+    }
     cases = {
         "python -c pass": ([sys.executable, "-c", "pass"], None),
         "tpwarden --help": ([*cli, "--help"], None),
         "TAB: tpwarden wat<TAB>": (cli, top),
         "TAB: tpwarden watchdog h<TAB>": (cli, complete),
+        **{
+            name: (cli, {**complete, "COMP_WORDS": words, "COMP_CWORD": cword})
+            for name, (words, cword) in values.items()
+        },
         "ansible-inventory --list": ([ansible_inventory, "-i", args.inventory, "--list"], None),
         "inventory check": ([*cli, "inventory", "check", "-i", args.inventory], None),
     }
@@ -72,12 +83,17 @@ def main() -> None:
     goal = 4 * base + 0.1
     print(f"python -c pass: {base:.3f} s CPU; goal for --help and TAB: {goal:.3f} s "
           f"(4x + 0.1 s); medians of {args.runs} interleaved rounds")  # fmt: skip
-    for name in ("tpwarden --help", "TAB: tpwarden wat<TAB>", "TAB: tpwarden watchdog h<TAB>"):
+    for name in (
+        "tpwarden --help",
+        "TAB: tpwarden wat<TAB>",
+        "TAB: tpwarden watchdog h<TAB>",
+        *values,
+    ):
         took = got[name]
         verdict = "ok" if took <= goal else "OVER"
-        print(f"  {name:32s} {took:.3f} s = {took / base:5.1f}x python -c pass  [{verdict}]")
+        print(f"  {name:34s} {took:.3f} s = {took / base:5.1f}x python -c pass  [{verdict}]")
     verdict = "ok" if check <= ref else "OVER"
-    print(f"  {'inventory check':32s} {check:.3f} s = {check / ref:.2f}x ansible-inventory "
+    print(f"  {'inventory check':34s} {check:.3f} s = {check / ref:.2f}x ansible-inventory "
           f"--list ({ref:.3f} s)  [{verdict}, goal <= 1.0x]")  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from tpwarden.cluster.errors import LabError
 from tpwarden.cluster.labels import LABEL_COMPONENT
 from tpwarden.lab import nodes, sensord
 from tpwarden.lab.host import write_atomic
-from tpwarden.lab.paths import CLUSTER_LABEL, NODE_LABEL, LabPaths
+from tpwarden.lab.paths import CLUSTER_LABEL, NODE_LABEL, SERVER_COMPONENT, LabPaths
 
 FILL_NAME = ".tpwarden-lab-fill"
 SIM_KINDS = ("boot_stuck_at", "boot_crash_at", "http_5xx", "engine_dead", "hang", "slow_steps")
@@ -98,9 +98,9 @@ def free_logs(paths: LabPaths, name: str) -> None:
     (paths.node(name).logfs / FILL_NAME).unlink(missing_ok=True)
 
 
-# A node fault hits the node's server rank only: a bench or eval client that happens to run on
-# the same node is the operator's tool, and freezing it too would test something else.
-SERVER_COMPONENT = "vllm"
+# A node fault hits the node's server rank only (SERVER_COMPONENT): a bench or eval client that
+# happens to run on the same node is the operator's tool, and freezing it too would test
+# something else.
 
 
 def _containers(paths: LabPaths, name: str, client: docker.DockerClient) -> list:

@@ -29,6 +29,7 @@ HEAD = NODE_NAMES[0]
 CLUSTER_LABEL = LABEL_CLUSTER  # the toolkit's own label names (tpwarden.cluster.labels)
 NODE_LABEL = LABEL_NODE
 CLUSTER_NAME = "lab"
+SERVER_COMPONENT = "vllm"  # the serving containers' io.tpwarden.component (cluster/launch.py)
 # Fixed in-node path the NVML stand-in reads (its default); each node's own state dir is
 # bind-mounted here.
 NODE_GPU_DIR = "/var/lib/tpwarden-lab/gpu"

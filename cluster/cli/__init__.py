@@ -4,7 +4,9 @@ Sub-commands are mounted from one table (``COMMANDS``) and imported on first use
 `tpwarden --help`, a TAB completion and `inventory check` import only what they need. To add a
 command: a module with a ``typer.Typer`` (a group) or a ``register(app)`` function, one row here,
 one example in `examples.EXAMPLES`; a group's sub-commands also go in `completion_table.SUBCOMMANDS`
-(TAB completion; `tests/unit/test_cli_completion_table.py` prints the rows when they are missing).
+(TAB completion; `tests/unit/test_cli_completion_table.py` prints the rows when they are missing),
+and a command with a parameter that completes values (`completion_values`) in
+`completion_params.PARAMS` (`tests/unit/test_cli_completion_values.py` prints its rows).
 
 Examples:
     tpwarden inventory check -i inventory.example.yml

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
 from tpwarden.cluster.bench.manifest import manifest_diff
@@ -46,7 +47,11 @@ ClientImage = Annotated[
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the client containers; run none.")]
 ClientNode = Annotated[
     str | None,
-    typer.Option("--client-node", help="Run the client on this node (default: the head)."),
+    typer.Option(
+        "--client-node",
+        help="Run the client on this node (default: the head).",
+        autocompletion=values.nodes,
+    ),
 ]
 
 SWEEP_COLUMNS = (
@@ -156,7 +161,10 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
 def sweep(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
-    prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
+    prompts: Annotated[
+        Path | None,
+        typer.Option(help="JSONL (a `prompt` or chat `messages` per line) or ShareGPT JSON."),
+    ] = None,
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
     ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
@@ -170,7 +178,11 @@ def sweep(
     as_json: JsonOption = False,
     client_node: ClientNode = None,
     dataset: Annotated[
-        str, typer.Option(help="prompts (the prompt set) or random (random tokens).")
+        str,
+        typer.Option(
+            help="prompts (the prompt set) or random (random tokens).",
+            autocompletion=values.bench_datasets,
+        ),
     ] = "prompts",
     random_input_len: Annotated[
         int, typer.Option(help="Input tokens per request with --dataset random.")
@@ -180,7 +192,7 @@ def sweep(
 
     if backend not in ("openai-chat", "openai"):
         raise typer.BadParameter(f"--backend {backend!r}: openai-chat or openai")
-    if dataset not in ("prompts", "random"):
+    if dataset not in values.BENCH_DATASETS:
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(
         kind="sweep",

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import tpwarden.cluster.cli.completion_values as completion_values
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -34,7 +34,7 @@ err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_INVENTORY = Path(os.environ.get("TPWARDEN_INVENTORY", "inventory.yml"))
+DEFAULT_INVENTORY = completion_values.DEFAULT_INVENTORY  # env TPWARDEN_INVENTORY
 
 InventoryOption = Annotated[
     Path,

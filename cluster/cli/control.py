@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -319,7 +320,9 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
 
 
 def logs(
-    node: Annotated[str | None, typer.Argument(help="Node (default: all).")] = None,
+    node: Annotated[
+        str | None, typer.Argument(help="Node (default: all).", autocompletion=values.nodes)
+    ] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")

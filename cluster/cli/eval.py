@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
@@ -164,11 +165,17 @@ def run(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     tasks: Annotated[
         str | None,
-        typer.Option(help=f"Comma list of lm-eval task names (default {','.join(DEFAULT_TASKS)})."),
+        typer.Option(
+            help=f"Comma list of lm-eval task names (default {','.join(DEFAULT_TASKS)}).",
+            autocompletion=values.eval_tasks,
+        ),
     ] = None,
     suite: Annotated[
         str | None,
-        typer.Option(help=f"A named suite instead of --tasks: {', '.join(sorted(SUITES))}."),
+        typer.Option(
+            help=f"A named suite instead of --tasks: {', '.join(sorted(SUITES))}.",
+            autocompletion=values.eval_suites,
+        ),
     ] = None,
     num_fewshot: Annotated[
         int | None,
@@ -189,7 +196,11 @@ def run(
         ),
     ] = None,
     chat: Annotated[
-        str | None, typer.Option(help="Local generate_until tasks to send through chat.")
+        str | None,
+        typer.Option(
+            help="Local generate_until tasks to send through chat.",
+            autocompletion=values.local_tasks,
+        ),
     ] = None,
     num_concurrent: Annotated[
         int | None, typer.Option(help="Concurrent requests (inventory tpwarden.eval; 16).")

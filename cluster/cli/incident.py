@@ -7,11 +7,11 @@ running server now, without restarting anything (on-call looking at a slow serve
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
@@ -22,6 +22,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.cli.narrow import short_frames, shorten, table_lines
 from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
@@ -39,6 +40,9 @@ StateDirOption = Annotated[
         "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
     ),
 ]
+
+
+_SUSPECT = re.compile(r"^suspect: \S+ \(rank [^)]*\): ")  # the suspect column says it
 
 
 def _json_flag(as_json: bool) -> list[str]:
@@ -68,12 +72,19 @@ def list_incidents(
     if not rows:
         console.print(Text(f"no incident dossiers in {store.dir}"))
         return
-    t = Table("id", "taken", "suspect", "verdict")
-    for r in rows:
-        verdict = r.get("summary") or r.get("error") or "-"
-        suspect = Text(str(r.get("suspect") or "-"))
-        t.add_row(Text(str(r["id"])), iso(r.get("taken_at_unix_s")), suspect, Text(verdict))
-    console.print(t)
+    # one row per dossier at any width: the verdict cut to its column (`show` has it whole)
+    cells = [
+        (
+            str(r["id"]),
+            iso(r.get("taken_at_unix_s")),
+            str(r.get("suspect") or "-"),
+            short_frames(_SUSPECT.sub("", str(r.get("summary") or r.get("error") or "-"))),
+        )
+        for r in rows
+    ]
+    lines = table_lines(("id", "taken", "suspect", "verdict"), cells, console.width)
+    for i, line in enumerate(lines):
+        say(line, console.width, "bold" if i == 0 else "")
 
 
 @app.command("show")
@@ -122,60 +133,75 @@ def capture_now(
 
 
 def render(doc: dict[str, Any]) -> None:
-    """The human view of a dossier."""
+    """The human view of a dossier, every line within the terminal's width (a long value is
+    shortened: `--json` and the dossier file keep it whole)."""
+    width = console.width
     v = doc.get("verdict") or {}
-    head = f"{doc.get('id') or 'dossier'} at {iso(doc.get('taken_at_unix_s'))}"
-    console.print(Text(f"{head} ({doc.get('took_s', '?')} s): {doc.get('reason') or ''}"))
-    style = "bold red" if v.get("suspect") else "yellow"
-    console.print(Text(str(v.get("summary") or "no verdict"), style=style))
+    took = doc.get("took_s", "?")
+    say(f"{doc.get('id') or 'dossier'} at {iso(doc.get('taken_at_unix_s'))}, took {took} s", width)
+    say(f"why: {doc.get('reason') or '-'}", width)
+    if v.get("suspect"):
+        say(f"suspect: {v['suspect']} (rank {v.get('rank')})", width, "bold red")
+    else:  # "no single suspect: ..." says why
+        say(str(v.get("summary") or "no verdict"), width, "yellow")
     for fact in v.get("facts") or []:
-        console.print(Text(f"  - {fact}"))
+        say(f"  - {fact}", width)
     if doc.get("trimmed"):
-        console.print(Text(f"(trimmed to fit the store: {', '.join(doc['trimmed'])})"))
+        say(f"(trimmed to fit the store: {', '.join(doc['trimmed'])})", width)
     for name, node in (doc.get("nodes") or {}).items():
-        _render_node(name, node)
+        _render_node(name, node, width)
 
 
-def _render_node(name: str, node: dict[str, Any]) -> None:
-    console.print(Text(f"\n{name} (rank {node.get('rank')})", style="bold"))
+def say(line: str, width: int, style: str = "") -> None:
+    """One line, shortened to ``width``: never wrapped across the screen."""
+    console.print(Text(shorten(line, width), style=style), no_wrap=True, overflow="ellipsis")
+
+
+def _render_node(name: str, node: dict[str, Any], width: int) -> None:
+    console.print()
+    say(f"{name} (rank {node.get('rank')})", width, "bold")
     if node.get("error"):
-        console.print(Text(f"  did not answer: {node['error']}", style="red"))
+        say(f"  did not answer: {node['error']}", width, "red")
         return
     c = node.get("container")
     state = "no serving container" if c is None else f"container {c.get('state')}"
     if c is not None and c.get("exit_code") is not None:
         state += f" (code {c['exit_code']})"
-    console.print(Text(f"  {state}"))
+    say(f"  {state}", width)
     if node.get("collect_error"):
-        console.print(Text(f"  collector: {node['collect_error']}", style="yellow"))
+        say(f"  collector: {node['collect_error']}", width, "yellow")
     collected = node.get("collected") or {}
     in_container = collected.get("pid_namespace") == "container"
     for p in collected.get("processes") or []:
-        _render_process(p, " (in the container)" if in_container else "")
+        _render_process(p, " (in the container)" if in_container else "", width)
     for e in (collected.get("kernel") or {}).get("events") or []:
-        console.print(Text(f"  kernel: {e.get('line')}", style="red"))
+        say(f"  kernel: {e.get('line')}", width, "red")
     for f in collected.get("findings") or []:
-        console.print(Text(f"  note: {f}", style="dim"))
+        say(f"  note: {f}", width, "dim")
 
 
-def _render_process(p: dict[str, Any], where: str = "") -> None:
+def _render_process(p: dict[str, Any], where: str, width: int) -> None:
+    """One line per process where it fits, else two: who it is and in what state; then what
+    it does."""
     cpu = p.get("cpu_delta_s")
-    line = (
-        f"  pid {p.get('pid')}{where} {p.get('comm')}: {p.get('state')} ({p.get('state_name')})"
-        f"{' FROZEN' if p.get('frozen') else ''}"
-        f" wchan={p.get('wchan') or '-'} threads={p.get('threads')}"
-        f" cpu+{'?' if cpu is None else cpu}s rss={int(p.get('rss_bytes') or 0) >> 20} MiB"
+    who = f"  pid {p.get('pid')}{where} {p.get('comm')}: {p.get('state')} ({p.get('state_name')})"
+    facts = (
+        f"{'FROZEN ' if p.get('frozen') else ''}wchan={p.get('wchan') or '-'} "
+        f"threads={p.get('threads')} cpu+{'?' if cpu is None else cpu}s "
+        f"rss={int(p.get('rss_bytes') or 0) >> 20} MiB"
     )
-    console.print(Text(line))
+    if len(who) + 1 + len(facts) <= width:
+        say(f"{who} {facts}", width)
+    else:
+        say(who, width)
+        say(f"    {facts}", width)
     stack = p.get("pyspy") or {}
     if stack.get("error"):
-        console.print(Text(f"    py-spy: {stack['error']}", style="yellow"))
+        say(f"    py-spy: {stack['error']}", width, "yellow")
     if stack.get("waiting_in"):
-        console.print(Text(f"    waits in {stack['waiting_in']}"))
+        say(f"    waits in {stack['waiting_in']}", width)
     threads = stack.get("threads") or []
     if threads and not stack.get("waiting_in"):
         top = threads[0]
         frames = top.get("frames") or []
-        console.print(
-            Text(f"    {top.get('name') or top.get('id')}: {frames[0] if frames else '-'}")
-        )
+        say(f"    {top.get('name') or top.get('id')}: {frames[0] if frames else '-'}", width)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import typer
+from tpwarden.cluster.cli.completion_params import stand_in
 from typer import _click as click
 from typer.core import TyperCommand, TyperGroup
 
@@ -66,6 +67,10 @@ class LazyGroup(TyperGroup):
             return TyperCommand(cmd_name, help=short, callback=None)
         if ctx.resilient_parsing and target not in _RESOLVED and cmd_name in self.subtables:
             return CompletionGroup(target, (cmd_name,), short, self.subtables)  # a TAB completion
+        if ctx.resilient_parsing and target not in _RESOLVED:  # a TAB completing a value
+            made = stand_in(cmd_name, lambda: _mount(target, cmd_name)[cmd_name])
+            if made is not None:
+                return made
         try:
             return _mount(target, cmd_name)[cmd_name]
         except ModuleNotFoundError as exc:
@@ -181,6 +186,13 @@ class CompletionGroup(LazyGroup):
             return CompletionGroup(self.target, path, short, self.subtables)
         if short is not None and self._listing:
             return TyperCommand(cmd_name, short_help=short, callback=None)
+        if ctx.resilient_parsing:  # a TAB completing a value
+            made = stand_in(" ".join(path), lambda: self._real_command(cmd_name))
+            if made is not None:
+                return made
+        return self._real_command(cmd_name)
+
+    def _real_command(self, cmd_name: str) -> click.Command | None:
         real = self.real()
         assert isinstance(real, TyperGroup)
         return real.get_command(click.Context(real), cmd_name)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
+import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
 from tpwarden.cluster.cli.common import (
@@ -125,11 +126,16 @@ def rollout(
             "--set",
             help="KEY=VALUE under tpwarden (repeatable), VALUE in YAML; edits the file the value "
             "came from. drafter=null switches the drafter off, a {mapping} sets a section.",
+            autocompletion=values.set_keys,
         ),
     ] = [],  # noqa: B006
     bench: Annotated[
         str,
-        typer.Option("--bench", help="Measure before/after: none, quick (c=1,8,32) or full."),
+        typer.Option(
+            "--bench",
+            help="Measure before/after: none, quick (c=1,8,32) or full.",
+            autocompletion=values.bench_presets,
+        ),
     ] = "none",
     guard: Annotated[
         list[str], typer.Option("--guard", help="Keep only if e.g. 'c=32 aggregate >= -5%'.")
@@ -158,7 +164,7 @@ def rollout(
     after (--bench), and roll back by itself if the new server does not come up or a --guard fails."""
     if ctx.invoked_subcommand:
         return
-    if bench not in ("none", "quick", "full"):
+    if bench not in values.BENCH_PRESETS:
         raise ConfigError(f"--bench {bench!r}", hint="none, quick or full")
     if via not in ("direct", "watchdog"):
         raise ConfigError(f"--via {via!r}", hint="direct or watchdog")

@@ -5,6 +5,7 @@ docs/tune.md). Rendering only; the work is in cluster.tune, the rollout in cli.t
 tpwarden tune drafter -i inventory.yml --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3
 tpwarden tune drafter -i inventory.yml --profile c1:0.2,c8:0.5,c32:0.3 --apply --plot k.png
 tpwarden tune drafter --from-run runs/20260101T000000Z-sweep --profile c32:1 --json
+tpwarden tune drafter -i inventory.yml --dataset field-prompts.jsonl --profile c1:0.2,c32:0.8
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from tpwarden.cluster.bench.dataset import read_prompts
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
 from tpwarden.cluster.cli.common import (
@@ -39,7 +41,7 @@ from tpwarden.cluster.cli.tune_apply import (
     print_plan,
     refuse_conflicts,
 )
-from tpwarden.cluster.cli.tune_view import render_table, write_plot
+from tpwarden.cluster.cli.tune_view import print_dataset, render_table, write_plot
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
@@ -199,13 +201,15 @@ def _finish(a: Analysis, as_json: bool, plot: Path | None, runs_dir: Path | None
         raise typer.Exit(1)
 
 
-def _dry_run(spec: ClusterSpec, opts: BenchOptions, plan: JSONObject | None, as_json: bool) -> None:
+def _dry_run(
+    spec: ClusterSpec, opts: BenchOptions, plan: JSONObject | None, as_json: bool,
+    dataset: JSONObject,
+) -> None:  # fmt: skip
     lv = opts.levels
     containers = [client_plan(spec, opts, c, i, "dry-run").to_json() for i, c in enumerate(lv)]
     if as_json:
-        emit_json(
-            "tune drafter", {"ok": True, "dry_run": True, "containers": containers, "apply": plan}
-        )
+        doc = {"ok": True, "dry_run": True, "dataset": dataset, "containers": containers}
+        emit_json("tune drafter", {**doc, "apply": plan})
         return
     for c in containers:
         console.print(" ".join(c.get("command") or []), highlight=False, markup=False)
@@ -262,6 +266,15 @@ def drafter(
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a PNG of the predictions here.")
     ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help='Measure with the operator\'s own prompts: JSONL (a "prompt" or chat '
+            '"messages" per line) or ShareGPT JSON, as `vllm bench serve` reads them (default: '
+            "the built-in Korean prose set).",
+        ),
+    ] = None,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
     client_image: Annotated[str | None, typer.Option(help="Bench client image.")] = None,
@@ -277,6 +290,12 @@ def drafter(
     Example: tpwarden tune drafter -i inventory.yml --levels 1,8,32 --profile c1:0.2,c8:0.5,c32:0.3
     """
     _check_options(apply, from_run is not None, guard or [], yes, dry_run, as_json)
+    if dataset is not None and from_run is not None:
+        raise ConfigError(
+            "--dataset measures anew; --from-run reads a run measured with its own prompts",
+            key="--dataset",
+        )
+    prompt_set = read_prompts(dataset or DEFAULT_PROMPTS)  # a bad file: refused before the sweep
     guards = [parse_guard(g) for g in guard or []]
     lv = _levels(levels)
     past = _history(history or [])
@@ -286,7 +305,11 @@ def drafter(
         a = _analyse(measured, prof, past, k_max, str(from_run))
         if saved.get("applied"):
             a.doc["applied"] = saved["applied"]
+        if saved.get("dataset"):
+            a.doc["dataset"] = saved["dataset"]
         if not as_json:
+            if saved.get("dataset"):
+                print_dataset(saved["dataset"], None)
             render_table(a.levels, a.model, a.preds, a.rec)
         _finish(a, as_json, plot, runs_dir)
         return
@@ -294,7 +317,7 @@ def drafter(
     opts = BenchOptions(
         kind="sweep",
         levels=lv,
-        prompts=DEFAULT_PROMPTS,
+        prompts=dataset or DEFAULT_PROMPTS,
         output_len=output_len,
         num_prompts=num_prompts,
         client_image=client_image,
@@ -302,9 +325,11 @@ def drafter(
     spec = load(inventory)
     if spec.serving.drafter is not None:  # refused before the sweep, not after it
         _check_k_max(k_max, spec.serving.drafter.num_speculative_tokens)
+    if not as_json:
+        print_dataset(prompt_set.to_json(output_len), num_prompts)
     if dry_run:
         plan = dry_run_plan(spec, inventory, lv, guards, k_max) if apply else None
-        _dry_run(spec, opts, plan, as_json)
+        _dry_run(spec, opts, plan, as_json, prompt_set.to_json(output_len))
         return
     a = _live(
         inventory, spec, opts, prof, past, k_max, runs_dir, guards if apply else None, yes, as_json
@@ -334,6 +359,7 @@ def _live(
             runner = RecordingRunner(ctl, runs_dir, on_progress=lambda m: err_console.print(m))
             run, measured = measure(runner, opts, runner.preflight())
         a = _analyse(measured, prof, past, k_max, str(run.dir))
+        a.doc["dataset"] = read_prompts(opts.prompts).to_json(opts.output_len)
         save(run.dir, a.doc)
         if not as_json:
             render_table(a.levels, a.model, a.preds, a.rec)

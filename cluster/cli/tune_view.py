@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 from tpwarden.cluster.cli.common import console
-from tpwarden.cluster.durable import JSONValue, atomic_write_bytes
+from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_bytes
 from tpwarden.cluster.tune.model import LevelMeasure, Prediction, Recommendation
 from tpwarden.cluster.tune.plot import tune_png
 from tpwarden.cluster.tune.steptime import StepModel
@@ -78,3 +78,18 @@ def write_plot(
     ]
     title = f"predicted aggregate tok/s per k' (measured at k={rec.k_ref}, recommended k={rec.k})"
     atomic_write_bytes(path, tune_png(preds, measured, after, title), mode=0o644)
+
+
+def print_dataset(doc: JSONObject, per_level: int | None) -> None:
+    """Which prompts the acceptance comes from (the advice holds for text like them), and how
+    many may be too long for what `vllm bench serve` sends (cluster.bench.dataset)."""
+    line = f"prompts: {doc['path']} ({doc['format']}, {doc['prompts']} prompts"
+    line += f"; {per_level} a level, drawn anew each level)" if per_level else ")"
+    console.print(line, highlight=False, markup=False)
+    skipped = doc.get("maybe_skipped") or 0
+    if skipped:
+        console.print(
+            f"note: {skipped} of {doc['prompts']} prompts may be over 1024 tokens (2048 with the "
+            "output): vllm bench serve skips those and draws from the rest",
+            style="yellow", highlight=False, markup=False,
+        )  # fmt: skip

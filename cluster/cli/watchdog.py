@@ -13,7 +13,6 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -34,6 +33,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.cli.narrow import pairs, table_lines
 from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.event_log import EventLog, read_events
@@ -289,11 +289,17 @@ def history(
     if as_json:
         emit_json("watchdog history", {"events": events, "skipped_lines": got.skipped_lines})
         return
-    t = Table("time", "event", "detail")
-    for e in events:
-        detail = {k: v for k, v in e.items() if k not in ("ts", "kind", "evidence", "metrics")}
-        detail_text = json.dumps(detail, default=str)[:160]
-        t.add_row(iso(e.get("ts")), Text(str(e.get("kind"))), Text(detail_text))
-    console.print(t)
+    # one line per event at any width: the detail as key=value pairs, long values shortened
+    # (--json and events.jsonl keep them whole; evidence and metrics are in --json only)
+    values = max(40, console.width - 40)
+    rows = [(iso(e.get("ts")), str(e.get("kind")), pairs(_detail(e), values)) for e in events]
+    for i, line in enumerate(table_lines(("time", "event", "detail"), rows, console.width)):
+        console.print(Text(line, style="bold" if i == 0 else ""), no_wrap=True, overflow="crop")
     if got.skipped_lines:
         console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")
+
+
+def _detail(event: dict[str, object]) -> dict[str, object]:
+    """An event's fields for its table line: all but its time, its kind and the bulky evidence
+    and metrics."""
+    return {k: v for k, v in event.items() if k not in ("ts", "kind", "evidence", "metrics")}

@@ -115,6 +115,40 @@ def test_load_heats_head_hottest_and_peaks_equal_the_files(agents, tmp_path, mon
         assert n["gpu_fields"]["fan_pct"]["null_reason"]
 
 
+def _gpu_at(records: list[dict], node: str, since: float, until: float) -> list[float]:
+    return [g["temp_c"] for r in records if r["node"] == node and since <= r["ts"] <= until
+            for g in r["gpus"] if g["temp_c"] is not None]  # fmt: skip
+
+
+def test_a_paused_rank_cools_while_the_others_wait_warm(agents, tmp_path, monkeypatch):
+    """Issue 52: each rank heats with its own load. Under load, node3's rank is paused: the
+    server hangs with its requests running, the other ranks stay busy (on GPUs they spin in the
+    collective), the frozen one cools; after `down` every rank cools."""
+    lab = agents
+    monkeypatch.setenv("TPWARDEN_API_KEY", os.environ.get("TPWARDEN_API_KEY", "lab-key"))
+    spec = load_inventory(lab.inventory)
+    with Controller(spec, state_dir=tmp_path, node_timeout_s=5) as ctl:
+        assert ctl.up(timeout_s=180).ok
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(_load, spec, 70, 8)
+                time.sleep(30)  # heat under load (the GPU follows within a minute)
+                paused_at = time.time()
+                faults.container_action(lab.paths, "node3", "pause")
+                time.sleep(30)  # the hang: requests stay running on the other ranks
+                hung_until = time.time()
+                faults.container_action(lab.paths, "node3", "unpause")
+        finally:
+            ctl.down()
+    doc, pulled = report_json(lab, tmp_path, "--since", f"{paused_at - 10:.3f}")
+    records, _ = read_records(sorted(pulled.glob("*.jsonl")))
+    end = (hung_until - 8, hung_until)
+    frozen = _gpu_at(records, "node3", *end)
+    assert frozen and max(frozen) < max(_gpu_at(records, "node3", paused_at - 3, paused_at)) - 3
+    for node in ("node1", "node2", "node4"):
+        assert min(_gpu_at(records, node, *end)) >= max(frozen) + 5, node
+
+
 def test_cut_node_is_a_gap_and_loses_nothing(agents, tmp_path):
     lab = agents
     since = time.time()

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tpwarden.cluster.bench.dataset import sharegpt_json
 from tpwarden.cluster.bench.manifest import manifest_diff, summary_facts
 from tpwarden.cluster.bench.parse import (
     ResultFormatError,
@@ -24,7 +25,6 @@ from tpwarden.cluster.bench.plan import (
     bench_argv,
     client_image,
     client_plan,
-    sharegpt_json,
 )
 from tpwarden.cluster.bench.runner import compare_rows
 from tpwarden.cluster.containers.job import container_facts

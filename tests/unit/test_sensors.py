@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tpwarden.lab import rankload as rl
 from tpwarden.lab import sensors as s
 
 
@@ -154,29 +155,31 @@ vllm:num_requests_waiting{engine="0",model_name="glm"} 5.0
 
 
 def test_metrics_load_source_reads_running_requests() -> None:
-    assert s.running_requests(METRICS) == 3.0
+    """Every running rank carries the server's load (rankload.py; this was MetricsLoadSource)."""
+    assert rl.running_requests(METRICS) == 3.0
     transport = httpx.MockTransport(lambda request: httpx.Response(200, text=METRICS))
-    source = s.MetricsLoadSource(
-        "http://127.0.0.11:8000/metrics", ["node1", "node2"], transport=transport
-    )
+    server = rl.ServerLoad("http://127.0.0.11:8000/metrics", transport=transport)
+    running = {"node1": "running", "node2": "running"}
+    source = rl.RankLoadSource(server, lambda: running, ["node1", "node2"])
     loads = source()
-    assert loads["node1"] == loads["node2"] == pytest.approx(s.load_from_running(3.0))
+    assert loads["node1"] == loads["node2"] == pytest.approx(rl.load_from_running(3.0))
     assert 0.5 < loads["node1"] < 1.0
-    source.close()
+    server.close()
 
 
 def test_metrics_load_source_unreachable_is_idle() -> None:
+    """No server and no serving container (a restart removed them): every rank idle."""
+
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    source = s.MetricsLoadSource(
-        "http://127.0.0.11:8000/metrics", ["node1"], transport=httpx.MockTransport(refuse)
-    )
+    gone = rl.ServerLoad("http://127.0.0.11:8000/metrics", transport=httpx.MockTransport(refuse))
+    source = rl.RankLoadSource(gone, lambda: {}, ["node1"])
     assert source() == {"node1": 0.0}
-    failing = s.MetricsLoadSource(
-        "http://x/metrics", ["node1"], transport=httpx.MockTransport(lambda r: httpx.Response(503))
+    failing = rl.ServerLoad(
+        "http://x/metrics", transport=httpx.MockTransport(lambda r: httpx.Response(503))
     )
-    assert failing() == {"node1": 0.0}
+    assert rl.RankLoadSource(failing, lambda: {}, ["node1"])() == {"node1": 0.0}
 
 
 def test_cool_ends_a_heat_override_before_it_expires(tmp_path: Path) -> None:

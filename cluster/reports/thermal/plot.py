@@ -140,7 +140,7 @@ def thermal_figure(
     bottom = axes[-1, 0]
     locator = mdates.AutoDateLocator(tz=tz, minticks=4, maxticks=12)
     bottom.xaxis.set_major_locator(locator)
-    bottom.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))
+    bottom.xaxis.set_major_formatter(_time_formatter(tz))
     bottom.set_xlim(
         datetime.fromtimestamp(rep.since, tz=tz), datetime.fromtimestamp(rep.until, tz=tz)
     )
@@ -148,6 +148,44 @@ def thermal_figure(
     fig.suptitle(f"Thermal, {span_text(rep.since, rep.until, tz)}, every {rep.interval_s:g} s")
     fig.tight_layout()
     return fig
+
+
+def tick_labels(ticks: list[datetime]) -> list[str]:
+    """Labels for time ticks that differ from each other at every span: HH:MM, with seconds
+    when a tick falls inside a minute (a demo's few minutes: 20:51:20, 20:51:40 instead of
+    20:51, 20:51), and, when the span crosses midnight, the day above the first tick and above
+    each tick of a new day (above every tick when times of day repeat: a span over a day)."""
+    if not ticks:
+        return []
+    fmt = "%H:%M" if all(t.second == 0 and t.microsecond == 0 for t in ticks) else "%H:%M:%S"
+    days = [t.date() for t in ticks]
+    labels = [t.strftime(fmt) for t in ticks]
+    if len(set(zip(days, labels, strict=True))) < len(labels):  # below a second apart
+        labels = [t.strftime("%H:%M:%S.%f")[:-3] for t in ticks]
+    if days[0] == days[-1]:
+        return labels
+    every = len(set(labels)) < len(labels)
+    return [
+        f"{t.strftime('%a %d')}\n{label}" if every or i == 0 or days[i] != days[i - 1] else label
+        for i, (t, label) in enumerate(zip(ticks, labels, strict=True))
+    ]
+
+
+def _time_formatter(tz: tzinfo) -> Any:
+    """A matplotlib formatter that labels an axis's ticks together with `tick_labels`
+    (matplotlib hands a formatter all the ticks at once, `format_ticks`)."""
+    # deferred: matplotlib after choosing the Agg backend
+    import matplotlib.dates as mdates
+    import matplotlib.ticker as mticker
+
+    class TimeTicks(mticker.Formatter):
+        def format_ticks(self, values: list[float]) -> list[str]:
+            return tick_labels([mdates.num2date(v, tz) for v in values])
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return tick_labels([mdates.num2date(x, tz)])[0]
+
+    return TimeTicks()
 
 
 def figure_png(fig: Any, dpi: int = 100) -> bytes:
