@@ -63,18 +63,25 @@ if [ "$#" -gt 0 ]; then
   rc=0
   "${PYTEST[@]}" --junitxml=build/test-report.xml "$@" || rc=$?
 else
-  # The whole suite, in three pytest processes side by side (issue 50): the real engine's tiers
-  # (engine, fidelity: CPU-bound) on lab lane 2, the lab's tiers (gateways, lab: mostly waiting
-  # on boots, probes and windows) on lane 1, and the pure tiers (unit, vllm_parser, packaging,
-  # sim: no lab, no fixed ports) at a lower CPU priority, so they fill what the other two leave.
-  # Each has its own temporary folder; the engine's and the pure tiers' output is kept in
-  # build/test-{engine,pure}.log and printed when the lab's tiers end.
+  # The whole suite, in three pytest processes side by side (issue 50), balanced across the
+  # lab's two lanes: on lane 2 the real engine's tiers (engine, fidelity: CPU-bound), then the
+  # lm-eval and bench lab tests (CPU-bound too) and the two-lane test; on lane 1 the rest of the
+  # lab's tiers (gateways, lab: provisioning, the watchdog's scenarios, mostly waiting on boots,
+  # probes and windows); and the pure tiers (unit, vllm_parser, packaging, sim: no lab, no fixed
+  # ports) at a lower CPU priority, so they fill what the other two leave. Each has its own
+  # temporary folder; lane 2's and the pure tiers' output is kept in build/test-{engine,pure}.log
+  # and printed when lane 1 ends.
   rc=0
-  echo "==> pytest: the real engine's tiers on lab lane 2 (tests/engine, tests/fidelity)," \
-       "beside the lab's tiers on lane 1 (tests/gateways, tests/lab) and the pure tiers" \
-       "(tests/unit, tests/vllm_parser, tests/packaging, tests/sim; nice 10)"
+  LANE2_LAB=(tests/lab/test_eval.py tests/lab/test_eval_field.py tests/lab/test_bench.py
+             tests/lab/test_zz_lanes.py)
+  LANE1_SKIP=()
+  for t in "${LANE2_LAB[@]}"; do LANE1_SKIP+=(--ignore="$t"); done
+  echo "==> pytest: on lab lane 2 the real engine's tiers (tests/engine, tests/fidelity), then" \
+       "${LANE2_LAB[*]}; beside it on lane 1 tests/gateways and the rest of tests/lab; and the" \
+       "pure tiers (tests/unit, tests/vllm_parser, tests/packaging, tests/sim; nice 10)"
   TPWARDEN_LAB_LANE=2 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-engine-tests \
-    --junitxml=build/test-report-engine.xml tests/engine tests/fidelity > build/test-engine.log 2>&1 &
+    --junitxml=build/test-report-engine.xml tests/engine tests/fidelity "${LANE2_LAB[@]}" \
+    > build/test-engine.log 2>&1 &
   engine=$!
   nice -n 10 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-pure-tests \
     --junitxml=build/test-report-pure.xml \
@@ -83,12 +90,12 @@ else
   # an interrupted run leaves no pytest behind
   trap 'kill "$engine" "$pure" "$sampler" 2>/dev/null || true' EXIT
   TPWARDEN_LAB_LANE=1 "${PYTEST[@]}" --junitxml=build/test-report-lab.xml tests/gateways tests/lab \
-    || rc=$?
+    "${LANE1_SKIP[@]}" || rc=$?
   engine_rc=0
   wait "$engine" || engine_rc=$?
   pure_rc=0
   wait "$pure" || pure_rc=$?
-  echo "==> the real engine's tiers, lane 2 (exit ${engine_rc}):"
+  echo "==> lab lane 2: the real engine's tiers and ${LANE2_LAB[*]} (exit ${engine_rc}):"
   cat build/test-engine.log
   echo "==> the pure tiers (exit ${pure_rc}):"
   cat build/test-pure.log
