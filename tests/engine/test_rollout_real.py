@@ -38,7 +38,8 @@ def test_k7_to_k3_real_restart_before_after_and_guard(engine_server, tmp_path, m
              "--bench", "quick", "--guard", "c=32 aggregate >= -50%", "--yes"],
             capture_output=True, text=True, timeout=1700,
         )  # fmt: skip
-        record = json.loads((tmp_path / "state" / "rollout" / "lab" / "current.json").read_text())
+        rollouts = tmp_path / "state" / "rollout" / engine_server.spec.name  # lab, lab2 (lane)
+        record = json.loads((rollouts / "current.json").read_text())
         b, a = record["baseline"]["rows"], record["after"]["rows"]
         print(f"real rollout k7->k3: step {record['step']}\n before {b}\n after {a}")
         assert b and a, record  # both measured on the real server
