@@ -72,7 +72,7 @@ def test_boot_crash_rolls_back_to_the_old_revision(lab, inv, tmp_path):
 
 
 def test_killed_mid_restart_then_resume_ends_on_the_new_config(lab, inv, tmp_path):
-    state = tmp_path / "state" / "rollout" / "lab" / "current.json"
+    state = tmp_path / "state" / "rollout" / lab.paths.cluster_name / "current.json"
     proc = subprocess.Popen(
         [
             *CLI,
@@ -142,7 +142,9 @@ def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
             "-        num_speculative_tokens: 7",
             "+        num_speculative_tokens: 3",
         ]
-        record = json.loads((tmp_path / "state" / "rollout" / "lab" / "current.json").read_text())
+        record = json.loads(
+            (tmp_path / "state" / "rollout" / lab.paths.cluster_name / "current.json").read_text()
+        )
         b, a = record["baseline"]["rows"], record["after"]["rows"]
         assert a["1"]["per_stream"] < b["1"]["per_stream"], (b, a)  # one user loses
         assert a["32"]["aggregate"] > b["32"]["aggregate"], (b, a)  # many users gain
