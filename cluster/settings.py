@@ -334,6 +334,11 @@ class WatchdogSpec(_Model):
         description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
         "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
     )
+    alert_on_restart: bool = Field(
+        False,
+        description="Also alert (once per incident, category restarted) when the watchdog "
+        "restarts the server, not only when it gives up or a restart fails.",
+    )
     metrics_host: HostOrAddress = Field(
         "127.0.0.1", description="Listen address of the watchdog's /metrics."
     )
