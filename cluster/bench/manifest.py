@@ -99,6 +99,11 @@ def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
     opts = manifest.get("options") or {}
     for key in ("prompts_sha256", "output_len", "ignore_eos", "num_prompts", "backend"):
         facts[f"option {key}"] = opts.get(key)
+    # --chat-template-kwargs (no "template" in the name: "temp" facts are not causes)
+    kwargs = opts.get("chat_template_kwargs")
+    facts["option per-request chat kwargs"] = (
+        json.dumps(kwargs, sort_keys=True) if kwargs is not None else None
+    )
     return facts
 
 

@@ -136,6 +136,29 @@ def test_chat_path_posts_to_chat_with_the_template_flag():
     assert len(_argv_json(tp.argv, "--gen_kwargs")["until"]) == 4
 
 
+def test_chat_template_kwargs_go_into_chat_requests_and_the_plan_only():
+    # issue 52 item 8: thinking on per request, one eval run instead of a restart
+    on = {"enable_thinking": True}
+    opts = EvalOptions(tasks=("kormedmcqa", "mmlu"), chat_template_kwargs=on)
+    chat = task_plan("kormedmcqa", PRESETS["kormedmcqa"], SRV, opts)
+    gen = _argv_json(chat.argv, "--gen_kwargs")
+    assert gen["chat_template_kwargs"] == on and len(gen["until"]) == 4
+    assert chat.to_json()["chat_template_kwargs"] == on
+    # a completions-path task renders no chat template: nothing sent, and the plan says so
+    ll = task_plan("mmlu", PRESETS["mmlu"], SRV, opts)
+    assert "--gen_kwargs" not in ll.argv and ll.to_json()["chat_template_kwargs"] is None
+    assert opts.to_json()["chat_template_kwargs"] == on  # the run's manifest records it
+    plain = task_plan("kormedmcqa", PRESETS["kormedmcqa"], SRV, EvalOptions(tasks=("x",)))
+    assert "chat_template_kwargs" not in _argv_json(plain.argv, "--gen_kwargs")
+
+
+def test_compare_is_refused_when_the_request_kwargs_differ():
+    off, on = _manifest(False), _manifest(False)
+    on["options"] = {**on["options"], "chat_template_kwargs": {"enable_thinking": True}}
+    refusal = comparability(off, on)
+    assert refusal and "request chat template kwargs differ" in refusal.reasons[0]
+
+
 def test_max_length_never_falls_back_to_lm_evals_2048():
     assert max_length(32768) == 32768
     with pytest.raises(EvalError, match="2048"):
