@@ -102,7 +102,9 @@ def test_alert_on_restart_is_set_from_the_inventory_and_alerts_on_a_restart(
     env = {"TPWARDEN_API_KEY": "k"}
     default = build_config(load_inventory(_inventory(tmp_path, text, "default.yml")), environ=env)
     assert default.alert_on_restart is False
-    on = text.replace("        failures: 3\n", "        failures: 3\n        alert_on_restart: true\n")
+    on = text.replace(
+        "        failures: 3\n", "        failures: 3\n        alert_on_restart: true\n"
+    )
     cfg = build_config(load_inventory(_inventory(tmp_path, on, "on.yml")), environ=env)
     assert cfg.alert_on_restart is True
 
