@@ -29,6 +29,11 @@ from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 HF_TOKEN_MOUNT = "/run/secrets/hf_token"
+# The CPU-only client containers (bench, eval) run CUDA/NGC images, which set
+# NVIDIA_VISIBLE_DEVICES=all: where `nvidia` is Docker's default runtime such a container sees
+# every GPU without asking for one. The NVIDIA Container Toolkit's `void` exposes neither GPUs
+# nor driver capabilities (`none` still injects the driver); with no device request either.
+CPU_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
 API_KEY_MOUNT = "/run/tpwarden/api_key"
 # vLLM reads its key from VLLM_API_KEY (vllm/envs.py) or --api-key (argv: shown by `ps`); this
 # prefix reads the mounted file into the variable and execs the rest, refusing to serve without

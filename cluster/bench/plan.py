@@ -15,7 +15,7 @@ from pathlib import Path
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.labels import LABEL_BENCH_RUN, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
-from tpwarden.cluster.launch import ContainerPlan, Mount
+from tpwarden.cluster.launch import CPU_ONLY_ENV, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 # package data, so an installed tpwarden has it too (it lived in the checkout's bench/ before)
@@ -214,7 +214,12 @@ def client_plan(
         image=client_image(spec, opts.client_image),
         command=tuple(argv[1:]),
         entrypoint=("vllm",),
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"},
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_TARGET_DEVICE": "cpu",
+            **CPU_ONLY_ENV,
+        },
         secret_env={},
         mounts=tuple(mounts),
         network_mode="host",

@@ -40,7 +40,7 @@ from tpwarden.cluster.eval.presets import (
 from tpwarden.cluster.eval.progress import TaskProgress, TaskWatch, suite_summary
 from tpwarden.cluster.eval.results import failed_row, score_row
 from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_EVAL_RUN, LABEL_NODE
-from tpwarden.cluster.launch import ContainerPlan, Mount
+from tpwarden.cluster.launch import CPU_ONLY_ENV, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
     if tok != s.model.path:
         mounts.append(Mount(tok, tok, True))
     hf_cache = spec.eval.hf_cache
-    env = dict(tp.env)
+    env = {**tp.env, **CPU_ONLY_ENV}
     if hf_cache:  # pre-fetched datasets and metrics (docs/eval.md); datasets needs it writable
         mounts.append(Mount(hf_cache, "/hf-cache", False))
         env["HF_HOME"] = "/hf-cache"

@@ -135,6 +135,7 @@ def test_client_plan_is_cpu_only_host_network_readonly_model(spec):
     plans = [client_plan(spec, opts, lvl, i, "r1") for i, lvl in enumerate(opts.levels)]
     for p in plans:
         assert p.gpus is None and p.network_mode == "host" and p.restart_policy == "no"
+        assert not p.devices and p.env["NVIDIA_VISIBLE_DEVICES"] == "void"  # issue 52 item 4
         assert p.image == spec.serving.image  # the serving image unless overridden
         assert all(m.read_only for m in p.mounts)
         assert spec.serving.model.path in {m.source for m in p.mounts}

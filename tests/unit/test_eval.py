@@ -197,7 +197,8 @@ def test_client_container_is_cpu_only_host_network_model_read_only():
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
     tp = task_plan("mmlu", PRESETS["mmlu"], SRV, EvalOptions(tasks=("mmlu",)))
     plan = container_plan(spec, tp, "client:1", "run1")
-    assert plan.gpus is None and plan.network_mode == "host"
+    assert plan.gpus is None and plan.network_mode == "host" and not plan.devices
+    assert plan.env["NVIDIA_VISIBLE_DEVICES"] == "void"  # the NGC images set "all"
     assert any(m.target == spec.serving.model.path and m.read_only for m in plan.mounts)
     assert plan.entrypoint == ("sh", "/bench/run.sh") and plan.command[:3] == (
         "python", "-m", "lm_eval",
