@@ -34,6 +34,10 @@ HF_TOKEN_MOUNT = "/run/secrets/hf_token"
 # every GPU without asking for one. The NVIDIA Container Toolkit's `void` exposes neither GPUs
 # nor driver capabilities (`none` still injects the driver); with no device request either.
 CPU_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
+# Every rank prints NCCL's INIT and NET lines (which HCAs, which network: IB, a plugin's IBext,
+# or sockets), read after each boot by tpwarden.cluster.vllm.nccl_log; a few dozen lines at
+# start. The inventory's env overrides either (NCCL_DEBUG: WARN turns them off).
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 API_KEY_MOUNT = "/run/tpwarden/api_key"
 # vLLM reads its key from VLLM_API_KEY (vllm/envs.py) or --api-key (argv: shown by `ps`); this
 # prefix reads the mounted file into the variable and execs the rest, refusing to serve without
@@ -301,7 +305,7 @@ def _api_key_file(spec: ClusterSpec, node: NodeSpec) -> tuple[SecretFile, ...]:
 
 def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> ContainerPlan:
     s = spec.serving
-    env = {"VLLM_HOST_IP": node.vllm_host_ip, **s.env}
+    env = {"VLLM_HOST_IP": node.vllm_host_ip, **NCCL_DEBUG_ENV, **s.env}
     secret_env: dict[str, SecretRef] = {}
     mounts = [Mount(s.model.path, s.model.path, True)]
     if s.drafter and s.drafter.path:

@@ -27,6 +27,7 @@ from pydantic import (
 from tpwarden.cluster.container_settings import ContainerSpec
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.flag_tables import parse_version
+from tpwarden.cluster.preflight_settings import FabricSpec, MemorySpec
 from tpwarden.cluster.report_settings import ReportSpec
 
 # --- value parsers -------------------------------------------------------------------------
@@ -475,6 +476,8 @@ class TpwardenSettings(_Model):
     bench: BenchSpec = BenchSpec()
     eval: EvalSpec = EvalSpec()
     report: ReportSpec = ReportSpec()
+    memory: MemorySpec = MemorySpec()
+    fabric: FabricSpec = FabricSpec()
 
     @field_validator("vllm_version")
     @classmethod

@@ -47,6 +47,7 @@ from tpwarden.cluster.bench.plan import (
 from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.containers.job import folder_job
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.preflight import client_image_problem
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
@@ -144,6 +145,10 @@ class BenchRunner:
                 "refusing to benchmark"
             )
         opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        at = client_node(self.spec, opts)
+        wrong = client_image_problem(self.ctl.docker(at), at.name, str(opts.client_image))
+        if wrong:
+            raise BenchError(wrong)
         run_id = run_id_for(opts.kind, self.clock())
         run_dir = self.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=False)

@@ -97,6 +97,7 @@ def apply_json(result: ApplyResult) -> dict:
             "kv_cache_gib": boot.progress.kv_cache_gib,
             "kv_cache_tokens": boot.progress.kv_cache_tokens,
         },
+        "transport": dict(result.transport) if result.transport is not None else None,
     }
 
 
@@ -289,6 +290,8 @@ def status(
                 if boot_state is not None:
                     console.print(f"boot: {plain(boot_state.describe())}", highlight=False)
                     _status_notes(boot_state, st.ok, verbose)
+                if st.transport is not None:  # NCCL's network per rank (warnings: notes)
+                    console.print(plain(str(st.transport["summary"])), highlight=False)
             if not watch:
                 break
             time.sleep(watch)

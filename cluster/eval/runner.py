@@ -26,6 +26,7 @@ from tpwarden.cluster.bench.plan import client_base_url
 from tpwarden.cluster.bench.plan import client_image as bench_image
 from tpwarden.cluster.bench.runner import BenchRunner, write_json
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.preflight import client_image_problem
 from tpwarden.cluster.durable import atomic_write_bytes
 from tpwarden.cluster.eval.catalog import preset_for
 from tpwarden.cluster.eval.client import Watch, run_container
@@ -170,6 +171,10 @@ class EvalRunner:
         if not pre["ok"]:
             raise EvalError(f"server not healthy ({pre['verdict']}); refusing to evaluate")
         opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        head = self.spec.head
+        wrong = client_image_problem(self.ctl.docker(head), head.name, str(opts.client_image))
+        if wrong:
+            raise EvalError(wrong)
         plans = self.plan(opts, pre)
         if resume is not None:
             run_dir = resume

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.containers.job import tar_files
+from tpwarden.cluster.containers.platform import ImagePlatform, go_arch
 from tpwarden.cluster.eval.catalog import PRESETS, preset_for
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
@@ -351,7 +352,7 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -398,7 +399,7 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -413,3 +414,13 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
     opts = EvalOptions(tasks=("tpwarden_mc",), include_path=str(TASKS), client_image="img")
     with pytest.raises(EvalError, match="exited 2"):
         runner.run(opts, pre)
+
+
+class ClientEngine:
+    """The head's engine as the runner's client-image check sees it (run_container is faked)."""
+
+    def image_platform(self, image):
+        return ImagePlatform(id="sha256:" + "e" * 64, architecture=go_arch(self.architecture()))
+
+    def architecture(self):
+        return "aarch64"
