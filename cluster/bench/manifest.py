@@ -84,6 +84,8 @@ def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
         "KV cache per GPU (bytes, argv)": d.get("kv_cache_memory_bytes"),
         "KV cache tokens (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_tokens"),
         "KV cache GiB (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_gib"),
+        # sockets instead of RDMA halves the collectives' speed: a cause, when it changed
+        "NCCL network": (manifest.get("nccl_transport") or {}).get("summary"),
     }
     for node, n in sorted((manifest.get("nodes") or {}).items()):
         gpus = n.get("gpus") or []
@@ -110,6 +112,7 @@ def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
 # Facts whose change can move throughput numbers by itself (shown first, marked).
 _CAUSAL = (
     "clock cap",
+    "NCCL network",
     "drafter",
     "KV cache",
     "thinking",

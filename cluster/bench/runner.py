@@ -134,6 +134,8 @@ class BenchRunner:
             "notes": list(status.notes),
             "probe_ok": status.server.probe_ok,
             "ok": status.ok and server.get("health_status") == 200,
+            # the network NCCL chose per rank (cluster.control.transport), kept with the run
+            "transport": status.transport,
         }
         return facts
 
@@ -197,6 +199,7 @@ class BenchRunner:
             "server": pre["server"],
             "server_defaults": pre["server_defaults"],
             "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "nccl_transport": pre.get("transport"),
             "kv_cache": bm.collect_kv_cache(self.ctl),
             "client": {"image": opts.client_image, "node": client_node(self.spec, opts).name},
             "nodes": node_docs,

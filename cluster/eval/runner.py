@@ -227,6 +227,7 @@ class EvalRunner:
             "server": pre["server"],
             "server_defaults": pre["server_defaults"],
             "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "nccl_transport": pre.get("transport"),
             "client": {"image": opts.client_image, "node": self.spec.head.name},
             "plans": [p.to_json() for p in plans],
             "attempts": [],

@@ -169,6 +169,13 @@ def test_chat_template_kwargs_ride_every_request_and_the_manifest(spec):
     assert parse_chat_template_kwargs('{"enable_thinking": false}') == {"enable_thinking": False}
 
 
+def test_a_change_of_nccl_network_is_a_likely_cause():
+    a = {"nccl_transport": {"summary": "NCCL: IB on 4/4 rank(s) (rocep1s0f1:1/RoCE)"}}
+    b = {"nccl_transport": {"summary": "NCCL: IB on 3/4 rank(s), Socket on 1/4 rank(s)"}}
+    (diff,) = [d for d in manifest_diff(a, b) if d.fact == "NCCL network"]
+    assert diff.likely_cause and "Socket" in diff.b
+
+
 def test_prefill_argv(spec):
     opts = BenchOptions(
         kind="prefill", levels=(32768,), output_len=1, num_prompts=1, backend="openai"
