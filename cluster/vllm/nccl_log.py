@@ -52,6 +52,7 @@ class NcclTransport:
     ib_missing: bool = False  # NET/IB : No device found.
     ib_disabled: bool = False  # NCCL_IB_DISABLE set by environment to 1.
     lines: int = 0  # NCCL lines read
+    silent: bool = False  # the boot finished and NCCL said nothing (NCCL_DEBUG not INFO?)
 
     @property
     def kind(self) -> str | None:
@@ -75,6 +76,8 @@ class NcclTransport:
         return "the log names no cause (NCCL_NET? NCCL_IB_HCA matching nothing?)"
 
     def describe(self) -> str:
+        if self.kind is None and self.silent:
+            return "NCCL printed no INIT/NET line by the end of the boot (NCCL_DEBUG is not INFO?)"
         if self.kind is None:
             return "NCCL has not chosen a network yet (no NCCL INIT/NET line)"
         devices = ", ".join(self.devices) or "-"
@@ -85,7 +88,7 @@ class NcclTransport:
         return {"network": self.network, "kind": self.kind, "devices": list(self.devices),
                 "channels": dict(self.channels), "version": self.version, "plugin": self.plugin,
                 "ib_missing": self.ib_missing, "ib_disabled": self.ib_disabled,
-                "cause": self.cause, "lines": self.lines}  # fmt: skip
+                "cause": self.cause, "lines": self.lines, "silent": self.silent}  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: JSONObject) -> NcclTransport:
@@ -106,6 +109,7 @@ class NcclTransport:
             ib_missing=bool(doc.get("ib_missing")),
             ib_disabled=bool(doc.get("ib_disabled")),
             lines=int(doc.get("lines") or 0),
+            silent=bool(doc.get("silent")),
         )  # fmt: skip
 
 
@@ -164,6 +168,8 @@ def summarize(per_node: Mapping[str, NcclTransport], rdma_expected: bool) -> Tra
         if t.kind == "socket" and rdma_expected:
             warnings.append(f"{node}: NCCL fell back to sockets ({t.cause}): collectives run "
                             "over TCP, about half the speed or worse")  # fmt: skip
+        elif t.silent and rdma_expected:
+            warnings.append(f"{node}: cannot tell which network NCCL uses: {t.describe()}")
     networks = Counter(t.network for t in per_node.values() if t.network)
     if not networks:
         return TransportSummary("NCCL: no network chosen yet on any rank", tuple(warnings))

@@ -334,3 +334,31 @@ def test_preflight_refuses_an_image_of_the_other_architecture() -> None:
     (problem,) = report.problems
     assert problem.startswith(f"node2: image {spec.serving.image} (registry.example.internal/vllm@")
     assert "is linux/amd64, the node is aarch64 (linux/arm64)" in problem
+
+
+def test_a_boot_without_nccl_lines_is_kept_silent_and_sockets_expected_read_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("TPWARDEN_API_KEY", "sk-test")
+    nodes = FakeNodes.running(EXAMPLE)
+    for gw in nodes.engines.values():
+        (name,) = gw.containers
+        gw.log_lines[name] = ["(APIServer pid=1) INFO 12-01 12:00:00 [launcher.py:44] "
+                              "Application startup complete."]  # fmt: skip
+    no_server = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(503)))
+    with Controller(
+        EXAMPLE, state_dir=tmp_path, nodes=nodes, clock=FixedClock(), http=no_server
+    ) as c:
+        st = c.status(timeout_s=5)
+    assert any(
+        "cannot tell which network NCCL uses: NCCL printed no INIT/NET line" in n for n in st.notes
+    )
+    assert len(list((tmp_path / "nccl").glob("*.json"))) == 4  # kept: not reread every status
+    sockets = good_spec()  # no NCCL_IB_HCA, no /dev/infiniband: nothing to warn about
+    quiet = FakeNodes.running(sockets)
+    with Controller(
+        sockets, state_dir=tmp_path / "s", nodes=quiet, clock=FixedClock(), http=no_server
+    ) as c:
+        transport = c.status(timeout_s=5).transport
+    assert transport is not None and transport["summary"].startswith("NCCL: sockets expected")
+    assert not (tmp_path / "s" / "nccl").exists()
