@@ -29,6 +29,15 @@ from tpwarden.cluster.settings import SecretRef
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 HF_TOKEN_MOUNT = "/run/secrets/hf_token"
+# The CPU-only client containers (bench, eval) run CUDA/NGC images, which set
+# NVIDIA_VISIBLE_DEVICES=all: where `nvidia` is Docker's default runtime such a container sees
+# every GPU without asking for one. The NVIDIA Container Toolkit's `void` exposes neither GPUs
+# nor driver capabilities (`none` still injects the driver); with no device request either.
+CPU_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
+# Every rank prints NCCL's INIT and NET lines (which HCAs, which network: IB, a plugin's IBext,
+# or sockets), read after each boot by tpwarden.cluster.vllm.nccl_log; a few dozen lines at
+# start. The inventory's env overrides either (NCCL_DEBUG: WARN turns them off).
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 API_KEY_MOUNT = "/run/tpwarden/api_key"
 # vLLM reads its key from VLLM_API_KEY (vllm/envs.py) or --api-key (argv: shown by `ps`); this
 # prefix reads the mounted file into the variable and execs the rest, refusing to serve without
@@ -296,7 +305,7 @@ def _api_key_file(spec: ClusterSpec, node: NodeSpec) -> tuple[SecretFile, ...]:
 
 def _container(spec: ClusterSpec, node: NodeSpec, config_hash: str) -> ContainerPlan:
     s = spec.serving
-    env = {"VLLM_HOST_IP": node.vllm_host_ip, **s.env}
+    env = {"VLLM_HOST_IP": node.vllm_host_ip, **NCCL_DEBUG_ENV, **s.env}
     secret_env: dict[str, SecretRef] = {}
     mounts = [Mount(s.model.path, s.model.path, True)]
     if s.drafter and s.drafter.path:

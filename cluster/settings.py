@@ -27,6 +27,7 @@ from pydantic import (
 from tpwarden.cluster.container_settings import ContainerSpec
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.flag_tables import parse_version
+from tpwarden.cluster.preflight_settings import FabricSpec, MemorySpec
 from tpwarden.cluster.report_settings import ReportSpec
 
 # --- value parsers -------------------------------------------------------------------------
@@ -334,6 +335,11 @@ class WatchdogSpec(_Model):
         description="Body of the webhook POST: tpwarden's incident record, or Alertmanager's "
         "webhook payload (version 4; same alertname/severity as the Prometheus rules).",
     )
+    alert_on_restart: bool = Field(
+        False,
+        description="Also alert (once per incident, category restarted) when the watchdog "
+        "restarts the server, not only when it gives up or a restart fails.",
+    )
     metrics_host: HostOrAddress = Field(
         "127.0.0.1", description="Listen address of the watchdog's /metrics."
     )
@@ -470,6 +476,8 @@ class TpwardenSettings(_Model):
     bench: BenchSpec = BenchSpec()
     eval: EvalSpec = EvalSpec()
     report: ReportSpec = ReportSpec()
+    memory: MemorySpec = MemorySpec()
+    fabric: FabricSpec = FabricSpec()
 
     @field_validator("vllm_version")
     @classmethod

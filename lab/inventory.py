@@ -166,6 +166,9 @@ def inventory_doc(
             "metrics_port": paths.watchdog_metrics_port,
         },
         "thermal": {"interval_s": 1, "dir": "/var/log/tpwarden/thermal"},
+        # No RDMA device in the lab: NCCL (and the CPU engine's gloo) talk over sockets, and
+        # pre-flight says so ("sockets (lab)") instead of checking HCAs that are not there.
+        "fabric": {"transport": "socket", "note": "lab"},
         # The client image carries the real vllm 0.33.0 (lab/client_image.py).
         "bench": {
             "client_image": "tpwarden-lab/vllm-client:latest",

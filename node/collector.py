@@ -12,6 +12,10 @@ the node.
     python3 collector.pyz ports 8000 29501 (can these TCP ports be bound here?)
     python3 collector.pyz paths /models/a /models/b
     python3 collector.pyz --path /models/a cap 2000   (any action: its paths checked too)
+    python3 collector.pyz --rdma --memory --drop-caches auto cap 2000
+                          (any action: the RDMA fabric (tpwarden.node.rdma), the page cache
+                          dropped (root; auto: on a unified-memory node), then the memory)
+    python3 collector.pyz fabric          (the RDMA fabric only: `inventory check --nodes`)
     python3 collector.pyz dossier --pid 4242 [--pid ...] [--pyspy /opt/tpwarden/venv/bin/py-spy]
                           [--frozen] [--no-kernel-log]
                           (root: an incident dossier's node part, tpwarden.node.dossier)
@@ -42,7 +46,8 @@ from tpwarden.cluster.durable import JSONObject
 from tpwarden.node import clockcap
 from tpwarden.node.dossier import collect_dossier
 from tpwarden.node.kernlog import read_kernel_log
-from tpwarden.node.memory import NodeMemory, read_node_memory
+from tpwarden.node.memory import NodeMemory, drop_page_cache, read_node_memory
+from tpwarden.node.rdma import read_fabric
 
 COLLECTOR_VERSION = 1
 
@@ -196,6 +201,29 @@ def _gpu_action(
             nvml.close()
 
 
+def unified_memory(gpus: object) -> bool:
+    """NVML answers Not Supported for every GPU's memory: GB10's unified memory."""
+    if not isinstance(gpus, list) or not gpus:
+        return False
+    reasons = [str((g.get("missing") or {}).get("memory_total_mib", "")) for g in gpus]
+    return all("not supported" in r.lower() for r in reasons)
+
+
+def _memory_facts(
+    args: argparse.Namespace, doc: JSONObject, read_memory: Callable[[], NodeMemory] | None
+) -> None:
+    """`--drop-caches` (after the GPU facts: auto needs them), then `--memory`."""
+    if args.drop_caches:
+        unified = unified_memory(doc.get("gpus"))
+        if args.drop_caches == "always" or unified:
+            doc["page_cache"] = drop_page_cache(read_memory)
+        else:
+            doc["page_cache"] = {"dropped": False, "reason": "not a unified-memory node"}
+        doc["page_cache"]["unified"] = unified
+    if args.memory or args.drop_caches:
+        doc["memory"] = node_memory_json(read_memory)
+
+
 def _dossier_action(args: argparse.Namespace, doc: JSONObject) -> None:
     """The node's part of an incident dossier, then the NVML facts of that moment (a failure
     of either is reported in the JSON; the other still counts)."""
@@ -230,11 +258,18 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | 
         "--path", action="append", default=[], dest="also_paths",
         help="also check this path (any action; pre-flight's one call per node)",
     )  # fmt: skip
+    ap.add_argument("--rdma", action="store_true", help="also the RDMA fabric (any action)")
+    ap.add_argument("--memory", action="store_true", help="also the node's memory (any action)")
+    ap.add_argument(
+        "--drop-caches", choices=("auto", "always"),
+        help="root: drop the page cache (auto: on a unified-memory node), then --memory",
+    )  # fmt: skip
     sub = ap.add_subparsers(dest="action", required=True)
     sub.add_parser("show")
     cap = sub.add_parser("cap")
     cap.add_argument("mhz", type=int)
     sub.add_parser("reset")
+    sub.add_parser("fabric")
     ports = sub.add_parser("ports")
     ports.add_argument("--host", default="0.0.0.0", help="address the server will bind")
     ports.add_argument("ports", type=int, nargs="+")
@@ -271,8 +306,11 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | 
         doc["paths"] = check_paths(args.paths)
     elif args.action == "dossier":
         _dossier_action(args, doc)
-    else:
+    elif args.action != "fabric":
         _gpu_action(args, doc, read_memory)
+    if args.rdma or args.action == "fabric":
+        doc["rdma"] = read_fabric()
+    _memory_facts(args, doc, read_memory)
     json.dump(doc, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0 if doc["ok"] else 1

@@ -10,6 +10,7 @@ way psutil reads it on Linux (used = total - available). Standard library only a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,3 +90,26 @@ def memory_reader(
     """A reader bound once (the import is looked up once, not per sample)."""
     vm = virtual_memory or _psutil_virtual_memory()
     return lambda: read_node_memory(vm)
+
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache(
+    read_memory: Callable[[], NodeMemory] | None = None,
+    sync: Callable[[], None] | None = None,
+    write: Callable[[str], None] | None = None,
+) -> JSONObject:
+    """`sync; echo 3 > /proc/sys/vm/drop_caches` (root; NVIDIA's GB10 playbooks do it before
+    vLLM starts): clean page cache, dentries and inodes go back to free memory. Returns what it
+    did with the available memory before and after, or why it did not (never raises)."""
+    read = read_memory or read_node_memory
+    before = read().available_bytes
+    try:
+        (sync or os.sync)()
+        (write or (lambda text: DROP_CACHES.write_text(text)))("3\n")
+    except OSError as exc:
+        return {"dropped": False, "reason": f"{DROP_CACHES}: {type(exc).__name__}: {exc.strerror or exc}",
+                "available_before_bytes": before}  # fmt: skip
+    return {"dropped": True, "available_before_bytes": before,
+            "available_after_bytes": read().available_bytes}  # fmt: skip

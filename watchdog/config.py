@@ -39,6 +39,7 @@ SPEC_NAMES = (
     "alert_command",
     "alert_webhook",
     "alert_webhook_format",
+    "alert_on_restart",
     "metrics_host",
     "metrics_port",
     "state_dir",
@@ -90,7 +91,8 @@ class WatchdogConfig:
     boot_max_s: float | None = None  # hard cap on an extended boot; default 2 x boot_deadline_s
     busy_alert_s: float = 1800.0  # continuous "busy" timeouts this long -> alert (never restart)
     metrics_timeout_s: float = 10.0
-    alert_on_restart: bool = False  # also notify (once per incident) when a restart is made
+    # also notify (once per incident) when a restart is made
+    alert_on_restart: bool = SPEC_DEFAULTS["alert_on_restart"]
     blind_realert_s: float = 3600.0  # while every probe gets 401/404: alert again this often
     crash_backoff_s: float = 60.0  # retry delay after a boot that failed (doubles per failure)
     max_boot_failures: int = 2  # consecutive failed boots (deadline or crash) -> give up

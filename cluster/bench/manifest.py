@@ -84,6 +84,8 @@ def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
         "KV cache per GPU (bytes, argv)": d.get("kv_cache_memory_bytes"),
         "KV cache tokens (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_tokens"),
         "KV cache GiB (boot log)": (manifest.get("kv_cache") or {}).get("kv_cache_gib"),
+        # sockets instead of RDMA halves the collectives' speed: a cause, when it changed
+        "NCCL network": (manifest.get("nccl_transport") or {}).get("summary"),
     }
     for node, n in sorted((manifest.get("nodes") or {}).items()):
         gpus = n.get("gpus") or []
@@ -99,12 +101,18 @@ def summary_facts(manifest: Mapping[str, JSONValue]) -> JSONObject:
     opts = manifest.get("options") or {}
     for key in ("prompts_sha256", "output_len", "ignore_eos", "num_prompts", "backend"):
         facts[f"option {key}"] = opts.get(key)
+    # --chat-template-kwargs (no "template" in the name: "temp" facts are not causes)
+    kwargs = opts.get("chat_template_kwargs")
+    facts["option per-request chat kwargs"] = (
+        json.dumps(kwargs, sort_keys=True) if kwargs is not None else None
+    )
     return facts
 
 
 # Facts whose change can move throughput numbers by itself (shown first, marked).
 _CAUSAL = (
     "clock cap",
+    "NCCL network",
     "drafter",
     "KV cache",
     "thinking",

@@ -7,6 +7,7 @@ per level, and a `ContainerPlan` per level (the prompt set as ShareGPT JSON: `da
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.labels import LABEL_BENCH_RUN, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
-from tpwarden.cluster.launch import ContainerPlan, Mount
+from tpwarden.cluster.launch import CPU_ONLY_ENV, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 # package data, so an installed tpwarden has it too (it lived in the checkout's bench/ before)
@@ -45,6 +46,9 @@ class BenchOptions:
     client_node: str | None = None
     dataset: str = "prompts"  # sweep input: "prompts" (the prompt set) or "random" tokens
     random_input_len: int = 256  # sweep with dataset "random": input tokens per request
+    # Per request, beside the server's default (vLLM's chat_template_kwargs request field): the
+    # thinking-on question costs one run, not a restart. Chat endpoint only.
+    chat_template_kwargs: JSONObject | None = None
 
     def to_json(self) -> JSONObject:
         doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -54,6 +58,19 @@ class BenchOptions:
         if prompts:
             doc["prompts_sha256"] = hashlib.sha256(self.prompts.read_bytes()).hexdigest()[:16]
         return doc
+
+
+def parse_chat_template_kwargs(text: str) -> JSONObject:
+    """`--chat-template-kwargs JSON` -> the object vLLM takes as a request's
+    `chat_template_kwargs`; ValueError for anything else."""
+    example = """e.g. '{"enable_thinking": true}'"""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not JSON ({exc}); {example}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{text!r} is not a JSON object; {example}")
+    return value
 
 
 def client_image(spec: ClusterSpec, override: str | None = None) -> str:
@@ -148,6 +165,16 @@ def bench_argv(spec: ClusterSpec, opts: BenchOptions, level: int, index: int) ->
         argv += ["--ignore-eos"]
     if opts.temperature is not None:
         argv += ["--temperature", str(opts.temperature)]
+    if opts.chat_template_kwargs is not None:
+        if not chat:
+            raise ConfigError(
+                "chat_template_kwargs apply to the chat endpoint only",
+                key="--chat-template-kwargs",
+                hint="use --backend openai-chat",
+            )
+        # every request's body (vllm bench serve --extra-body), beside the server's defaults
+        body = {"chat_template_kwargs": opts.chat_template_kwargs}
+        argv += ["--extra-body", json.dumps(body, ensure_ascii=False, sort_keys=True)]
     return argv
 
 
@@ -169,7 +196,12 @@ def client_plan(
         image=client_image(spec, opts.client_image),
         command=tuple(argv[1:]),
         entrypoint=("vllm",),
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"},
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_TARGET_DEVICE": "cpu",
+            **CPU_ONLY_ENV,
+        },
         secret_env={},
         mounts=tuple(mounts),
         network_mode="host",

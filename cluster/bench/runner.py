@@ -47,6 +47,7 @@ from tpwarden.cluster.bench.plan import (
 from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.containers.job import folder_job
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.preflight import client_image_problem
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ContainerPlan
@@ -133,6 +134,8 @@ class BenchRunner:
             "notes": list(status.notes),
             "probe_ok": status.server.probe_ok,
             "ok": status.ok and server.get("health_status") == 200,
+            # the network NCCL chose per rank (cluster.control.transport), kept with the run
+            "transport": status.transport,
         }
         return facts
 
@@ -144,6 +147,10 @@ class BenchRunner:
                 "refusing to benchmark"
             )
         opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        at = client_node(self.spec, opts)
+        wrong = client_image_problem(self.ctl.docker(at), at.name, str(opts.client_image))
+        if wrong:
+            raise BenchError(wrong)
         run_id = run_id_for(opts.kind, self.clock())
         run_dir = self.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -192,6 +199,7 @@ class BenchRunner:
             "server": pre["server"],
             "server_defaults": pre["server_defaults"],
             "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "nccl_transport": pre.get("transport"),
             "kv_cache": bm.collect_kv_cache(self.ctl),
             "client": {"image": opts.client_image, "node": client_node(self.spec, opts).name},
             "nodes": node_docs,

@@ -1,6 +1,7 @@
 """`tpwarden bench`: sweeps, prefill, compare. Rendering only; the work is in cluster.bench.
 
 tpwarden bench sweep -i inventory.yml --concurrency 1,4,8,16,32 --output-len 512 --ignore-eos
+tpwarden bench sweep -i inventory.yml --chat-template-kwargs '{"enable_thinking": true}'
 tpwarden bench prefill -i inventory.yml --input-len 32k,128k
 tpwarden bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
 """
@@ -18,6 +19,7 @@ from tpwarden.cluster.bench.manifest import manifest_diff
 from tpwarden.cluster.bench.parse import parse_size_token
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
+from tpwarden.cluster.cli.chat_kwargs import ChatTemplateKwargs, chat_kwargs
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -53,7 +55,6 @@ ClientNode = Annotated[
         autocompletion=values.nodes,
     ),
 ]
-
 SWEEP_COLUMNS = (
     ("concurrency", "level", "{:d}"),
     ("aggregate tok/s", "aggregate_tok_s", "{:.1f}"),
@@ -187,11 +188,18 @@ def sweep(
     random_input_len: Annotated[
         int, typer.Option(help="Input tokens per request with --dataset random.")
     ] = 256,
+    chat_template_kwargs: ChatTemplateKwargs = None,
 ) -> None:
     """One `vllm bench serve` per concurrency level; the field report's table."""
 
     if backend not in ("openai-chat", "openai"):
         raise typer.BadParameter(f"--backend {backend!r}: openai-chat or openai")
+    kwargs = chat_kwargs(chat_template_kwargs)
+    if kwargs is not None and backend != "openai-chat":
+        raise typer.BadParameter(
+            "applies to the chat endpoint only (--backend openai-chat)",
+            param_hint="--chat-template-kwargs",
+        )
     if dataset not in values.BENCH_DATASETS:
         raise typer.BadParameter(f"--dataset {dataset!r}: prompts or random")
     opts = BenchOptions(
@@ -207,6 +215,7 @@ def sweep(
         client_node=client_node,
         dataset=dataset,
         random_input_len=random_input_len,
+        chat_template_kwargs=kwargs,
     )
     _run(inventory, opts, runs_dir, dry_run, as_json)
 

@@ -98,6 +98,7 @@ def apply_json(result: ApplyResult) -> dict:
             "kv_cache_gib": boot.progress.kv_cache_gib,
             "kv_cache_tokens": boot.progress.kv_cache_tokens,
         },
+        "transport": dict(result.transport) if result.transport is not None else None,
     }
 
 
@@ -292,6 +293,8 @@ def status(
                     if not any(n.startswith("crash: ") for n in st.notes):
                         print_crash(boot_state.crash)  # the head's log: a worker that died
                     _status_notes(boot_state, st.ok, verbose)
+                if st.transport is not None:  # NCCL's network per rank (warnings: notes)
+                    console.print(plain(str(st.transport["summary"])), highlight=False)
             if not watch:
                 break
             time.sleep(watch)

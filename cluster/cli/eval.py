@@ -5,6 +5,7 @@ tpwarden eval presets
 tpwarden eval run -i inventory.yml --suite field
 tpwarden eval run -i inventory.yml --tasks mmlu,kmmlu,kormedmcqa,humaneval,gsm8k --limit 50
 tpwarden eval run -i inventory.yml --tasks my_mc --include-path tasks/ --dry-run
+tpwarden eval run -i inventory.yml --tasks gsm8k --chat-template-kwargs '{"enable_thinking": true}'
 tpwarden eval compare runs/A-eval runs/B-eval
 """
 
@@ -18,6 +19,7 @@ import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
+from tpwarden.cluster.cli.chat_kwargs import chat_kwargs
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -224,6 +226,15 @@ def run(
             "by hand).",
         ),
     ] = False,
+    chat_template_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            "--chat-template-kwargs",
+            metavar="JSON",
+            help="""chat_template_kwargs of every chat-path request, e.g. '{"enable_thinking": """
+            """true}' (recorded in the manifest; the server's default stays as it is).""",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run lm-eval tasks against the server; one client container per task, resumable.
@@ -233,6 +244,7 @@ def run(
 
     if suite is not None and tasks is not None:
         raise typer.BadParameter("give --suite or --tasks, not both", param_hint="--suite")
+    kwargs = chat_kwargs(chat_template_kwargs)
     task_names = suite_tasks(suite) if suite is not None else _csv(tasks) or DEFAULT_TASKS
     spec = load(inventory)
     opts = EvalOptions(
@@ -245,6 +257,7 @@ def run(
         include_path=str(include_path) if include_path else None,
         chat_tasks=_csv(chat),
         client_image=client_image,
+        chat_template_kwargs=kwargs,
     )
     presets(opts, include_path)  # an unknown task is bad input: refused before any connection
     refused = None if no_data_check else _missing_data(spec, opts, inventory, spec.eval.hf_cache)

@@ -43,8 +43,12 @@ def build(
         typer.Option(help="Base image on the head (default: the bench client image)."),
     ] = None,
     venv: Annotated[
-        Path, typer.Option(help="The lm-eval 0.4.13 venv whose versions the image pins.")
-    ] = EVAL_VENV,
+        Path | None,
+        typer.Option(
+            help=f"The lm-eval 0.4.13 venv whose versions the image pins (default: {EVAL_VENV} "
+            "when it is there, else the pins shipped with tpwarden).",
+        ),
+    ] = None,
     wheel_cache: Annotated[
         Path, typer.Option(help="Where the head's wheels are kept between builds.")
     ] = DEFAULT_CACHE,
@@ -56,7 +60,7 @@ def build(
     """Build the eval client image on the head: FROM a base the head runs (its facts read from
     the base itself), lm_eval 0.4.13 with its api extra installed offline from wheels chosen
     here for the head's architecture and Python. Prints the tag to set as
-    tpwarden.eval.client_image."""
+    tpwarden.eval.client_image. Works from an installed tpwarden: the pins ship with it."""
 
     spec = load(inventory)
     base_image = base or bench_image(spec)
@@ -72,7 +76,7 @@ def build(
     f = plan.facts
     console.print(
         f"{plain(spec.head.name)}: {plain(base_image)} runs Python {f.python} on {f.machine} "
-        f"(glibc {f.glibc}); {len(plan.wheels)} wheels to add",
+        f"(glibc {f.glibc}); {len(plan.wheels)} wheels to add, pinned by {plain(plan.pins_from)}",
         highlight=False,
     )
     if dry_run:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -15,6 +17,8 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.spec import ClusterSpec
 
 app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
 
@@ -24,16 +28,34 @@ app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
 def inventory_check(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
+    with_nodes: bool = typer.Option(
+        False,
+        "--nodes",
+        help="Also ask every node (over SSH) for its RDMA HCAs: ports, state, rate, RoCE GIDs, "
+        "judged as pre-flight judges them (exit 1 on a problem).",
+    ),
 ) -> None:
     """Validate an inventory; exit 2 with file:line, key and a fix if it is wrong.
 
     Example: tpwarden inventory check -i inventory.example.yml
     """
     spec = load(inventory, flag_table=True)
+    fabric = _node_fabric(spec) if with_nodes else None
+    bad = fabric is not None and any(not f.get("ok") for f in fabric.values())
     if as_json:
         doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
-        emit_json("inventory check", {"ok": True, **doc, "config_hash": spec.config_hash()})
-        return
+        if fabric is not None:
+            doc["fabric"] = fabric
+        if bad and fabric is not None:
+            failing = sorted(n for n, f in fabric.items() if not f.get("ok"))
+            doc["error"] = {
+                "kind": "failed",
+                "message": f"RDMA fabric problems on {', '.join(failing)}",
+                "hint": "see fabric.<node>.problems (the cause of each)",
+                "exit_code": 1,
+            }
+        emit_json("inventory check", {"ok": not bad, **doc, "config_hash": spec.config_hash()})
+        raise typer.Exit(1 if bad else 0)
     console.print(
         Text.assemble(
             ("ok", "green"),
@@ -44,6 +66,56 @@ def inventory_check(
         ),
         highlight=False,
     )
+    if fabric is not None:
+        _print_fabric(fabric)
+        raise typer.Exit(1 if bad else 0)
+
+
+def _node_fabric(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
+    """Each node's HCAs as pre-flight judges them (one collector run per node, in parallel)."""
+    # deferred: `inventory check` alone contacts nothing and must start fast
+    from tpwarden.cluster.control.nodes import NodeConnector
+    from tpwarden.cluster.control.preflight import node_fabric
+
+    connector = NodeConnector(spec.ssh)
+    try:
+        found = node_fabric(spec, connector, timeout_s=60.0)
+    finally:
+        connector.close()
+    out: dict[str, dict[str, Any]] = {}
+    for name, r in found.items():
+        if isinstance(r, TpwardenError):
+            out[name] = {"ok": False, "error": str(r)}
+        else:
+            out[name] = {"ok": not r.problems, **r.to_json()}
+    return out
+
+
+def _print_fabric(fabric: dict[str, dict[str, Any]]) -> None:
+    table = Table(title="RDMA HCAs per node", title_justify="left")
+    for column in ("node", "HCA", "port", "state", "rate", "RoCE v2 GID", "netdev"):
+        table.add_column(column, overflow="fold")
+    for node, f in fabric.items():
+        for hca in f.get("hcas") or []:
+            for port in hca.get("ports") or []:
+                v2 = [
+                    g
+                    for g in port.get("gids") or []
+                    if g.get("type") == "RoCE v2" and g.get("ipv4")
+                ]
+                gid = ", ".join(f"{g['index']}: {g['ipv4']}" for g in v2) or "-"
+                rate = port.get("rate_gbps")
+                table.add_row(
+                    Text(node), Text(str(hca.get("name"))), str(port.get("port")),
+                    Text(str(port.get("state"))), f"{rate:g} Gb/s" if rate else "-", Text(gid),
+                    Text(", ".join(hca.get("netdevs") or []) or "-"),
+                )  # fmt: skip
+    console.print(table)
+    for node, f in fabric.items():
+        line = f.get("summary") or f.get("error") or ""
+        console.print(Text(f"{node}: {line}"), highlight=False)
+        for text in [*(f.get("problems") or []), *(f.get("notices") or [])]:
+            console.print(Text(f"  {text}"), highlight=False)
 
 
 @handle_errors

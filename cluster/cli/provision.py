@@ -97,6 +97,16 @@ def provision(
     vault_password_file: Annotated[
         Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
     ] = None,
+    verify_model: Annotated[
+        str | None,
+        typer.Option(
+            "--verify-model",
+            metavar="auto|sha256|size",
+            help="How each node's model is checked against the manifest: auto (default: full "
+            "sha256 the first time on a node, then size+mtime), sha256 (reread every byte, "
+            "~the model's size per node), size.",
+        ),
+    ] = None,
     source: Annotated[
         Path | None,
         typer.Option(
@@ -114,6 +124,7 @@ def provision(
         tpwarden provision -i inventory.yml
         tpwarden provision -i inventory.yml --check
         tpwarden provision -i inventory.yml --tags units
+        tpwarden provision -i inventory.yml --tags model --verify-model sha256
         tpwarden provision -i inventory.yml --remove
     """
     spec = load(inventory)  # validated once: a bad inventory exits 2 before anything runs
@@ -125,6 +136,7 @@ def provision(
         source_dir=source or prov.SOURCE_DIR,
         extra_vars_files=tuple(extra_vars or ()),
         vault_password_file=vault_password_file,
+        model_verify=verify_model,
     )
     prov.prepare(request)  # bad paths or tags: exit 2 before a private dir is made
     progress = _Progress([n.name for n in spec.nodes])
@@ -153,6 +165,8 @@ def provision(
         )
     else:
         console.print(_summary(result))
+        for m in result.model_checks:  # the model check's choice and its cost, per node
+            console.print(plain(f"model {m.host}: {m.message}"), highlight=False, soft_wrap=True)
         if check and result.ok:
             console.print(
                 "nothing to change"

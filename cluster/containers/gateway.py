@@ -41,6 +41,7 @@ from tpwarden.cluster.containers.job import (
     tar_files,
     untar_files,
 )
+from tpwarden.cluster.containers.platform import ImagePlatform, platform_from_inspect
 from tpwarden.cluster.containers.ssh_transport import VerifiedSSHAdapter
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
@@ -222,14 +223,19 @@ class DockerGateway:
             except docker.errors.NotFound:
                 return False
 
-    def image_id(self, image: str) -> str | None:
-        """The ID (sha256:...) `image` has on this node; None if it is not there."""
+    def image_platform(self, image: str) -> ImagePlatform | None:
+        """The image's architecture, OS, ID and registry digests here; None if it is absent."""
         with _translate(self.node, f"inspect image {image}"):
             try:
                 found = self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # unannotated in types-docker
             except docker.errors.NotFound:  # ImageNotFound too
                 return None
-        return str(found["Id"])
+        return platform_from_inspect(found)
+
+    def image_id(self, image: str) -> str | None:
+        """The ID (sha256:...) `image` has on this node; None if it is not there."""
+        found = self.image_platform(image)
+        return found.id if found is not None else None
 
     # -- actions ----------------------------------------------------------------------------
     def run_once(self, job: OneShot) -> OneShotResult:

@@ -51,6 +51,7 @@ from tpwarden.cluster.control.results import (
 from tpwarden.cluster.control.server import ServerEndpoint
 from tpwarden.cluster.control.status import gather_status
 from tpwarden.cluster.control.status_model import ClusterStatus, ServerStatus
+from tpwarden.cluster.control.transport import gather_transport
 from tpwarden.cluster.durable import JsonlLog, JSONObject, default_state_dir
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import ClusterPlan, ContainerPlan, plan_cluster
@@ -235,7 +236,13 @@ class Controller:
         boot = None
         if wait_ready and all(o.ok for o in outcomes):
             boot = self.follow_boot(timeout_s=timeout_s)
-        return ApplyResult(plan, outcomes, boot)
+        transport = None
+        if boot is not None and boot.ready:  # recorded with the run: the event log too
+            transport = self.nccl_transport()
+            self.emit("info", None, str(transport["summary"]))
+            for warning in transport.get("warnings") or []:
+                self.emit("info", None, f"warning: {warning}")
+        return ApplyResult(plan, outcomes, boot, transport)
 
     def down(self, plan: ControlPlan | None = None) -> ApplyResult:
         plan = plan or self.plan_down()
@@ -364,7 +371,25 @@ class Controller:
             self.now(),
             timeout_s or self.node_timeout_s,
             with_gpus,
+            transport=lambda t: self.nccl_transport(t),
         )
+
+    def nccl_transport(self, timeout_s: float | None = None) -> JSONObject:
+        """Which network NCCL chose on each rank, read once per container from its log and
+        kept under the state dir; the first reading of a container is an event."""
+
+        def record(doc: JSONObject) -> None:
+            self.events.append({"ts": self.now().isoformat(), **doc})
+
+        per_node, summary, warnings = gather_transport(
+            self.spec, self.nodes, self.state_dir / "nccl", record,
+            timeout_s or self.node_timeout_s * 3,
+        )  # fmt: skip
+        return {
+            "summary": summary,
+            "nodes": {n: t.to_json() for n, t in per_node.items()},
+            "warnings": list(warnings),
+        }
 
     def _server_status(self, deadline: float) -> ServerStatus:
         return self.server.status(deadline)

@@ -82,6 +82,8 @@ class ApplyResult:
     plan: ControlPlan
     outcomes: tuple[NodeOutcome, ...]
     boot: BootResult | None = None
+    # after a ready boot: the network NCCL chose per rank (Controller.nccl_transport)
+    transport: Mapping[str, JSONValue] | None = None
 
     @property
     def ok(self) -> bool:

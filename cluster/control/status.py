@@ -19,7 +19,7 @@ from tpwarden.cluster.control.status_model import (
     derive_verdict,
     node_memory,
 )
-from tpwarden.cluster.durable import JSONValue
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.node.clockcap import annotate_gpus
@@ -95,9 +95,12 @@ def gather_status(
     now: datetime,
     timeout_s: float,
     with_gpus: bool = True,
+    transport: Callable[[float], JSONObject] | None = None,
 ) -> ClusterStatus:
     """Nodes and server in parallel, each bounded by `timeout_s`; never raises for a node.
-    `server_status(deadline)` answers by a monotonic deadline; `now` ages the containers."""
+    `server_status(deadline)` answers by a monotonic deadline; `now` ages the containers.
+    `transport(timeout_s)` says which network NCCL chose on each rank (its warnings become
+    notes; they never change the verdict)."""
     t0 = time.monotonic()
     want = spec.config_hash()
     # The server part shares the command's deadline: a hung engine makes the 1-token probe
@@ -125,6 +128,13 @@ def gather_status(
     except Exception as e:  # noqa: BLE001 - a status never raises for the server part
         server = ServerStatus(spec.api_base, health_error=str(e) or "timed out")
     verdict, notes = derive_verdict(rows, server)
+    nccl = None
+    if transport is not None:
+        try:
+            nccl = transport(timeout_s)
+            notes += tuple(str(w) for w in nccl.get("warnings") or [])
+        except TpwardenError as e:  # a status never raises for a side reading
+            nccl = {"summary": f"NCCL transport not read: {e}", "nodes": {}, "warnings": []}
     return ClusterStatus(
         spec.name,
         want,
@@ -133,4 +143,5 @@ def gather_status(
         server,
         round(time.monotonic() - t0, 3),
         notes,
+        nccl,
     )

@@ -88,6 +88,8 @@ class ClusterStatus:
     server: ServerStatus
     elapsed_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the network NCCL chose per rank (cluster.control.transport): summary, nodes, warnings
+    transport: JSONObject | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,6 +105,7 @@ class ClusterStatus:
             "notes": list(self.notes),
             "nodes": [n.to_json() for n in self.nodes],
             "server": self.server.to_json(),
+            "transport": self.transport,
         }
 
 

@@ -12,6 +12,12 @@ each is downloaded for the head's platform (`provision.wheelhouse`: pip download
 
 Tag: ``tpwarden/eval-client:<digest of base image id, Dockerfile, wheel pins>``; an image with
 that tag is not built again.
+
+The pins need no checkout: an installed tpwarden carries them as package data
+(`cluster/data/lm_eval_0.4.13_closure.json`: version and requirements of every distribution the
+closure can reach on an x86_64 or aarch64 node, written from the lm-eval venv by
+`tools/lm_eval/dump_closure.py`, a unit test holding it to that venv). The venv is read when it
+is there (`--venv`, or the default path of tools/lm_eval/install.sh), else the shipped pins.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ from tpwarden.cluster.eval.presets import LM_EVAL_VERSION, EvalError, EvalInputE
 from tpwarden.cluster.provision.wheelhouse import Target, resolve
 
 REPO = "tpwarden/eval-client"
+# The closure's pins, shipped as package data (see the module's docstring)
+CLOSURE = Path(__file__).resolve().parents[1] / "data" / f"lm_eval_{LM_EVAL_VERSION}_closure.json"
+# The nodes an eval image is built for: the closure covers each (markers differ per platform)
+CLOSURE_TARGETS = tuple(
+    Target(python_version=py, machine=machine, glibc="2.35")
+    for machine in ("x86_64", "aarch64")
+    for py in ("3.10", "3.11", "3.12", "3.13")
+)
 INSTALL = (f"lm_eval[api]=={LM_EVAL_VERSION}", "transformers")  # the tokenizer backend
 WHEELS_DIR = "/tmp/tpwarden-wheels"
 
@@ -117,6 +131,49 @@ def venv_metadata(venv: Path) -> dict[str, Dist]:
         if name and canonicalize_name(name) not in out:
             out[canonicalize_name(name)] = Dist(d.version, tuple(d.requires or ()))
     return out
+
+
+def closure_metadata(meta: Mapping[str, Dist]) -> dict[str, Dist]:
+    """The distributions of `meta` the install can reach on any of CLOSURE_TARGETS."""
+
+    def requires_of(name: str) -> list[str] | None:
+        dist = meta.get(name)
+        return list(dist.requires) if dist else None
+
+    pins = {n: d.version for n, d in meta.items()}
+    names: set[str] = set()
+    for target in CLOSURE_TARGETS:
+        names |= set(resolve(roots(meta), target, pins, requires_of))
+    return {n: meta[n] for n in sorted(names) if n in meta}
+
+
+def closure_json(meta: Mapping[str, Dist]) -> str:
+    """The shipped closure file's text for `meta` (a venv's metadata)."""
+    doc = {
+        "lm_eval": LM_EVAL_VERSION,
+        "targets": [t.key for t in CLOSURE_TARGETS],
+        "distributions": {
+            n: {"version": d.version, "requires": list(d.requires)}
+            for n, d in closure_metadata(meta).items()
+        },
+    }
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def shipped_metadata(path: Path = CLOSURE) -> dict[str, Dist]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EvalInputError(f"the shipped lm-eval pins {path}: {exc}") from None
+    return {n: Dist(d["version"], tuple(d["requires"])) for n, d in doc["distributions"].items()}
+
+
+def pinned_metadata(default_venv: Path) -> tuple[dict[str, Dist], str]:
+    """(metadata, where it came from) when no --venv is given: the default venv when it is
+    there (a checkout with tools/lm_eval/install.sh run), else the pins tpwarden ships."""
+    if default_venv.is_dir():
+        return venv_metadata(default_venv), str(default_venv)
+    return shipped_metadata(), f"the pins shipped with tpwarden ({CLOSURE.name})"
 
 
 def roots(meta: Mapping[str, Dist]) -> list[Requirement]:

@@ -24,10 +24,11 @@ from tpwarden.cluster.eval.image_build import (
     check_base,
     dockerfile,
     inputs_digest,
+    pinned_metadata,
     venv_metadata,
     wheels_needed,
 )
-from tpwarden.cluster.eval.presets import EvalError, EvalInputError
+from tpwarden.cluster.eval.presets import EVAL_VENV, EvalError, EvalInputError
 from tpwarden.cluster.labels import LABEL_COMPONENT
 from tpwarden.cluster.provision.wheelhouse import fetch_dependencies
 
@@ -48,6 +49,7 @@ class ImagePlan:
     exists: bool
     built: bool = False
     wheel_files: list[str] = field(default_factory=list)
+    pins_from: str = ""  # the lm-eval venv read, or the pins tpwarden ships
 
     def to_json(self) -> JSONObject:
         f = self.facts
@@ -57,6 +59,7 @@ class ImagePlan:
             "target": {"machine": f.machine, "python": f.python, "glibc": f.glibc},
             "python": f.executable,
             "wheels": self.wheels,
+            "pins_from": self.pins_from,
             "tag": self.tag,
             "exists": self.exists,
             "built": self.built,
@@ -77,17 +80,26 @@ def base_facts(gw: DockerGateway, base: str) -> BaseFacts:
     return BaseFacts.parse(done.stdout)
 
 
-def plan_image(gw: DockerGateway, base: str, venv: Path) -> ImagePlan:
+def plan_image(
+    gw: DockerGateway, base: str, venv: Path | None, default_venv: Path = EVAL_VENV
+) -> ImagePlan:
+    """`venv` (--venv) pins the wheels when given; else the default venv when it is there,
+    else the pins shipped in the package (an installed tpwarden has no checkout)."""
     base_id = gw.image_id(base)
     if base_id is None:
         raise EvalInputError(f"{gw.node}: base image {base} is not there (give --base)")
     facts = base_facts(gw, base)
     check_base(base, facts)
-    wheels = wheels_needed(venv_metadata(venv), facts.target(), facts.installed)
+    if venv is not None:
+        meta, pins_from = venv_metadata(venv), str(venv)
+    else:
+        meta, pins_from = pinned_metadata(default_venv)
+    wheels = wheels_needed(meta, facts.target(), facts.installed)
     digest = inputs_digest(base_id, wheels, facts)
     tag = f"{REPO}:{digest}"
     text = dockerfile(base, facts, digest)
-    return ImagePlan(base, base_id, facts, wheels, tag, text, gw.image_id(tag) is not None)
+    exists = gw.image_id(tag) is not None
+    return ImagePlan(base, base_id, facts, wheels, tag, text, exists, pins_from=pins_from)
 
 
 def build(

@@ -52,6 +52,9 @@ class EvalOptions:
     client_image: str | None = None
     task_timeout_s: float = 6 * 3600.0
     max_resumes: int = 3
+    # Every chat-path request's chat_template_kwargs (vLLM's request field, beside the
+    # server's default): accuracy with thinking on costs one run, not a restart.
+    chat_template_kwargs: JSONObject | None = None
 
     def to_json(self) -> JSONObject:
         doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -67,6 +70,9 @@ class TaskPlan:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     shots: int | None = None  # None: the task YAML's own count (nothing passed)
+    # what its requests carry as chat_template_kwargs (None: the server's default only;
+    # completions-path tasks render no chat template, so they never carry any)
+    chat_template_kwargs: JSONObject | None = None
 
     def to_json(self) -> JSONObject:
         return {
@@ -84,6 +90,7 @@ class TaskPlan:
             "unsafe_code": self.preset.unsafe_code,
             "env": dict(self.env),
             "argv": list(self.argv),
+            "chat_template_kwargs": self.chat_template_kwargs,
         }
 
 
@@ -124,8 +131,14 @@ def task_plan(task: str, preset: TaskPreset, srv: ServerFacts, opts: EvalOptions
         "--log_samples",
         "--seed", str(opts.seed),
     ]  # fmt: skip
+    gen: JSONObject = {}
     if stops.requested:
         gen = {"until": list(stops.sent), "temperature": 0}
+    kwargs = opts.chat_template_kwargs if chat else None
+    if kwargs is not None:
+        # lm-eval's chat model puts the gen_kwargs it does not know into the request body
+        gen["chat_template_kwargs"] = kwargs
+    if gen:
         argv += ["--gen_kwargs", json.dumps(gen, ensure_ascii=False)]
     shots = preset.run_shots(opts.num_fewshot)
     if shots is not None and not preset.shots_pinned:
@@ -142,7 +155,7 @@ def task_plan(task: str, preset: TaskPreset, srv: ServerFacts, opts: EvalOptions
         argv += ["--confirm_run_unsafe_code"]
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.update(preset.env)
-    return TaskPlan(task, preset, stops, tuple(argv), env, shots)
+    return TaskPlan(task, preset, stops, tuple(argv), env, shots, kwargs)
 
 
 def plan_tasks(

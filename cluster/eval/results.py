@@ -93,6 +93,13 @@ def comparability(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> Ref
             f"A {json.dumps(da.get('chat_template_kwargs'))} vs "
             f"B {json.dumps(db.get('chat_template_kwargs'))}"
         )
+    # --chat-template-kwargs: the requests' own, beside the server's default (thinking on)
+    ra = (a.get("options") or {}).get("chat_template_kwargs")
+    rb = (b.get("options") or {}).get("chat_template_kwargs")
+    if ra != rb:
+        reasons.append(
+            f"request chat template kwargs differ: A {json.dumps(ra)} vs B {json.dumps(rb)}"
+        )
     pa, pb = task_paths(a), task_paths(b)
     for task in sorted(set(pa) & set(pb)):
         if pa[task] != pb[task]:

@@ -26,6 +26,7 @@ from tpwarden.cluster.bench.plan import client_base_url
 from tpwarden.cluster.bench.plan import client_image as bench_image
 from tpwarden.cluster.bench.runner import BenchRunner, write_json
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.preflight import client_image_problem
 from tpwarden.cluster.durable import atomic_write_bytes
 from tpwarden.cluster.eval.catalog import preset_for
 from tpwarden.cluster.eval.client import Watch, run_container
@@ -40,7 +41,7 @@ from tpwarden.cluster.eval.presets import (
 from tpwarden.cluster.eval.progress import TaskProgress, TaskWatch, suite_summary
 from tpwarden.cluster.eval.results import failed_row, score_row
 from tpwarden.cluster.labels import LABEL_CLUSTER, LABEL_COMPONENT, LABEL_EVAL_RUN, LABEL_NODE
-from tpwarden.cluster.launch import ContainerPlan, Mount
+from tpwarden.cluster.launch import CPU_ONLY_ENV, ContainerPlan, Mount
 from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def container_plan(spec: ClusterSpec, tp: TaskPlan, image: str, run_id: str) -> 
     if tok != s.model.path:
         mounts.append(Mount(tok, tok, True))
     hf_cache = spec.eval.hf_cache
-    env = dict(tp.env)
+    env = {**tp.env, **CPU_ONLY_ENV}
     if hf_cache:  # pre-fetched datasets and metrics (docs/eval.md); datasets needs it writable
         mounts.append(Mount(hf_cache, "/hf-cache", False))
         env["HF_HOME"] = "/hf-cache"
@@ -170,6 +171,10 @@ class EvalRunner:
         if not pre["ok"]:
             raise EvalError(f"server not healthy ({pre['verdict']}); refusing to evaluate")
         opts = replace(opts, client_image=client_image(self.spec, opts.client_image))
+        head = self.spec.head
+        wrong = client_image_problem(self.ctl.docker(head), head.name, str(opts.client_image))
+        if wrong:
+            raise EvalError(wrong)
         plans = self.plan(opts, pre)
         if resume is not None:
             run_dir = resume
@@ -222,6 +227,7 @@ class EvalRunner:
             "server": pre["server"],
             "server_defaults": pre["server_defaults"],
             "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+            "nccl_transport": pre.get("transport"),
             "client": {"image": opts.client_image, "node": self.spec.head.name},
             "plans": [p.to_json() for p in plans],
             "attempts": [],

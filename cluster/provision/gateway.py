@@ -55,6 +55,12 @@ _EVENT_STATUS: dict[str, TaskStatus] = {
 }
 
 
+# The model role's last task: its messages say how each node's model was checked and at what
+# cost (auto: full sha256 the first time, size+mtime after; playbooks/roles/model).
+MODEL_CHECK_TASK = "Model directories match the manifest"
+MODEL_VERIFY_MODES = ("auto", "sha256", "size")
+
+
 class ProvisionError(TpwardenError):
     """ansible-runner could not run the playbook at all (not: a task failed)."""
 
@@ -74,6 +80,7 @@ class ProvisionRequest:
     state_root: Path = STATE_ROOT / "provision"
     wheelhouse_cache: Path = Path.home() / ".cache/tpwarden/wheelhouse"
     ident: str | None = None
+    model_verify: str | None = None  # --verify-model: auto | sha256 | size (None: inventory's)
 
     @property
     def playbook(self) -> str:
@@ -128,6 +135,7 @@ class ProvisionResult:
     hosts: tuple[HostStats, ...]
     failures: tuple[TaskEvent, ...]
     duration_s: float
+    model_checks: tuple[TaskEvent, ...] = ()  # how each node's model was checked, and its cost
 
     @property
     def ok(self) -> bool:
@@ -150,6 +158,7 @@ class ProvisionResult:
             "duration_s": round(self.duration_s, 1),
             "hosts": [h.__dict__ for h in self.hosts],
             "failures": [f.__dict__ for f in self.failures],
+            "model_checks": [m.__dict__ for m in self.model_checks],
         }
 
 
@@ -229,6 +238,14 @@ def prepare(request: ProvisionRequest, python: str = sys.executable) -> Prepared
         },
         "quiet": True,
     }
+    if request.model_verify is not None:
+        if request.model_verify not in MODEL_VERIFY_MODES:
+            raise ConfigError(
+                f"--verify-model {request.model_verify!r}",
+                key="--verify-model",
+                hint=", ".join(MODEL_VERIFY_MODES),
+            )
+        kwargs["extravars"]["tpwarden_model_verify"] = request.model_verify
     if request.tags:
         kwargs["tags"] = ",".join(request.tags)
     if cmdline:
@@ -255,6 +272,10 @@ def task_event(raw: Mapping[str, JSONValue]) -> TaskEvent | None:
         if data.get("ignore_errors"):
             return TaskEvent(data["host"], str(data.get("task", "")), "ok")
         message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "")[:2000]
+    elif status == "ok" and str(data.get("task", "")) == MODEL_CHECK_TASK:
+        # a loop's items fold into the task's result: each item's own message
+        items = [str(r.get("msg") or "") for r in res.get("results") or [] if r.get("msg")]
+        message = "; ".join(items or [str(res.get("msg") or "")])[:2000]
     return TaskEvent(data["host"], str(data.get("task", "")), status, message)
 
 
@@ -301,12 +322,15 @@ def run(
     resolved.chmod(0o600)
     prepared.kwargs["extravars"]["tpwarden_inventory_source"] = str(resolved)
     failures: list[TaskEvent] = []
+    model_checks: list[TaskEvent] = []
 
     def handler(raw: JSONObject) -> bool:
         event = task_event(raw)
         if event is not None:
             if event.status in ("failed", "unreachable"):
                 failures.append(event)
+            elif event.task == MODEL_CHECK_TASK and event.message:
+                model_checks.append(event)
             if on_event is not None:
                 on_event(event)
         return True  # keep every event in the artifact directory
@@ -333,6 +357,7 @@ def run(
         hosts=host_stats(runner.stats),
         failures=tuple(failures),
         duration_s=time.monotonic() - start,
+        model_checks=tuple(sorted(model_checks, key=lambda e: e.host)),
     )
     log.info(
         "provision %s: %s rc=%d changed=%d in %.1fs",

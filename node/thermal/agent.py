@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpwarden.cluster.durable import JSONObject
+from tpwarden.node.gpu_access import DeviceDenial
 from tpwarden.node.memory import NodeMemory
 from tpwarden.node.thermal.alerts import AlertPolicy
 from tpwarden.node.thermal.records import (
@@ -59,6 +60,7 @@ class ThermalAgent:
         late_threshold_s: float | None = None,
         align: bool = True,
         memory: Callable[[], NodeMemory] | None = None,
+        gpu_access: Callable[[], DeviceDenial | None] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -78,6 +80,9 @@ class ThermalAgent:
         self.align = align
         # The node's memory (cluster.memory.memory_reader: psutil; GB10's is the GPU's too).
         self.memory = memory
+        # When NVML gives no GPU reading: is a GPU device node denied to this process (a unit's
+        # DeviceAllow)? Then that is the error recorded, never "no GPU" (node/gpu_access.py).
+        self.gpu_access = gpu_access
         self.stats = AgentStats()
         self.latest: JSONObject | None = None
         self.t0: float | None = None
@@ -148,11 +153,7 @@ class ThermalAgent:
         gpus: list[JSONObject] = []
         try:
             gpus = [gpu_to_record(s) for s in self.gpu_sampler.sample_all()]
-            status = getattr(self.gpu_sampler, "status", None)
-            if not gpus and callable(status):  # cluster.gpu.Nvml answers [] when unavailable
-                st = status()
-                if not getattr(st, "available", True):
-                    errors.append({"source": "gpu", "error": f"NVML {st.state}: {st.reason}"})
+            errors += self._gpu_errors(gpus)
         except Exception as exc:  # noqa: BLE001 - a broken GPU must never stop zone logging
             errors.append({"source": "gpu", "error": f"{type(exc).__name__}: {exc}"})
         zones: list[JSONObject] = []
@@ -196,6 +197,27 @@ class ThermalAgent:
             log.log(level, "thermal alert %s %s: %s", ev["event"], ev["state"], ev)
         record["events"] = events
         return record
+
+    def _gpu_errors(self, gpus: list[JSONObject]) -> list[dict[str, str]]:
+        """Why there is no GPU reading: a denied device node first (cause and unit), else
+        NVML's own state; nothing when the GPUs answered."""
+        status = getattr(self.gpu_sampler, "status", None)
+        st = status() if callable(status) and not gpus else None
+        denied = any(
+            "insufficient permissions" in str((g.get("null_reasons") or {}).get("temp_c", ""))
+            for g in gpus
+        )
+        if gpus and not denied:
+            return []
+        denial = self.gpu_access() if self.gpu_access is not None else None
+        if denial is not None:
+            found = {"source": "gpu", "error": denial.text(), "cause": denial.cause}
+            return [{**found, "unit": denial.unit} if denial.unit else found]
+        if st is not None and not getattr(st, "available", True):
+            return [{"source": "gpu", "error": f"NVML {st.state}: {st.reason}"}]
+        if st is not None and not gpus:
+            return [{"source": "gpu", "error": "NVML answers but counts no GPU (0 devices)"}]
+        return []
 
     # -- the thin scheduler -----------------------------------------------------------------------
     def stop(self) -> None:

@@ -26,6 +26,7 @@ from types import FrameType
 
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import TpwardenError
+from tpwarden.node.gpu_access import find_denial
 from tpwarden.node.memory import memory_reader
 from tpwarden.node.thermal.agent import AgentStats, ThermalAgent
 from tpwarden.node.thermal.alerts import AlertPolicy
@@ -95,6 +96,7 @@ def run_agent(opts: AgentOptions) -> AgentStats:
         opts.node, opts.interval_s, gpu, SysfsZoneReader(opts.sysfs_root), writer, time.time,
         stop.wait, role=opts.role, alerts=AlertPolicy(zone_margin_c=opts.alert_margin_c),
         memory=memory_reader(),  # psutil; /proc/meminfo where python3 has none (node/memory.py)
+        gpu_access=find_denial,  # a denied /dev/nvidia<N> is said as such (node/gpu_access.py)
     )  # fmt: skip
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

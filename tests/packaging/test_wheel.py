@@ -234,3 +234,46 @@ def test_nodes_wheel_is_repacked_from_the_installation(
     probe = "import tpwarden.playbooks as p, os; print(os.path.dirname(p.__file__))"
     node_playbooks = Path(_run([str(other / "bin" / "python"), "-c", probe]).strip())
     assert (node_playbooks / "site.yml").is_file()
+
+
+# The lab's client image: Python 3.11 with pip (the eval image's base facts need both).
+EVAL_BASE = "tpwarden-lab/vllm-client:latest"
+
+
+def _image_present(image: str) -> bool:
+    if shutil.which("docker") is None:
+        return False
+    done = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=60)
+    return done.returncode == 0
+
+
+def test_installed_tpwarden_plans_the_eval_image_without_tools_lm_eval(
+    installed: Path, tmp_path: Path
+) -> None:
+    # issue 52 item 7: `eval image build` read its pins from tools/lm_eval/'s venv, which a pip
+    # install has neither of; the pins ship in the package now
+    py = str(installed / "bin" / "python")
+    probe = (
+        "import json; from tpwarden.cluster.eval import image_build as b\n"
+        "m = b.shipped_metadata()\n"
+        "print(json.dumps([str(b.CLOSURE), m['lm-eval'].version, len(m)]))\n"
+    )
+    closure, version, count = json.loads(_run([py, "-c", probe], cwd=tmp_path))
+    assert closure.startswith(str(installed)) and version == "0.4.13" and count > 20
+    if not _image_present(EVAL_BASE):
+        pytest.skip(f"the dry run reads a base image's facts: {EVAL_BASE} is built by the lab")
+    # the head is this machine (ansible_host: local: its Docker engine, no SSH); no lm-eval venv
+    inventory = tmp_path / "inventory.yml"
+    text = (REPO / "inventory.example.yml").read_text()
+    inventory.write_text(text.replace("ansible_host: 10.0.0.11", "ansible_host: local", 1))
+    argv = [str(installed / "bin" / "tpwarden"), "eval", "image", "build", "-i", str(inventory),
+            "--base", EVAL_BASE, "--dry-run", "--json"]  # fmt: skip
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TPWARDEN_LMEVAL_VENV": "/nonexistent"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["ok"] and doc["dry_run"] and doc["pins_from"].startswith("the pins shipped")
+    assert doc["wheels"]["lm-eval"] == "0.4.13" and doc["tag"].startswith("tpwarden/eval-client:")
+    assert "FROM " + EVAL_BASE in doc["dockerfile"]

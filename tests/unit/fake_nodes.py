@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tpwarden.cluster.containers.info import ContainerInfo
+from tpwarden.cluster.containers.platform import ImagePlatform
 from tpwarden.cluster.control.nodes import fan_out
 from tpwarden.cluster.errors import DockerError, NodeUnreachable, TpwardenError
 from tpwarden.cluster.inventory.load import load_inventory
@@ -101,6 +102,8 @@ class FakeDocker:
         self.secrets_seen: dict[str, Mapping[str, str]] = {}
         self.execs: list[tuple[str, list[str], dict[str, str]]] = []  # container, argv, env
         self.streams: list[FakeLogStream] = []  # every log stream handed out
+        self.machine = "aarch64"  # docker info's Architecture (uname -m): a GB10 node
+        self.platforms: dict[str, ImagePlatform] = {}  # image -> platform (default: arm64)
 
     def add(self, plan: ContainerPlan, state: str = "running", exit_code: int | None = None):
         info = ContainerInfo(
@@ -123,6 +126,20 @@ class FakeDocker:
     def image_present(self, image: str) -> bool:
         self.owner.gate(self.node)
         return image in self.images
+
+    def image_platform(self, image: str) -> ImagePlatform | None:
+        self.owner.gate(self.node)
+        if image not in self.images:
+            return None
+        default = ImagePlatform(
+            id="sha256:" + "a" * 64, architecture="arm64", variant="v8",
+            repo_digests=(f"{image.rsplit(':', 1)[0]}@sha256:{'b' * 64}",),
+        )  # fmt: skip
+        return self.platforms.get(image, default)
+
+    def architecture(self) -> str:
+        self.owner.gate(self.node)
+        return self.machine
 
     def run(self, plan: ContainerPlan, secret_values: Mapping[str, str] | None = None):
         self.owner.gate(self.node)
@@ -158,6 +175,11 @@ class FakeDocker:
         return stream
 
 
+GIB = 1024**3
+# a GB10 node after the page cache was dropped: 119.7 GiB seen, 110 GiB available
+GB10_MEMORY = {"total_bytes": int(119.7 * GIB), "available_bytes": 110 * GIB, "source": "psutil"}
+GB10_PAGE_CACHE = {"dropped": True, "unified": True, "available_before_bytes": 80 * GIB,
+                   "available_after_bytes": 110 * GIB}  # fmt: skip
 FAKE_LOCK_TIME = 1_800_000_000.0  # 2027-01-15T08:00:00Z: when the fake nodes' lock calls answer
 
 
@@ -201,6 +223,11 @@ class FakeNodes:
         self._thawed = threading.Event()
         self.collect: Callable[[NodeSpec, Sequence[str], bool], dict[str, Any]] = default_collector
         self.collector_calls: list[tuple[str, tuple[str, ...], bool]] = []
+        # what the collector's global --memory/--drop-caches and --rdma answer (a GB10 node:
+        # unified memory, 119.7 GiB, page cache dropped; no RDMA device)
+        self.memory: dict[str, dict[str, Any]] = {}
+        self.page_cache: dict[str, dict[str, Any]] = {}
+        self.rdma: dict[str, dict[str, Any]] = {}
         # `collector_beside(node, container, args)` scripts a diagnostic container's collector
         self.beside: Callable[[NodeSpec, ContainerInfo, Sequence[str]], dict[str, Any]] | None = (
             None
@@ -253,15 +280,30 @@ class FakeNodes:
         self.gate(node.name)
         with self._lock:
             self.collector_calls.append((node.name, tuple(args), sudo))
-        # the collector's global `--path P` (any action): the scripted `paths` answer, merged
+        # the collector's global `--path P` (any action): the scripted `paths` answer, merged;
+        # --rdma, --memory and --drop-caches MODE: the node's scripted facts
         also_paths: list[str] = []
+        flags: set[str] = set()
         rest = list(args)
-        while rest[:1] == ["--path"]:
-            also_paths.append(rest[1])
-            rest = rest[2:]
+        while rest[:1] and rest[0] in ("--path", "--rdma", "--memory", "--drop-caches"):
+            if rest[0] in ("--path", "--drop-caches"):
+                (also_paths if rest[0] == "--path" else []).append(rest[1])
+                flags.add(rest[0])
+                rest = rest[2:]
+            else:
+                flags.add(rest[0])
+                rest = rest[1:]
         doc = self.collect(node, rest, sudo)
         if also_paths:
             doc["paths"] = self.collect(node, ["paths", *also_paths], sudo).get("paths", {})
+        if "--rdma" in flags:
+            doc["rdma"] = self.rdma.get(
+                node.name, {"hcas": [], "dev_infiniband": {"present": False, "entries": []}}
+            )
+        if "--drop-caches" in flags:
+            doc["page_cache"] = self.page_cache.get(node.name, dict(GB10_PAGE_CACHE))
+        if flags & {"--memory", "--drop-caches"}:
+            doc["memory"] = self.memory.get(node.name, dict(GB10_MEMORY))
         return doc
 
     def collector_beside(

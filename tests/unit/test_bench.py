@@ -25,9 +25,11 @@ from tpwarden.cluster.bench.plan import (
     bench_argv,
     client_image,
     client_plan,
+    parse_chat_template_kwargs,
 )
 from tpwarden.cluster.bench.runner import compare_rows
 from tpwarden.cluster.containers.job import container_facts
+from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.secrets import redact_argv
 
@@ -133,6 +135,7 @@ def test_client_plan_is_cpu_only_host_network_readonly_model(spec):
     plans = [client_plan(spec, opts, lvl, i, "r1") for i, lvl in enumerate(opts.levels)]
     for p in plans:
         assert p.gpus is None and p.network_mode == "host" and p.restart_policy == "no"
+        assert not p.devices and p.env["NVIDIA_VISIBLE_DEVICES"] == "void"  # issue 52 item 4
         assert p.image == spec.serving.image  # the serving image unless overridden
         assert all(m.read_only for m in p.mounts)
         assert spec.serving.model.path in {m.source for m in p.mounts}
@@ -143,6 +146,34 @@ def test_client_plan_is_cpu_only_host_network_readonly_model(spec):
     assert argv[argv.index("--max-concurrency") + 1] == "4" and "--ignore-eos" in argv
     assert argv[argv.index("--tokenizer") + 1] == spec.serving.model.path
     assert client_image(spec, "other:1") == "other:1"
+
+
+def test_chat_template_kwargs_ride_every_request_and_the_manifest(spec):
+    # issue 52 item 8: `vllm bench serve --extra-body` puts them in each request's body
+    on = {"enable_thinking": True}
+    opts = BenchOptions(kind="sweep", levels=(1,), prompts=PROMPTS, chat_template_kwargs=on)
+    argv = bench_argv(spec, opts, 1, 0)
+    assert json.loads(argv[argv.index("--extra-body") + 1]) == {"chat_template_kwargs": on}
+    assert opts.to_json()["chat_template_kwargs"] == on
+    assert "--extra-body" not in bench_argv(spec, BenchOptions(kind="sweep", levels=(1,)), 1, 0)
+    completions = BenchOptions(kind="sweep", levels=(1,), backend="openai", chat_template_kwargs=on)
+    with pytest.raises(ConfigError, match="chat endpoint only"):
+        bench_argv(spec, completions, 1, 0)
+    a, b = {"options": {}}, {"options": opts.to_json()}
+    diffs = {d.fact: d for d in manifest_diff(a, b)}
+    fact = diffs["option per-request chat kwargs"]
+    assert fact.likely_cause and fact.b == '{"enable_thinking": true}'
+    for bad, why in (("{enable_thinking: true}", "not JSON"), ("[1]", "not a JSON object")):
+        with pytest.raises(ValueError, match=why):
+            parse_chat_template_kwargs(bad)
+    assert parse_chat_template_kwargs('{"enable_thinking": false}') == {"enable_thinking": False}
+
+
+def test_a_change_of_nccl_network_is_a_likely_cause():
+    a = {"nccl_transport": {"summary": "NCCL: IB on 4/4 rank(s) (rocep1s0f1:1/RoCE)"}}
+    b = {"nccl_transport": {"summary": "NCCL: IB on 3/4 rank(s), Socket on 1/4 rank(s)"}}
+    (diff,) = [d for d in manifest_diff(a, b) if d.fact == "NCCL network"]
+    assert diff.likely_cause and "Socket" in diff.b
 
 
 def test_prefill_argv(spec):

@@ -22,6 +22,11 @@ def _up_plan(nodes: FakeNodes):
     return plan_up(plan_cluster(SPEC), observed, replace=True)
 
 
+def _checks(events) -> list:
+    """Events other than the per-node memory and fabric lines (every start prints those)."""
+    return [e for e in events if not e.message.startswith(("memory: ", "fabric: "))]
+
+
 def _run(nodes: FakeNodes, timeout_s: float = 5.0):
     events: list[ControlEvent] = []
     report = preflight(SPEC, nodes, _up_plan(nodes), emitter(events.append), timeout_s)
@@ -32,10 +37,15 @@ def test_healthy_nodes_pass_and_every_check_is_asked() -> None:
     nodes = FakeNodes(SPEC)
     report, events = _run(nodes)
     assert report.ok and report.problems == ()
-    assert [(e.kind, e.message) for e in events] == [("preflight", "checking 4 node(s)")]
-    # one collector run per node for the GPUs and the paths (the inventory caps at 2000 MHz)
+    assert [(e.kind, e.message) for e in _checks(events)] == [("preflight", "checking 4 node(s)")]
+    for n in SPEC.nodes:  # each node's memory and fabric, said once
+        lines = [e.message.split(":")[0] for e in events if e.node == n.name]
+        assert sorted(lines) == ["fabric", "memory"]
+    # one collector run per node for the GPUs, the paths, the fabric and the memory (the
+    # inventory caps at 2000 MHz; a GPU engine: the page cache dropped first, as root)
     model, drafter = SPEC.serving.model.path, SPEC.serving.drafter.path
-    cap = ("--path", model, "--path", drafter, "cap", "2000")
+    cap = ("--path", model, "--path", drafter, "--rdma", "--memory", "--drop-caches", "auto",
+           "cap", "2000")  # fmt: skip
     for n in SPEC.nodes:
         assert [
             a for name, a, _ in nodes.collector_calls if name == n.name and a[0] != "ports"
@@ -152,7 +162,7 @@ def test_a_successful_lock_call_passes_though_nvml_reads_no_cap_back() -> None:
     nodes.collect = collect
     report, events = _run(nodes)
     assert report.ok and report.facts["notices"] == ()
-    assert [e.message for e in events] == ["checking 4 node(s)"]
+    assert [e.message for e in _checks(events)] == ["checking 4 node(s)"]
 
 
 def test_an_unstored_record_and_a_violated_cap_are_notices_not_refusals() -> None:
@@ -178,7 +188,7 @@ def test_an_unstored_record_and_a_violated_cap_are_notices_not_refusals() -> Non
         "node4: GPU clock cap 2000 MHz not in force by the record: no cap recorded "
         "(collector too old); NVML has no read-back",
     )
-    printed = sorted(e.message for e in events if e.node)
+    printed = sorted(e.message for e in _checks(events) if e.node)
     assert printed == [f"notice: {n}" for n in report.facts["notices"]]
 
 

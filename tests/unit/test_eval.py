@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.containers.job import tar_files
+from tpwarden.cluster.containers.platform import ImagePlatform, go_arch
 from tpwarden.cluster.eval.catalog import PRESETS, preset_for
 from tpwarden.cluster.eval.plan import EvalOptions, ServerFacts, task_plan
 from tpwarden.cluster.eval.presets import (
@@ -136,6 +137,29 @@ def test_chat_path_posts_to_chat_with_the_template_flag():
     assert len(_argv_json(tp.argv, "--gen_kwargs")["until"]) == 4
 
 
+def test_chat_template_kwargs_go_into_chat_requests_and_the_plan_only():
+    # issue 52 item 8: thinking on per request, one eval run instead of a restart
+    on = {"enable_thinking": True}
+    opts = EvalOptions(tasks=("kormedmcqa", "mmlu"), chat_template_kwargs=on)
+    chat = task_plan("kormedmcqa", PRESETS["kormedmcqa"], SRV, opts)
+    gen = _argv_json(chat.argv, "--gen_kwargs")
+    assert gen["chat_template_kwargs"] == on and len(gen["until"]) == 4
+    assert chat.to_json()["chat_template_kwargs"] == on
+    # a completions-path task renders no chat template: nothing sent, and the plan says so
+    ll = task_plan("mmlu", PRESETS["mmlu"], SRV, opts)
+    assert "--gen_kwargs" not in ll.argv and ll.to_json()["chat_template_kwargs"] is None
+    assert opts.to_json()["chat_template_kwargs"] == on  # the run's manifest records it
+    plain = task_plan("kormedmcqa", PRESETS["kormedmcqa"], SRV, EvalOptions(tasks=("x",)))
+    assert "chat_template_kwargs" not in _argv_json(plain.argv, "--gen_kwargs")
+
+
+def test_compare_is_refused_when_the_request_kwargs_differ():
+    off, on = _manifest(False), _manifest(False)
+    on["options"] = {**on["options"], "chat_template_kwargs": {"enable_thinking": True}}
+    refusal = comparability(off, on)
+    assert refusal and "request chat template kwargs differ" in refusal.reasons[0]
+
+
 def test_max_length_never_falls_back_to_lm_evals_2048():
     assert max_length(32768) == 32768
     with pytest.raises(EvalError, match="2048"):
@@ -174,7 +198,8 @@ def test_client_container_is_cpu_only_host_network_model_read_only():
     spec = load_inventory(Path(__file__).parent / "inventories" / "good.yml")
     tp = task_plan("mmlu", PRESETS["mmlu"], SRV, EvalOptions(tasks=("mmlu",)))
     plan = container_plan(spec, tp, "client:1", "run1")
-    assert plan.gpus is None and plan.network_mode == "host"
+    assert plan.gpus is None and plan.network_mode == "host" and not plan.devices
+    assert plan.env["NVIDIA_VISIBLE_DEVICES"] == "void"  # the NGC images set "all"
     assert any(m.target == spec.serving.model.path and m.read_only for m in plan.mounts)
     assert plan.entrypoint == ("sh", "/bench/run.sh") and plan.command[:3] == (
         "python", "-m", "lm_eval",
@@ -327,7 +352,7 @@ def test_runner_resumes_a_task_from_its_cache_after_a_server_restart(tmp_path, m
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -374,7 +399,7 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -389,3 +414,13 @@ def test_runner_does_not_resume_a_failure_the_server_did_not_cause(tmp_path, mon
     opts = EvalOptions(tasks=("tpwarden_mc",), include_path=str(TASKS), client_image="img")
     with pytest.raises(EvalError, match="exited 2"):
         runner.run(opts, pre)
+
+
+class ClientEngine:
+    """The head's engine as the runner's client-image check sees it (run_container is faked)."""
+
+    def image_platform(self, image):
+        return ImagePlatform(id="sha256:" + "e" * 64, architecture=go_arch(self.architecture()))
+
+    def architecture(self):
+        return "aarch64"

@@ -77,6 +77,8 @@ def test_presets_table_shows_paths_shots_and_scores():
         (["--suite", "nightly"], "no suite 'nightly'"),
         (["--tasks", "mmlu,nope"], "nope: no preset"),
         (["--suite", "field", "--num-fewshot", "-1"], "--num-fewshot"),
+        (["--chat-template-kwargs", "enable_thinking=true"], "is not JSON"),
+        (["--chat-template-kwargs", "[true]"], "is not a JSON object"),
     ],
 )
 def test_run_refuses_bad_input_before_any_connection(no_cluster, argv, message):

@@ -17,13 +17,17 @@ import pytest
 from tpwarden.cluster.containers.gateway import ImageBuildFailed
 from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.eval.image_build import (
+    CLOSURE,
     FACTS_SCRIPT,
     BaseFacts,
     Dist,
     build_context,
+    closure_json,
+    closure_metadata,
     dockerfile,
     inputs_digest,
     roots,
+    shipped_metadata,
     venv_metadata,
     wheels_needed,
 )
@@ -185,3 +189,33 @@ def test_build_failures_and_bad_bases_say_why(tmp_path, monkeypatch):
     again = plan_image(built, "base", tmp_path)
     built.images.add(again.tag)
     assert plan_image(built, "base", tmp_path).exists  # the same inputs: no rebuild
+
+
+# -- issue 52 item 7: the pins ship with tpwarden ----------------------------------------------------
+
+
+def test_the_closure_keeps_what_any_node_can_reach_and_drops_the_rest():
+    closure = closure_metadata(META)
+    assert "torch" not in closure  # lm_eval's hf extra is never asked for
+    assert {"lm-eval", "datasets", "aiohttp", "yarl", "transformers"} <= set(closure)
+    doc = json.loads(closure_json(META))
+    assert doc["lm_eval"] == "0.4.13" and "cp311-aarch64-glibc2.35" in doc["targets"]
+
+
+@pytest.mark.skipif(not EVAL_VENV.is_dir(), reason="no lm-eval venv (tools/lm_eval/install.sh)")
+def test_the_shipped_pins_are_the_lm_eval_venvs():
+    # regenerate with tools/lm_eval/dump_closure.py when the venv changes
+    assert CLOSURE.read_text() == closure_json(venv_metadata(EVAL_VENV))
+
+
+def test_without_a_venv_the_image_is_planned_from_the_shipped_pins(tmp_path):
+    # an installed tpwarden has no tools/lm_eval/ and no venv: the plan still pins every wheel
+    shipped = shipped_metadata()
+    assert shipped["lm-eval"].version == "0.4.13" and "transformers" in shipped
+    plan = plan_image(FakeGw(BASE_FACTS, [], {"base"}), "base", None, tmp_path / "no-venv")
+    assert plan.pins_from.startswith("the pins shipped with tpwarden")
+    assert plan.wheels["lm-eval"] == "0.4.13" and "numpy" not in plan.wheels  # the base has it
+    assert set(plan.wheels) <= set(shipped)
+    assert plan.to_json()["pins_from"] == plan.pins_from
+    with pytest.raises(EvalInputError, match="no site-packages"):
+        plan_image(FakeGw(BASE_FACTS, [], {"base"}), "base", tmp_path / "no-venv")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.containers.gateway import wait_watching
+from tpwarden.cluster.containers.platform import ImagePlatform, go_arch
 from tpwarden.cluster.errors import DockerError
 from tpwarden.cluster.eval.progress import (
     Sample,
@@ -174,7 +175,7 @@ def test_the_runner_reports_progress_and_writes_it_beside_the_run(tmp_path, monk
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -220,7 +221,7 @@ def _fake_runner(tmp_path, monkeypatch, outcomes):
             self.spec = spec
 
         def docker(self, node):
-            return None
+            return ClientEngine()  # the client image is here, built for this node
 
         def api_key(self):
             return None
@@ -301,3 +302,13 @@ def test_the_cli_exits_1_with_the_rows_when_a_suite_task_failed(tmp_path, monkey
     assert doc["ok"] is False and doc["error"]["exit_code"] == 1 and len(doc["rows"]) == 2
     assert doc["error"]["hint"].startswith(f"tpwarden eval run -i {inv} --suite field --resume")
     assert seen["opts"].keep_going and seen["opts"].suite == "field"
+
+
+class ClientEngine:
+    """The head's engine as the runner's client-image check sees it (run_container is faked)."""
+
+    def image_platform(self, image):
+        return ImagePlatform(id="sha256:" + "e" * 64, architecture=go_arch(self.architecture()))
+
+    def architecture(self):
+        return "aarch64"

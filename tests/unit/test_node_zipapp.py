@@ -42,6 +42,7 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
         "tpwarden.node.memory",
         "tpwarden.node.procfacts",
         "tpwarden.node.pyspy",
+        "tpwarden.node.rdma",  # the HCAs pre-flight checks (issue 52)
     }
     assert sorted(node_zipapp_files(COLLECTOR)) == [
         "__main__.py",
@@ -60,6 +61,7 @@ def test_the_collector_carries_its_closure_and_nothing_more() -> None:
         "tpwarden/node/memory.py",
         "tpwarden/node/procfacts.py",
         "tpwarden/node/pyspy.py",
+        "tpwarden/node/rdma.py",
     ]
 
 
@@ -70,6 +72,7 @@ def test_the_thermal_agent_carries_its_closure_and_prometheus_client() -> None:
         "tpwarden.cluster.errors",
         "tpwarden.node.clockcap",
         "tpwarden.node.gpu",
+        "tpwarden.node.gpu_access",  # a denied /dev/nvidia<N> said as such (issue 52)
         "tpwarden.node.memory",
         *(f"{thermal}.{m}" for m in ("agent", "alerts", "metrics", "metrics_gpu", "app")),
         *(f"{thermal}.{m}" for m in ("records", "roles", "writer", "zones")),

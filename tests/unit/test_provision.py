@@ -60,6 +60,32 @@ def test_prepare_remove_and_bad_input(tmp_path):
         prov.prepare(prov.ProvisionRequest(inventory=inv, source_dir=tmp_path))
 
 
+def test_verify_model_is_an_extra_var_and_checked(tmp_path):
+    inv = ROOT / "inventory.example.yml"
+    req = prov.ProvisionRequest(inventory=inv, state_root=tmp_path, model_verify="sha256")
+    assert prov.prepare(req).kwargs["extravars"]["tpwarden_model_verify"] == "sha256"
+    plain = prov.prepare(prov.ProvisionRequest(inventory=inv, state_root=tmp_path))
+    assert "tpwarden_model_verify" not in plain.kwargs["extravars"]  # the inventory's, or auto
+    with pytest.raises(ConfigError, match="auto, sha256, size"):
+        prov.prepare(prov.ProvisionRequest(inventory=inv, state_root=tmp_path, model_verify="md5"))
+    defaults = yaml.safe_load((PLAYBOOKS / "roles/tpwarden/defaults/main.yml").read_text())
+    assert defaults["tpwarden_model_verify"] == "auto"
+    tasks = yaml.safe_load((PLAYBOOKS / "roles/model/tasks/main.yml").read_text())
+    assert prov.MODEL_CHECK_TASK in [t["name"] for t in tasks]
+
+
+def test_the_model_checks_messages_are_kept_per_loop_item():
+    raw = {
+        "event": "runner_on_ok",
+        "event_data": {"host": "n1", "task": prov.MODEL_CHECK_TASK, "res": {"results": [
+            {"msg": "/models/a: 3 files, 30 bytes match by size+mtime (...; 0 bytes read in 0.0 s)"},
+            {"msg": "/models/d: 1 files, 9 bytes match by sha256 (...; 9 bytes read in 0.0 s)"},
+        ]}},
+    }  # fmt: skip
+    message = prov.task_event(raw).message
+    assert "size+mtime" in message and "/models/d" in message and "; " in message
+
+
 def test_parse_tags():
     assert prov.parse_tags("units, model") == ("units", "model")
     assert prov.parse_tags(None) == ()
@@ -199,6 +225,59 @@ def test_manifest_dry_run_writes_nothing(tmp_path):
     assert not (tmp_path / manifest.NAME).exists()
     with pytest.raises(ValueError):
         manifest.parse("nonsense line\n")
+
+
+def _model(tmp_path):
+    root = tmp_path / "model"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.safetensors").write_bytes(b"x" * 1000)
+    (root / "sub/config.json").write_text("{}")
+    return root, manifest.ensure(str(root), dry=False)["text"]
+
+
+def test_auto_reads_every_byte_once_then_sizes_and_times(tmp_path):
+    # issue 52 item 6: the model (185 GB per node) is not reread on every provision
+    root, text = _model(tmp_path)
+    state = str(tmp_path / "state" / "models_m.json")
+    first = manifest.check(str(root), text, "auto", state, dry=False)
+    assert first["ok"] and first["verify"] == "sha256" and first["bytes_hashed"] == 1002
+    assert first["why"] == "no record of a full check on this node" and Path(state).is_file()
+    again = manifest.check(str(root), text, "auto", state, dry=False)
+    assert again["ok"] and again["verify"] == "size+mtime" and again["bytes_hashed"] == 0
+    assert again["why"].startswith("a full sha256 check recorded at ")
+    asked = manifest.check(str(root), text, "sha256", state, dry=False)
+    assert asked["verify"] == "sha256" and asked["why"] == "requested"
+    assert asked["bytes_hashed"] == 1002
+
+
+def test_auto_rehashes_what_moved_and_sees_a_changed_size(tmp_path):
+    root, text = _model(tmp_path)
+    state = str(tmp_path / "state.json")
+    manifest.check(str(root), text, "auto", state, dry=False)
+    weights = root / "a.safetensors"
+    weights.write_bytes(b"y" * 1000)  # same size, other bytes, a new mtime
+    os.utime(weights, ns=(1, 1))
+    moved = manifest.check(str(root), text, "auto", state, dry=False)
+    assert moved["verify"] == "size+mtime" and moved["bytes_hashed"] == 1000
+    assert moved["sha256_mismatch"] == ["a.safetensors"] and not moved["ok"]
+    (root / "sub/config.json").write_text("{ }")  # a size the manifest does not have
+    grown = manifest.check(str(root), text, "auto", state, dry=False)
+    assert "sub/config.json" in grown["size_mismatch"]
+
+
+def test_auto_rereads_when_the_manifest_changed_and_dry_runs_record_nothing(tmp_path):
+    root, text = _model(tmp_path)
+    state = tmp_path / "state.json"
+    dry = manifest.check(str(root), text, "auto", str(state), dry=True)
+    assert dry["ok"] and dry["verify"] == "sha256" and not state.exists()
+    manifest.check(str(root), text, "auto", str(state), dry=False)
+    (root / "new.bin").write_bytes(b"n")
+    (root / manifest.NAME).unlink()
+    text2 = manifest.ensure(str(root), dry=False)["text"]
+    changed = manifest.check(str(root), text2, "auto", str(state), dry=False)
+    assert changed["verify"] == "sha256" and "manifest changed" in changed["why"]
+    sizes = manifest.check(str(root), text2, "size", str(state), dry=False)
+    assert sizes["verify"] == "size" and sizes["bytes_hashed"] == 0 and sizes["ok"]
 
 
 # --- systemd filters and playbook shape ---------------------------------------------------------

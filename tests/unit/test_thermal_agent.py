@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 from pathlib import Path
@@ -14,6 +15,10 @@ from tpwarden.cluster.reports.thermal.fakes import (
     gb10_sample,
     set_zone_temps,
 )
+from tpwarden.cluster.reports.thermal.remote import status_row
+from tpwarden.cluster.reports.thermal.report import build_report
+from tpwarden.node.gpu import NvmlStatus, Reading
+from tpwarden.node.gpu_access import DeviceDenial
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.alerts import AlertPolicy
 from tpwarden.node.thermal.metrics import MetricsServer, ThermalCollector
@@ -125,6 +130,63 @@ def test_broken_gpu_does_not_stop_zone_logging(tmp_path: Path) -> None:
     rec = agent.tick()
     assert rec["gpus"] == [] and len(rec["zones"]) == 7
     assert rec["errors"] == [{"source": "gpu", "error": "RuntimeError: GPU is lost"}]
+
+
+class CountsNoGpu(FakeGpuSampler):
+    """NVML as it answers under a unit whose DeviceAllow misses /dev/nvidia0: initialised, no
+    GPU counted (nvidia-smi: "No devices found")."""
+
+    def __init__(self) -> None:
+        super().__init__(samples=[])
+
+    def status(self) -> NvmlStatus:
+        return NvmlStatus(state="ok", driver_version="580.95.05", device_count=0)
+
+
+DENIAL = DeviceDenial(
+    path="/dev/nvidia0", errno_name="EPERM", unit="tpwarden-thermal.service",
+    registered_as=("nvidia", "nvidia-modeset", "nvidiactl"),
+)  # fmt: skip
+
+
+def test_a_denied_gpu_device_is_recorded_as_such_with_cause_and_unit(tmp_path: Path) -> None:
+    # issue 52 item 1: never "no GPU" when the unit's device policy refuses /dev/nvidia0
+    clock = FakeClock(1000.0)
+    agent, w = make_agent(tmp_path, clock, gpu=CountsNoGpu(), gpu_access=lambda: DENIAL)
+    rec = agent.tick()
+    (err,) = rec["errors"]
+    assert err["cause"] == "device_cgroup" and err["unit"] == "tpwarden-thermal.service"
+    assert "/dev/nvidia0: EPERM" in err["error"] and "not 'no GPU'" in err["error"]
+    assert len(rec["zones"]) == 7  # the zones still log
+    # the thermal report's gap reason and `thermal status` read the same error
+    records = []
+    for _ in range(3):
+        clock.now += 10
+        records.append(agent.tick())
+    (node,) = build_report(records).nodes
+    assert node.gpu_peak_c is None and "EPERM" in node.null_reasons["gpu_peak_c"]
+    assert "tpwarden-thermal.service" in node.null_reasons["gpu_peak_c"]
+    row = status_row("node1", {}, {"now": clock.now, "latest": records[-1]}, 1)
+    assert any("device permission denied" in e for e in row.errors_in_latest)
+
+
+def test_no_gpu_and_no_denial_is_said_plainly(tmp_path: Path) -> None:
+    clock = FakeClock(1000.0)
+    agent, _ = make_agent(tmp_path, clock, gpu=CountsNoGpu(), gpu_access=lambda: None)
+    assert agent.tick()["errors"] == [
+        {"source": "gpu", "error": "NVML answers but counts no GPU (0 devices)"}
+    ]
+    # a GPU whose every reading was refused for permissions asks the same question
+    refused = gb10_sample()
+    refused = dataclasses.replace(
+        refused, temp_c=Reading(None, "nvmlDeviceGetTemperatureV: insufficient permissions")
+    )
+    agent, _ = make_agent(tmp_path, clock, gpu=FakeGpuSampler([refused]), gpu_access=lambda: DENIAL)
+    clock.now += 10
+    assert agent.tick()["errors"][0]["cause"] == "device_cgroup"
+    agent, _ = make_agent(tmp_path, clock, gpu=FakeGpuSampler(), gpu_access=lambda: DENIAL)
+    clock.now += 10
+    assert agent.tick()["errors"] == []  # GPUs answered: nothing asked, nothing recorded
 
 
 def test_dropped_records_are_counted(tmp_path: Path) -> None:

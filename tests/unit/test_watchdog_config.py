@@ -5,15 +5,29 @@ only default numbers: probe every 120 s, 3 failures, probe timeout 120 s, boot d
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.settings import SecretRef, WatchdogSpec
+from tpwarden.cluster.vllm.probe import Outcome, ProbeResult
 from tpwarden.watchdog.config import SPEC_NAMES, WatchdogConfig
-from tpwarden.watchdog.policy_state import PolicyConfig
+from tpwarden.watchdog.observation import Observation
+from tpwarden.watchdog.policy import Policy
+from tpwarden.watchdog.policy_state import (
+    Alert,
+    PolicyConfig,
+    PolicyState,
+    Restart,
+    WatchdogPhase,
+)
+from tpwarden.watchdog.wiring import build_config
 
 URL = "http://127.0.0.1:9"
+ROOT = Path(__file__).resolve().parents[2]
+REFUSED_PROBE = ProbeResult(Outcome.REFUSED, 0.01, "connect failed")
 
 
 def test_the_daemon_config_from_a_default_spec_has_the_fields_defaults() -> None:
@@ -77,3 +91,41 @@ def test_an_unresolved_webhook_reference_is_an_error_not_a_silent_none() -> None
     assert exc.value.key == "watchdog.alert_webhook"
     resolved = WatchdogConfig.from_spec(spec, probe_url=URL, alert_webhook="http://127.0.0.1:9/h")
     assert resolved.alert_webhook == "http://127.0.0.1:9/h"
+
+
+def test_alert_on_restart_is_set_from_the_inventory_and_alerts_on_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Issue 52 item 9: the on-call asked for an alert on every restart; the inventory sets it.
+    text = (ROOT / "inventory.example.yml").read_text()
+    assert "alert_on_restart" not in text
+    env = {"TPWARDEN_API_KEY": "k"}
+    default = build_config(load_inventory(_inventory(tmp_path, text, "default.yml")), environ=env)
+    assert default.alert_on_restart is False
+    on = text.replace(
+        "        failures: 3\n", "        failures: 3\n        alert_on_restart: true\n"
+    )
+    cfg = build_config(load_inventory(_inventory(tmp_path, on, "on.yml")), environ=env)
+    assert cfg.alert_on_restart is True
+
+    def decisions(config: WatchdogConfig) -> list[object]:
+        policy, state, now, out = Policy(PolicyConfig.from_config(config)), None, 1e6, []
+        state = PolicyState(phase=WatchdogPhase.READY)
+        for _ in range(config.failures):
+            now += config.interval_s
+            state, d = policy.decide(state, Observation(REFUSED_PROBE, None), now)
+            out += d
+        return out
+
+    with_alert = decisions(cfg)
+    assert any(isinstance(d, Restart) for d in with_alert)
+    assert [d.category for d in with_alert if isinstance(d, Alert)] == ["restarted"]
+    without = decisions(default)
+    assert any(isinstance(d, Restart) for d in without)
+    assert not [d for d in without if isinstance(d, Alert)]
+
+
+def _inventory(tmp_path: Path, text: str, name: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
