@@ -13,10 +13,18 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 
 from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, move_aside, read_json
 
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
+
+
+class HoldKind(StrEnum):
+    """What a hold says: a pause of the watchdog's restarts, or an intentional stop."""
+
+    HOLD = "hold"  # `watchdog hold`, a restart's or a rollout's lease
+    DOWN = "down"  # `tpwarden down`: no restart until `tpwarden up`
 
 
 def hold_path(state_dir: str) -> str:
@@ -29,7 +37,7 @@ class OperatorHold:
     until: float
     reason: str
     by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `tpwarden down`)
+    kind: str = HoldKind.HOLD  # a HoldKind
 
 
 def hold_document(

@@ -32,16 +32,8 @@ from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult, ControlEvent
 from tpwarden.cluster.control.status_model import ClusterStatus
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.operator_lock import (
-    LeasedHolder,
-    clear_down,
-    cluster_lock_path,
-    mark_down,
-    one_actor,
-    operator_identity,
-)
+from tpwarden.cluster.operations import control as operations
 from tpwarden.cluster.reports.status_view import REASON_MIN, status_view
-from tpwarden.cluster.rollout.ports import WatchdogHolder
 
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
@@ -128,19 +120,15 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        with one_actor(cluster_lock_path(spec), f"tpwarden up by {operator_identity()}"):
-            # An operator's `up` ends an intentional stop: the watchdog watches again.
-            clear_down(_holder(spec))
-            if as_json:
-                result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-            else:
-                with view.progress:
-                    result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+        result = operations.up(
+            ctl,
+            plan,
+            replace=replace,
+            wait_ready=not no_wait,
+            timeout_s=timeout,
+            showing=None if as_json else view.progress,
+        )
     raise typer.Exit(_report(result, "up", as_json))
-
-
-def _holder(spec) -> WatchdogHolder:
-    return WatchdogHolder(spec, by=operator_identity())
 
 
 def down(
@@ -159,10 +147,7 @@ def down(
         if dry_run or not plan.changes:
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        with one_actor(cluster_lock_path(spec), f"tpwarden down by {operator_identity()}"):
-            # Recorded before the containers go: the watchdog must never count this stop.
-            mark_down(_holder(spec), operator_identity())
-            result = ctl.down(plan)
+        result = operations.down(ctl, plan)
     raise typer.Exit(_report(result, "down", as_json))
 
 
@@ -191,16 +176,13 @@ def restart(
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        # One actor: the cluster lock, and the watchdog held while this restart runs (its release
-        # also ends an intentional `down`).
-        what = f"tpwarden restart by {operator_identity()}: {reason}"
-        held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
-        with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
-            if as_json:
-                result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-            else:
-                with view.progress:
-                    result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+        result = operations.restart(
+            ctl,
+            reason,
+            timeout_s=timeout,
+            wait_ready=not no_wait,
+            showing=None if as_json else view.progress,
+        )
     raise typer.Exit(_report(result, "restart", as_json))
 
 

@@ -22,7 +22,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
-from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
+from tpwarden.cluster.cli.watchdog_view import at_the_watchdog, iso
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 
@@ -59,7 +59,9 @@ def list_incidents(
 ) -> None:
     """The stored dossiers, newest first: when, why, and the suspect. Read where the watchdog
     runs (over SSH unless --state-dir names a directory here)."""
-    run_where_the_watchdog_is(state_dir, inventory, ("incident", "list"), _json_flag(as_json))
+    code = at_the_watchdog(state_dir, inventory, ("incident", "list"), _json_flag(as_json))
+    if code is not None:
+        raise typer.Exit(code)
     store = _store(state_dir, inventory)
     rows = store.summaries()
     if as_json:
@@ -87,7 +89,8 @@ def show(
     """One dossier: the verdict and the facts it rests on, then every node's processes,
     stacks and kernel events. Read where the watchdog runs (see `incident list`)."""
     args = [incident_id, *_json_flag(as_json)]
-    run_where_the_watchdog_is(state_dir, inventory, ("incident", "show"), args)
+    if (code := at_the_watchdog(state_dir, inventory, ("incident", "show"), args)) is not None:
+        raise typer.Exit(code)
     store = _store(state_dir, inventory)
     doc = store.load(incident_id)
     if doc is None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -25,8 +26,9 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
-from tpwarden.cluster.cli.flags import after_provision
+from tpwarden.cluster.operations.flags import after_provision
 from tpwarden.cluster.provision import gateway as prov
+from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger("tpwarden.provision")
 
@@ -146,7 +148,7 @@ def provision(
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
     # the image is on the head now: read its own flag table (plan checks argv against it)
     fetch = result.ok and not (check or remove) and (not request.tags or "image" in request.tags)
-    flags = after_provision(spec, quiet=as_json) if fetch else None
+    flags = flag_table(spec, quiet=as_json) if fetch else None
     if as_json:
         emit_json(
             "provision", {"dry_run": check, **result.to_json(), "flag_table": flags}, indent=2
@@ -168,6 +170,23 @@ def provision(
         raise typer.Exit(1)
     if flags is not None and not flags["ok"]:
         raise typer.Exit(1)  # no flag table for this vLLM: plan could check nothing
+
+
+def flag_table(spec: ClusterSpec, quiet: bool) -> dict[str, Any]:
+    """Read the image's flag table on the head, saying so unless ``quiet`` (--json)."""
+    if not quiet:
+        where = f"{spec.serving.image} on {spec.head.name}"
+        console.print(Text(f"flag table: reading vLLM's parser in {where} ..."))
+    got = after_provision(spec)
+    if not quiet and got.result is None:
+        level = ("warning:", "yellow") if got.fallback else ("error:", "bold red")
+        tail = f"; plan uses the shipped {spec.serving.vllm_version} table" if got.fallback else ""
+        err_console.print(Text.assemble(level, f" flag table: {got.error}{tail}"), highlight=False)
+    elif not quiet and got.result is not None:
+        result = got.result
+        line = f"flag table: vLLM {result.vllm_version} from {result.image} -> {result.path}"
+        console.print(Text(line + (f" ({result.mismatch})" if result.mismatch else "")))
+    return got.to_json()
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
-from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from tpwarden.cluster.cli.thermal_common import app, fmt_temp, load_or_exit, print_unreachable
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.reports.thermal.remote import (
     LiveRow,
@@ -135,7 +135,7 @@ def _run_plans(spec: ClusterSpec, make: MakePlan, dry_run: bool, as_json: bool, 
                     console.print(f"[bold]{plain(n)}[/]" + ("" if steps else ": nothing to do"))
                     for line in steps:
                         console.print(f"  {line}", highlight=False, markup=False)
-                _print_unreachable(console, failed)
+                print_unreachable(console, failed)
             raise typer.Exit(1 if failed else 0)
         zipapp = build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path
         by_name = {n.name: n for n in spec.nodes}
@@ -263,7 +263,7 @@ def watch(
     every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
-    spec = _load_or_exit(inventory, load)
+    spec = load_or_exit(inventory, load)
     t = _node_timeout(spec)
     period = max(0.5, every or spec.thermal.interval_s)
 
@@ -284,8 +284,8 @@ def watch(
             )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",
-                _fmt(r.gpu_temp_c), f"{_fmt(r.hottest_zone_c)} {r.hottest_zone or ''}",
-                _fmt(r.margin_c), ", ".join(r.reasons) or "none",
+                fmt_temp(r.gpu_temp_c), f"{fmt_temp(r.hottest_zone_c)} {r.hottest_zone or ''}",
+                fmt_temp(r.margin_c), ", ".join(r.reasons) or "none",
                 f"[red]{r.note}[/]" if not o.ok else (r.note or ""),
             )  # fmt: skip
         return tb

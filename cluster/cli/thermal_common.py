@@ -19,11 +19,11 @@ from tpwarden.cluster.errors import ConfigError
 app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
 
 
-def _fmt(v: float | None, unit: str = " C") -> str:
+def fmt_temp(v: float | None, unit: str = " C") -> str:
     return "-" if v is None else f"{v:.1f}{unit}"
 
 
-def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
+def print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
     for node, reason in sorted(unreachable.items()):
         line = f"{node}: not read ({reason}); its samples are missing here"
         console.print(Text(line, style="red"))
@@ -32,7 +32,7 @@ def _print_unreachable(console: Console, unreachable: dict[str, str]) -> None:
 T = TypeVar("T")
 
 
-def _load_or_exit(inventory: Path, load: Callable[[Path], T]) -> T:
+def load_or_exit(inventory: Path, load: Callable[[Path], T]) -> T:
     try:
         return load(inventory)
     except ConfigError as exc:

@@ -260,6 +260,10 @@ class Controller:
             plan=plan, wait_ready=wait_ready, timeout_s=timeout_s, action="restart", who=who
         )
 
+    def record_stop(self, why: str, who: str) -> None:
+        """A stop the watchdog is meant to restart (`rollout --via watchdog`), in the event log."""
+        self.events.append({"ts": self._clock(), "event": "stop", "who": who, "why": why})
+
     def record_applied(self, action: str, who: str | None = None) -> AppliedPlan | None:
         """Record the plan just applied where every actor reads it (this machine, head node)."""
         plan = self._applied_record(action, who)
