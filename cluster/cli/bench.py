@@ -29,6 +29,7 @@ from tpwarden.cluster.cli.common import (
     plain,
 )
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 
 app = typer.Typer(
     help="Benchmark the server from a CPU-only client container; compare runs.",
@@ -157,7 +158,9 @@ def sweep(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
     prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
-    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
+    output_len: Annotated[
+        int, typer.Option(min=1, help="Output tokens per request.")
+    ] = BENCH_OUTPUT_LEN,
     ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     backend: Annotated[str, typer.Option(help="openai-chat or openai (completions).")] = (

@@ -23,6 +23,12 @@ from rich.live import Live
 from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
 from tpwarden.cluster.cli.thermal_common import app, fmt_temp, load_or_exit, print_unreachable
+from tpwarden.cluster.durable import (
+    THERMAL_BUDGET_MB,
+    THERMAL_DIR,
+    THERMAL_METRICS_HOST,
+    THERMAL_METRICS_PORT,
+)
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.reports.thermal.remote import (
     LiveRow,
@@ -46,8 +52,7 @@ from tpwarden.node.thermal.app import AgentOptions, run_agent
 
 log = logging.getLogger("tpwarden.thermal")
 
-DEFAULT_DIR = "/var/log/tpwarden/thermal"
-_DEFAULT_DIR = Path(DEFAULT_DIR)
+_DEFAULT_DIR = Path(THERMAL_DIR)
 _SYS = Path("/sys")
 
 
@@ -58,9 +63,13 @@ def agent(
         Path, typer.Option("--dir", help="Where the JSON-lines files go.")
     ] = _DEFAULT_DIR,
     interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between samples."),
-    metrics_port: int = typer.Option(9411, "--metrics-port", help="Port for /metrics (-1: off)."),
+    metrics_port: int = typer.Option(
+        THERMAL_METRICS_PORT, "--metrics-port", help="Port for /metrics (-1: off)."
+    ),
     metrics_host: str = typer.Option(
-        "127.0.0.1", "--metrics-host", help="Listen address of /metrics (loopback by default)."
+        THERMAL_METRICS_HOST,
+        "--metrics-host",
+        help="Listen address of /metrics (loopback by default).",
     ),
     sysfs_root: Annotated[
         Path, typer.Option("--sysfs-root", help="Root of sysfs (a fake tree in the lab).")
@@ -75,7 +84,10 @@ def agent(
         64.0, "--max-file-mb", min=0.01, help="Rotate files at this size."
     ),
     budget_mb: float = typer.Option(
-        512.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
+        float(THERMAL_BUDGET_MB),
+        "--budget-mb",
+        min=1,
+        help="Delete the oldest files beyond this total.",
     ),
     zone_role: Annotated[
         list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")

@@ -44,6 +44,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.rollout.edit import Guard, parse_guard
+from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.tune.acceptance import DraftCounts
 from tpwarden.cluster.tune.history import history_points, last_applied
@@ -263,7 +264,9 @@ def drafter(
         Path | None, typer.Option("--plot", help="Write a PNG of the predictions here.")
     ] = None,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
-    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
+    output_len: Annotated[
+        int, typer.Option(min=1, help="Output tokens per request.")
+    ] = BENCH_OUTPUT_LEN,
     client_image: Annotated[str | None, typer.Option(help="Bench client image.")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run none.")] = False,
