@@ -26,6 +26,33 @@ class WatchdogPhase(enum.StrEnum):
     BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
 
 
+class RestartCause(enum.StrEnum):
+    """Why the watchdog restarts: the `cause` label of tpwarden_watchdog_restarts_total."""
+
+    PROBE_FAILURES = "probe_failures"  # `failures` consecutive counted probe failures
+    BOOT_DEADLINE = "boot_deadline"  # a boot missed its (extended) deadline
+    BOOT_FAILED = "boot_failed"  # a boot failed outright (a rank's container exited), after backoff
+
+
+class AlertCategory(enum.StrEnum):
+    """An alert's category: one incident alerts once per category. The policy raises the first
+    seven, the daemon the rest; each has its alertname, severity and runbook section
+    (`tpwarden.watchdog.alertmanager.CATEGORIES`)."""
+
+    MISCONFIG = "misconfig"  # the probe gets 401/404/400: blind, a restart cannot fix it
+    BUSY_CEILING = "busy_ceiling"  # timed out but busy for `busy_alert_s`: never restarted
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a restart wanted past the budget: held
+    GAVE_UP = "gave_up"  # two boots in a row missed their deadline
+    RESTART_FAILED = "restart_failed"  # the restart itself failed
+    RESTARTED = "restarted"  # a restart was made (only with `alert_on_restart`)
+    HOLD_EXPIRED = "hold_expired"  # an operator hold ran out without a release
+    TICK_ERRORS = "tick_errors"  # the daemon's tick failed several times in a row
+    STATE_INVALID = "state_invalid"  # a state file was unreadable and moved aside
+    UNWRITABLE = "unwritable"  # state.json or events.jsonl cannot be written
+    PLAN_UNUSABLE = "plan_unusable"  # a newly applied plan cannot be followed
+    MORNING_REPORT = "morning_report"  # the daily morning report (not an incident)
+
+
 # ---- decisions ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Wait:
@@ -49,16 +76,14 @@ class ResetFailures:
 class Restart:
     restart_id: str
     reason: str
-    cause: str  # "probe_failures" | "boot_deadline": bounded label for metrics
+    cause: RestartCause  # a bounded label for metrics
     evidence: JSONObject
 
 
 @dataclass(frozen=True)
 class Alert:
     incident_id: str
-    category: (
-        str  # misconfig | busy_ceiling | budget_exhausted | gave_up | restart_failed | restarted
-    )
+    category: AlertCategory
     message: str
 
 

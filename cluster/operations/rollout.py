@@ -70,8 +70,8 @@ class ControllerCluster:
 
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]:
         with Controller(spec) as ctl:
-            ok, latency_ms, error = ctl.probe()
-        return ok, f"{latency_ms:.0f} ms" if ok and latency_ms is not None else str(error)
+            got = ctl.probe()
+        return got.ok, got.describe()
 
     def stop(self, spec: ClusterSpec, why: str) -> None:
         """`--via watchdog`: take the server down; the watchdog sees it and restarts it."""
