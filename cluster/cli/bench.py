@@ -8,6 +8,7 @@ tpwarden bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.inputs import READABLE_FILE
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 
@@ -108,7 +110,9 @@ def _print_defaults(pre: dict[str, Any]) -> None:
     console.print(f"health: [{colour}]{pre['verdict']}[/]", highlight=False)
 
 
-def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
+def _table(
+    title: str, rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, str]]
+) -> Table:
     table = Table(title=title)
     for head, _, _ in columns:
         table.add_column(head, justify="right")
@@ -117,7 +121,9 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
     return table
 
 
-def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
+def _run(
+    inventory: Path, opts: BenchOptions, runs_dir: Path | None, dry_run: bool, as_json: bool
+) -> None:
 
     spec = load(inventory)
     if dry_run:
@@ -157,7 +163,9 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
 def sweep(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
-    prompts: Annotated[Path | None, typer.Option(help="JSONL with a `prompt` per line.")] = None,
+    prompts: Annotated[
+        Path | None, typer.Option(**READABLE_FILE, help="JSONL with a `prompt` per line.")
+    ] = None,
     output_len: Annotated[
         int, typer.Option(min=1, help="Output tokens per request.")
     ] = BENCH_OUTPUT_LEN,

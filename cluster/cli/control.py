@@ -1,6 +1,7 @@
 """CLI for cluster control: up, down, restart, status, logs, boot, clocks.
 
-The lead mounts these on the main app (`register(app)`); each takes `-i/--inventory`.
+`commands` holds them, merged into the main app (the `boot` command is `cli.boot`'s); each
+takes `-i/--inventory`.
 Rendering (tables, progress bars, exit codes) lives here and only here.
 """
 
@@ -13,7 +14,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.boot.progress import BootProgress
-from tpwarden.cluster.cli.boot import BootView, boot, print_notes, report_boot
+from tpwarden.cluster.cli.boot import BootView, print_notes, report_boot
+from tpwarden.cluster.cli.boot import commands as boot_commands
 from tpwarden.cluster.cli.common import (
     DEFAULT_INVENTORY,
     InventoryOption,
@@ -29,15 +31,19 @@ from tpwarden.cluster.cli.common import (
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import ControlPlan
-from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.control.results import ApplyResult, ClockResult, ControlEvent
 from tpwarden.cluster.control.status_model import ClusterStatus
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.operations import control as operations
 from tpwarden.cluster.reports.status_view import REASON_MIN, status_view
 
+commands = typer.Typer()
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
 )
+commands.add_typer(boot_commands)
+commands.add_typer(clocks_app, name="clocks")
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
@@ -71,7 +77,7 @@ def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
     return code
 
 
-def apply_json(result: ApplyResult) -> dict:
+def apply_json(result: ApplyResult) -> JSONObject:
     """What up/down/restart did, as JSON (schema_version in cli.common)."""
     boot = result.boot
     return {
@@ -103,6 +109,8 @@ def _quiet(_ev: ControlEvent) -> None:
     """With --json, progress stays off stdout (one JSON document there, nothing else)."""
 
 
+@commands.command("up")
+@handle_errors
 def up(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a drifted config.")] = False,
@@ -131,6 +139,8 @@ def up(
     raise typer.Exit(_report(result, "up", as_json))
 
 
+@commands.command("down")
+@handle_errors
 def down(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     dry_run: DryRun = False,
@@ -151,6 +161,8 @@ def down(
     raise typer.Exit(_report(result, "down", as_json))
 
 
+@commands.command("restart")
+@handle_errors
 def restart(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
@@ -190,7 +202,7 @@ WIDE_WIDTH = 400
 
 
 def status_renderables(
-    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict | None = None
+    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict[str, str] | None = None
 ) -> list[Table]:
     """The status screen for a terminal ``width`` columns wide (see cluster.reports.status_view)."""
     view = status_view(st, width, wide, zone_roles)
@@ -222,7 +234,7 @@ def status_renderables(
     return [nodes, server]
 
 
-def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None) -> None:
+def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict[str, str] | None = None) -> None:
     width = console.width
     try:
         if wide:  # the natural width even on a narrow terminal: rich would squeeze every cell
@@ -233,6 +245,8 @@ def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None)
         console.width = width
 
 
+@commands.command("status")
+@handle_errors
 def status(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
@@ -298,6 +312,8 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
         return None
 
 
+@commands.command("logs")
+@handle_errors
 def logs(
     node: Annotated[str | None, typer.Argument(help="Node (default: all).")] = None,
     inventory: InventoryOption = DEFAULT_INVENTORY,
@@ -337,7 +353,7 @@ def logs(
         raise typer.Exit(1)
 
 
-def _clock_report(results, as_json: bool) -> None:
+def _clock_report(results: list[ClockResult], as_json: bool) -> None:
     if as_json:
         nodes = [
             {"node": r.node, "ok": r.ok, "message": r.message, "gpus": [dict(g) for g in r.gpus]}
@@ -364,7 +380,9 @@ def _clock_report(results, as_json: bool) -> None:
 
 @clocks_app.command("show")
 @handle_errors
-def clocks_show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
+def clocks_show(
+    inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False
+) -> None:
     """Read SM clocks and each node's record of its clock cap (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("show"), as_json)
@@ -376,7 +394,7 @@ def clocks_cap(
     mhz: Annotated[int, typer.Argument(min=200, max=5000, help="Max SM clock, MHz.")],
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
-):
+) -> None:
     """Lock SM clocks to 0..MHZ on every node (like nvidia-smi -lgc 0,MHZ); the driver's answer
     is recorded on each node (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
@@ -385,14 +403,9 @@ def clocks_cap(
 
 @clocks_app.command("reset")
 @handle_errors
-def clocks_reset(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
+def clocks_reset(
+    inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False
+) -> None:
     """Remove the clock cap on every node (like nvidia-smi -rgc); the answer is recorded."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("reset"), as_json)
-
-
-def register(app: typer.Typer) -> None:
-    """Mount the control commands on the main `tpwarden` app."""
-    for fn in (up, down, restart, status, logs, boot):
-        app.command(fn.__name__)(handle_errors(fn))
-    app.add_typer(clocks_app, name="clocks")

@@ -41,6 +41,7 @@ app = typer.Typer(
     help="Decisions from label-token probabilities (max_tokens=1, no text parsing).",
     no_args_is_help=True,
 )
+app.add_typer(decide_batch.commands)  # `run` and `calibrate`, declared in their own module
 
 
 def _choices(raw: list[str]) -> dict[str, str]:
@@ -130,6 +131,3 @@ def score(
     ask_one(
         ctx, Item(id="score", question=question, kind="score", score_range=(low, high)), as_json
     )
-
-
-decide_batch.register(app)

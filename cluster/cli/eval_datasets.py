@@ -19,6 +19,7 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.inputs import output_file
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.cache import load_to_head
@@ -56,7 +57,10 @@ def _summary(doc: JSONObject) -> list[JSONObject]:
 @app.command("fetch")
 @handle_errors
 def fetch(
-    out: Annotated[Path, typer.Option("--out", "-o", help="The archive to write (.tar.gz).")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", callback=output_file, help="The archive to write (.tar.gz)."),
+    ],
     suite: Annotated[str | None, typer.Option(help="A named suite (field).")] = None,
     tasks: Annotated[str | None, typer.Option(help="Comma list of lm-eval task names.")] = None,
     venv: Annotated[

@@ -21,6 +21,7 @@ from tpwarden.cluster.cli.common import (
     emit_json,
     handle_errors,
     load,
+    refuse_with,
 )
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.operations.flags import fetch_on_head
@@ -49,8 +50,16 @@ def fetch(
     """
     spec = load(inventory)
     result = fetch_on_head(spec, refresh=refresh)
+    if result.mismatch:
+        exc = ConfigError(
+            result.mismatch,
+            file=str(inventory),
+            key="tpwarden.vllm_version",
+            hint=f"set it to {result.vllm_version!r}",
+        )
+        refuse_with("flags fetch", result.to_json(), exc, as_json)
     if as_json:
-        emit_json("flags fetch", {"ok": result.mismatch is None, **result.to_json()})
+        emit_json("flags fetch", {"ok": True, **result.to_json()})
     else:
         how = "cached already" if result.reused else "read from the image"
         console.print(
@@ -59,13 +68,6 @@ def fetch(
                 f"{result.options} options, {how} -> {result.path}"
             ),
             highlight=False,
-        )
-    if result.mismatch:
-        raise ConfigError(
-            result.mismatch,
-            file=str(inventory),
-            key="tpwarden.vllm_version",
-            hint=f"set it to {result.vllm_version!r}",
         )
 
 
@@ -90,9 +92,12 @@ def show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = F
         )
     doc = {"vllm_version": table.version, "source": table.source, "image": image}
     mismatch = flag_tables.mismatch_message(version, image, table)
+    if mismatch:
+        exc = ConfigError(mismatch, file=str(inventory), key="tpwarden.vllm_version")
+        if not as_json:
+            console.print(Text(f"vLLM {table.version}: {table.source} table for {image}"))
+        refuse_with("flags show", {**doc, "mismatch": mismatch}, exc, as_json)
     if as_json:
-        emit_json("flags show", {"ok": mismatch is None, **doc, "mismatch": mismatch})
+        emit_json("flags show", {"ok": True, **doc, "mismatch": None})
     else:
         console.print(Text(f"vLLM {table.version}: {table.source} table for {image}"))
-    if mismatch:
-        raise ConfigError(mismatch, file=str(inventory), key="tpwarden.vllm_version")

@@ -8,7 +8,11 @@ import os
 import tempfile
 from pathlib import Path
 
+import typer
 from tpwarden.cluster.errors import ConfigError
+
+# An input file's option: a usage error (exit 2) before the command runs when it is missing.
+READABLE_FILE = {"exists": True, "dir_okay": False, "readable": True}
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -28,6 +32,34 @@ def check_output_path(path: Path, option: str) -> None:
         raise ConfigError(
             f"{path}: cannot write in {folder} ({exc.strerror or exc})", key=option
         ) from None
+
+
+def output_file(param: typer.CallbackParam, value: Path | str | None) -> Path | str | None:
+    """An option's callback: the file it names can be written (`check_output_path`), checked
+    while the command line is parsed, before the command runs. `-` (stdout) passes."""
+    if value is None or str(value) == "-":
+        return value
+    try:
+        check_output_path(Path(value), (param.opts or [""])[0])
+    except ConfigError as exc:
+        raise typer.BadParameter(exc.message) from None
+    return value
+
+
+def output_dir(param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """An option's callback: a folder the command will write files into; it may be missing
+    (it is made) if its parent takes a new entry."""
+    if value is None:
+        return value
+    folder = value if value.is_dir() else value.parent if str(value.parent) else Path(".")
+    try:
+        if value.exists() and not value.is_dir():
+            raise OSError(f"{value} is not a directory")
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tpwarden-check-"):
+            pass
+    except OSError as exc:
+        raise typer.BadParameter(f"{value}: cannot write there ({exc.strerror or exc})") from None
+    return value
 
 
 def zone_roles(items: list[str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from tpwarden.cluster.cli.common import (
 )
 
 app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
+commands = typer.Typer()  # `plan`, merged into the main app
 
 
 @app.command("check")
@@ -46,6 +47,7 @@ def inventory_check(
     )
 
 
+@commands.command("plan")
 @handle_errors
 def plan(
     inventory: InventoryOption = DEFAULT_INVENTORY,
@@ -96,7 +98,3 @@ def plan(
             )
     for warning in cluster_plan.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
-
-
-def register(main: typer.Typer) -> None:
-    main.command("plan")(plan)

@@ -1,6 +1,6 @@
 """`tpwarden provision`: prepare the nodes and install the agents, through ansible-runner.
 
-Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
+Its ``commands`` (the one, ``provision``) are merged into the main app. This layer parses options, shows per-host progress and the
 summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
 input); the work is in ``tpwarden.cluster.provision.gateway``.
 """
@@ -26,11 +26,13 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.inputs import READABLE_FILE
 from tpwarden.cluster.operations.flags import after_provision
 from tpwarden.cluster.provision import gateway as prov
 from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger("tpwarden.provision")
+commands = typer.Typer()
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red"}
 
@@ -43,7 +45,7 @@ class _Progress:
             h: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""} for h in hosts
         }
 
-    def update(self, event) -> None:  # cluster.provision.TaskEvent
+    def update(self, event: prov.TaskEvent) -> None:
         row = self.rows.setdefault(
             event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""}
         )
@@ -64,7 +66,7 @@ class _Progress:
         return t
 
 
-def _summary(result) -> Table:  # cluster.provision.ProvisionResult
+def _summary(result: prov.ProvisionResult) -> Table:
     mode = " --check" if result.check else ""
     t = Table(title=f"{result.playbook}{mode}: {result.status} · run {result.ident}")
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
@@ -78,6 +80,8 @@ def _summary(result) -> Table:  # cluster.provision.ProvisionResult
     return t
 
 
+@commands.command("provision")
+@handle_errors
 def provision(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     check: Annotated[
@@ -97,7 +101,8 @@ def provision(
         typer.Option("--extra-vars", "-e", help="YAML/JSON file of variables (repeatable)."),
     ] = None,
     vault_password_file: Annotated[
-        Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
+        Path | None,
+        typer.Option("--vault-password-file", **READABLE_FILE, help="Ansible Vault password file."),
     ] = None,
     source: Annotated[
         Path | None,
@@ -135,7 +140,7 @@ def provision(
     else:
         with Live(progress.table(), console=console, refresh_per_second=4, transient=True) as live:
 
-            def on_event(event) -> None:
+            def on_event(event: prov.TaskEvent) -> None:
                 progress.update(event)
                 if event.status in ("failed", "unreachable"):
                     live.console.print(
@@ -187,7 +192,3 @@ def flag_table(spec: ClusterSpec, quiet: bool) -> dict[str, Any]:
         line = f"flag table: vLLM {result.vllm_version} from {result.image} -> {result.path}"
         console.print(Text(line + (f" ({result.mismatch})" if result.mismatch else "")))
     return got.to_json()
-
-
-def register(app: typer.Typer) -> None:
-    app.command("provision")(handle_errors(provision))

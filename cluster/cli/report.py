@@ -37,9 +37,10 @@ from tpwarden.cluster.reports.thermal.localtime import (
 )
 from tpwarden.cluster.reports.thermal.plot import figure_png, thermal_figure
 
-OptPath = Annotated[Path | None, typer.Option()]
+commands = typer.Typer()
 
 
+@commands.command("report")
 @handle_errors
 def report(
     inventory: Annotated[
@@ -159,7 +160,3 @@ def _empty(rep: MorningReport, records: Sequence[JSONValue]) -> bool:
     wd = rep.watchdog
     return not (records or wd.probes or wd.restarts or wd.alerts or wd.holds or rep.bench
                 or rep.evals or rep.tunes or rep.thermal.nodes)  # fmt: skip
-
-
-def register(app: typer.Typer) -> None:
-    app.command("report")(report)

@@ -35,6 +35,8 @@ app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back.",
     subcommand_metavar="[history]",
 )
+commands = typer.Typer()  # `rollout` (the group above) and `rollback`, merged into the main app
+commands.add_typer(app, name="rollout")
 
 
 @app.callback(invoke_without_command=True)
@@ -174,6 +176,7 @@ def history(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption 
     console.print(table)
 
 
+@commands.command("rollback")
 @handle_errors
 def rollback(
     revision: Annotated[
@@ -196,8 +199,3 @@ def rollback(
         raise typer.Exit(1)
     result = operation.rollback(inventory, revision, progress(as_json))
     raise typer.Exit(render_record(result, as_json, "rollback"))
-
-
-def register(main: typer.Typer) -> None:
-    main.add_typer(app, name="rollout")
-    main.command("rollback")(rollback)

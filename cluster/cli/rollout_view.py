@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from rich.table import Table
 from tpwarden.cluster.cli.common import console, emit_json, err_console, plain
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.rollout.sequence import RolloutRecord
 
 
-def progress(as_json: bool):  # -> OnEvent
+def progress(as_json: bool) -> Callable[[str, JSONObject], None]:
     """The rollout's steps as lines: on stdout, or on stderr when stdout carries --json."""
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
+    def on_event(kind: str, data: JSONObject) -> None:
         detail = (
             f": {data['reason']}"
             if data.get("reason") and kind in ("rolling_back", "rolled_back", "failed")

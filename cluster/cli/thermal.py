@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
-from tpwarden.cluster.cli.thermal_common import app, fmt_temp, load_or_exit, print_unreachable
+from tpwarden.cluster.cli.thermal_common import fmt_temp, print_unreachable
+from tpwarden.cluster.cli.thermal_report import commands as report_commands
+from tpwarden.cluster.cli.thermal_zones import commands as zones_commands
 from tpwarden.cluster.durable import (
     THERMAL_BUDGET_MB,
     THERMAL_DIR,
@@ -52,11 +54,16 @@ from tpwarden.node.thermal.app import AgentOptions, run_agent
 
 log = logging.getLogger("tpwarden.thermal")
 
+app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
+app.add_typer(report_commands)  # `thermal report`, declared in its own module
+app.add_typer(zones_commands)  # `thermal zones`, likewise
+
 _DEFAULT_DIR = Path(THERMAL_DIR)
 _SYS = Path("/sys")
 
 
 @app.command()
+@handle_errors
 def agent(
     node: str = typer.Option(..., "--node", help="This node's name (as in the inventory)."),
     directory: Annotated[
@@ -267,6 +274,7 @@ def status(
 
 
 @app.command()
+@handle_errors
 def watch(
     inventory: InvOpt = _INV,
     count: int = typer.Option(
@@ -275,7 +283,7 @@ def watch(
     every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
-    spec = load_or_exit(inventory, load)
+    spec = load(inventory)
     t = _node_timeout(spec)
     period = max(0.5, every or spec.thermal.interval_s)
 
@@ -315,9 +323,3 @@ def watch(
                 live.update(table(), refresh=True)
         except KeyboardInterrupt:
             pass
-
-
-from tpwarden.cluster.cli import (  # noqa: E402, F401  (register `thermal report` and `zones`)
-    thermal_report,
-    thermal_zones,
-)

@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, load, plain
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
+from tpwarden.cluster.cli.inputs import output_dir, output_file
 from tpwarden.cluster.cli.inputs import zone_roles as parse_zone_roles
-from tpwarden.cluster.cli.thermal_common import app, fmt_temp, load_or_exit, print_unreachable
+from tpwarden.cluster.cli.thermal_common import fmt_temp, print_unreachable
 from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
@@ -32,8 +33,11 @@ from tpwarden.cluster.reports.thermal.localtime import (
 )
 from tpwarden.cluster.reports.thermal.report import FieldReport, report_to_json
 
+commands = typer.Typer()  # `thermal report`, mounted by `cli.thermal`
 
-@app.command()
+
+@commands.command("report")
+@handle_errors
 def report(
     inventory: Annotated[
         Path | None,
@@ -49,12 +53,16 @@ def report(
     until: str | None = typer.Option(None, "--until", help=UNTIL_HELP),
     head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
     keep: Annotated[
-        Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
+        Path | None,
+        typer.Option("--keep", callback=output_dir, help="With -i: keep the pulled files here."),
     ] = None,
     csv_path: Annotated[
-        Path | None, typer.Option("--csv", help="Write every sample as CSV here.")
+        Path | None,
+        typer.Option("--csv", callback=output_file, help="Write every sample as CSV here."),
     ] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", callback=output_file, help="Write a PNG plot here.")
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     tz: str | None = typer.Option(None, "--tz", help=TZ_HELP),
     zone_role: Annotated[
@@ -77,7 +85,7 @@ def report(
     with tempfile.TemporaryDirectory(prefix="tpwarden-thermal-") as tmp:
         directory = from_dir
         if inventory is not None:
-            spec = load_or_exit(inventory, load)
+            spec = load(inventory)
             directory = keep or Path(tmp)
             fetched = thermal_fetch.fetch_files(spec, t_since, t_until, directory)
             unreachable = fetched.unreachable

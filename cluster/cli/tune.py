@@ -28,6 +28,7 @@ from tpwarden.cluster.cli.common import (
     handle_errors,
     load,
 )
+from tpwarden.cluster.cli.inputs import check_output_path
 from tpwarden.cluster.cli.tune_apply import (
     OK_STEPS,
     ApplyInput,
@@ -261,7 +262,8 @@ def drafter(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --apply: do not ask.")] = False,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="Write a PNG of the predictions here.")
+        Path | None,
+        typer.Option("--plot", help="Write a PNG of the predictions here."),
     ] = None,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     output_len: Annotated[
@@ -302,6 +304,8 @@ def drafter(
         num_prompts=num_prompts,
         client_image=client_image,
     )
+    if plot is not None:  # before the sweep: a plot that cannot be written is refused first
+        check_output_path(plot, "--plot")
     spec = load(inventory)
     if spec.serving.drafter is not None:  # refused before the sweep, not after it
         _check_k_max(k_max, spec.serving.drafter.num_speculative_tokens)
