@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from tpwarden.cluster.decide.calibrate import Bin, CurvePoint
 from tpwarden.cluster.decide.labels import DecideError
 
 
-def _plt():
+def _plt() -> ModuleType:
     try:
         # deferred: matplotlib comes with tpwarden[control]; the rest of decide works without it
         import matplotlib

@@ -34,7 +34,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def _series(rs: list[Mapping[str, Any]], value_of: Any, interval: float, tz: tzinfo):
+def _series(
+    rs: list[Mapping[str, Any]], value_of: Any, interval: float, tz: tzinfo
+) -> tuple[list[datetime], list[float]]:
     """Times and values with a NaN at each gap, so lines break where data is missing."""
     xs: list[datetime] = []
     ys: list[float] = []
@@ -67,7 +69,7 @@ def _zone_lines(
          for r in rs for z in r.get("zones") or []}
     )  # fmt: skip
 
-    def value(label: str):
+    def value(label: str) -> Any:
         return lambda r: _max(
             z.get("temp_c")
             for z in r.get("zones") or []
@@ -138,9 +140,10 @@ def thermal_figure(
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small")
     bottom = axes[-1, 0]
-    locator = mdates.AutoDateLocator(tz=tz, minticks=4, maxticks=12)
+    locator = mdates.AutoDateLocator(tz=tz, minticks=4, maxticks=12)  # type: ignore[no-untyped-call]
     bottom.xaxis.set_major_locator(locator)
-    bottom.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))
+    formatter = mdates.DateFormatter("%H:%M", tz=tz)  # type: ignore[no-untyped-call]
+    bottom.xaxis.set_major_formatter(formatter)
     bottom.set_xlim(
         datetime.fromtimestamp(rep.since, tz=tz), datetime.fromtimestamp(rep.until, tz=tz)
     )
