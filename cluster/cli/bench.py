@@ -7,7 +7,6 @@ tpwarden bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,18 +17,10 @@ from tpwarden.cluster.bench.manifest import manifest_diff
 from tpwarden.cluster.bench.parse import parse_size_token
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
 from tpwarden.cluster.cli.inputs import READABLE_FILE
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.server_view import print_server
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 
@@ -92,24 +83,6 @@ def _levels(text: str, option: str) -> tuple[int, ...]:
     return levels
 
 
-def _print_defaults(pre: dict[str, Any]) -> None:
-    d, s = pre["server_defaults"], pre["server"]
-    console.print(
-        f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
-        f"{s.get('model_id') or '?'} · max_model_len {s.get('max_model_len') or '?'}",
-        highlight=False,
-    )
-    console.print(
-        f"defaults: thinking [bold]{'on' if d['thinking'] else 'off'}[/] ({d['thinking_source']}),"
-        f" chat template kwargs {json.dumps(d['chat_template_kwargs'])}, drafter "
-        f"{d['drafter_method'] or 'none'} k={d['drafter_k'] or '-'}, enforce_eager "
-        f"{d['enforce_eager']}",
-        highlight=False,
-    )
-    colour = "green" if pre["ok"] else "red"
-    console.print(f"health: [{colour}]{pre['verdict']}[/]", highlight=False)
-
-
 def _table(
     title: str, rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, str]]
 ) -> Table:
@@ -147,7 +120,7 @@ def _run(
         )
         pre = runner.preflight()
         if not as_json:
-            _print_defaults(pre)
+            print_server(pre, bench=True)
         run = runner.run(opts, pre)
     rows = run.rows()
     if as_json:

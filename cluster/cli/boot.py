@@ -13,17 +13,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tpwarden.cluster.boot.progress import BootNote, BootProgress, read_boot_log
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult, ControlEvent
 from tpwarden.cluster.durable import JSONObject

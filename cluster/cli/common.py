@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+
+# The options every command shares live in `cli.options`; named here too for older imports.
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY as DEFAULT_INVENTORY
+from tpwarden.cluster.cli.options import InventoryOption as InventoryOption
+from tpwarden.cluster.cli.options import JsonOption as JsonOption
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 
 if TYPE_CHECKING:  # the settings (pydantic) load only when a command reads an inventory
@@ -36,19 +40,6 @@ console = Console()
 err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-DEFAULT_INVENTORY = Path(os.environ.get("TPWARDEN_INVENTORY", "inventory.yml"))
-
-InventoryOption = Annotated[
-    Path,
-    typer.Option(
-        "--inventory",
-        "-i",
-        help="Ansible inventory file (env TPWARDEN_INVENTORY).",
-        show_default=True,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 SCHEMA_VERSION = 1

@@ -17,9 +17,6 @@ from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.cli.boot import BootView, print_notes, report_boot
 from tpwarden.cluster.cli.boot import commands as boot_commands
 from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
     console,
     emit_json,
     err_console,
@@ -28,6 +25,7 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import ControlPlan

@@ -16,12 +16,7 @@ from typing import Annotated
 
 import typer
 from tpwarden.cluster.cli import decide_batch
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    handle_errors,
-)
+from tpwarden.cluster.cli.common import handle_errors
 from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
@@ -35,6 +30,7 @@ from tpwarden.cluster.cli.decide_common import (
     ask_one,
     setup,
 )
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.decide.core import Item
 
 app = typer.Typer(

@@ -13,16 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, write_json
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, plain
 from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
@@ -38,6 +29,7 @@ from tpwarden.cluster.cli.decide_common import (
     setup,
 )
 from tpwarden.cluster.cli.inputs import READABLE_FILE, output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.decide import fitted as fm
 from tpwarden.cluster.decide import plots, runner
 from tpwarden.cluster.decide.core import load_items

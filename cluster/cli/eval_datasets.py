@@ -8,18 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
 from tpwarden.cluster.cli.inputs import output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.cache import load_to_head

@@ -13,16 +13,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 from tpwarden.cluster import flag_tables
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-    refuse_with,
-)
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load, refuse_with
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.operations.flags import fetch_on_head
 

@@ -13,16 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
-from tpwarden.cluster.cli.watchdog_view import at_the_watchdog, iso
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.watchdog_view import StateDirOption, at_the_watchdog, iso
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 
@@ -30,15 +23,6 @@ app = typer.Typer(
     help="Incident dossiers: which rank hung, and where (taken before every watchdog restart).",
     no_args_is_help=True,
 )
-
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir",
-        help="Watchdog state dir on this machine. Without it the command runs where the "
-        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
-    ),
-]
 
 
 def _json_flag(as_json: bool) -> list[str]:

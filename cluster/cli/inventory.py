@@ -6,15 +6,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 
 app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
 commands = typer.Typer()  # `plan`, merged into the main app

@@ -14,16 +14,9 @@ from typing import Annotated
 
 import typer
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import emit_json, err_console, handle_errors, load
 from tpwarden.cluster.cli.inputs import output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
 

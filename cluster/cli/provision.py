@@ -15,18 +15,9 @@ import typer
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
 from tpwarden.cluster.cli.inputs import READABLE_FILE
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.operations.flags import after_provision
 from tpwarden.cluster.provision import gateway as prov
 from tpwarden.cluster.spec import ClusterSpec

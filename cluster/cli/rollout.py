@@ -16,15 +16,8 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.rollout_view import progress, render_record
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.operations import rollout as operation

@@ -18,17 +18,9 @@ from typing import Annotated
 import typer
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load
 from tpwarden.cluster.cli.inputs import check_output_path
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.tune_apply import (
     OK_STEPS,
     ApplyInput,

@@ -25,16 +25,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
-from tpwarden.cluster.cli.watchdog_view import at_the_watchdog, iso, passed_on
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.watchdog_view import StateDirOption, at_the_watchdog, iso, passed_on
 from tpwarden.cluster.operations.watchdog_hold import (
     HoldKind,
     WatchdogHold,
@@ -46,14 +39,6 @@ app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
 )
 
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir",
-        help="Watchdog state dir on this machine. Without it the command runs where the "
-        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
-    ),
-]
 ByOption = Annotated[
     str | None,
     typer.Option("--by", help="Who, for the event log (default: you, at this machine)."),

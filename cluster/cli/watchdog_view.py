@@ -1,7 +1,8 @@
 """Rendering of the watchdog's state document (`tpwarden.watchdog.state_doc`) for the CLI.
 
 Shared by `tpwarden watchdog status` and the watchdog line of `tpwarden status`; and
-`at_the_watchdog`, which runs `watchdog`/`incident` commands on the watchdog's host.
+`at_the_watchdog` and `--state-dir`, which `watchdog` and `incident` commands run on the
+watchdog's host with.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+import typer
 from rich.markup import escape
 from tpwarden.cluster.cli.common import load
 from tpwarden.cluster.durable import JSONObject
@@ -21,6 +23,17 @@ from tpwarden.watchdog.state_doc import state_document
 
 if TYPE_CHECKING:  # the relay's SSH is imported only when a command runs remotely
     from tpwarden.cluster.operations.watchdog_host import Relayed
+
+
+# `--state-dir` of the commands that act on the watchdog's state (`watchdog ...`, `incident ...`)
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Watchdog state dir on this machine. Without it the command runs where the "
+        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
+    ),
+]
 
 
 def iso(ts: float | None) -> str:

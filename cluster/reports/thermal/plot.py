@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.plotting import pyplot
 from tpwarden.cluster.reports.thermal.localtime import span_text, tz_name
 from tpwarden.cluster.reports.thermal.report import GAP_FACTOR, FieldReport, NodeReport
 from tpwarden.node.thermal.roles import zone_role
@@ -19,19 +19,6 @@ THROTTLE_COLOUR = "#ff8c00"
 CRITICAL_GID = "critical"
 MARK_GID = "event"
 OTHER = "other zones (max)"  # zones the role map does not name, as one line
-
-
-def _pyplot() -> Any:
-    try:
-        # deferred: an optional dependency (see below)
-        import matplotlib
-    except ImportError:  # nodes install tpwarden without the control machine's extras
-        raise TpwardenError("the plot needs matplotlib: pip install 'tpwarden[control]'") from None
-    matplotlib.use("Agg")
-    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _series(
@@ -103,7 +90,7 @@ def thermal_figure(
 ) -> Any:
     """The matplotlib Figure (caller closes it). ``marks``: (time, label) drawn on every panel,
     e.g. the watchdog's restarts."""
-    plt = _pyplot()
+    plt = pyplot()
     # deferred: matplotlib after choosing the Agg backend
     import matplotlib.dates as mdates
 
@@ -154,7 +141,7 @@ def thermal_figure(
 
 
 def figure_png(fig: Any, dpi: int = 100) -> bytes:
-    plt = _pyplot()
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
