@@ -13,7 +13,9 @@
   with a newline (`open_append`) so the torn bytes never glue onto a good record.
 
 Standard library only: the thermal agent's zipapp (`cluster/node_zipapp.py`) ships this
-module to the nodes.
+module to the nodes, so it also holds the defaults the nodes and the control side share (where the
+thermal samples go, the agent's port and disk budget): defined here once, read by the settings,
+the CLI and the agent (tests/unit/test_one_source.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ StrPath = str | os.PathLike[str]
 # everywhere else, so a collaborator typed `Any` fails the type check; pyproject.toml).
 JSONValue = Any  # type: ignore[explicit-any]
 JSONObject = dict[str, JSONValue]
+
+
+# ---- defaults shared with the nodes (tpwarden.thermal's) ------------------------------------
+THERMAL_DIR = "/var/log/tpwarden/thermal"  # where each node's agent writes its samples
+THERMAL_METRICS_PORT = 9411  # the agent's /metrics
+THERMAL_METRICS_HOST = "127.0.0.1"  # loopback unless the inventory opens it to a scraper
+THERMAL_BUDGET_MB = 512  # the most disk the samples may use per node
 
 
 def default_state_dir() -> Path:

@@ -10,13 +10,21 @@ watchdog, because the CLI and a rollout write it too.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 
+from tpwarden.cluster.documents import STRICT, Time, load_document
 from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, move_aside, read_json
 
 MAX_HOLD_S = 7 * 24 * 3600.0  # an operator hold is time-limited: never longer than a week
+
+
+class HoldKind(StrEnum):
+    """What a hold says: a pause of the watchdog's restarts, or an intentional stop."""
+
+    HOLD = "hold"  # `watchdog hold`, a restart's or a rollout's lease
+    DOWN = "down"  # `tpwarden down`: no restart until `tpwarden up`
 
 
 def hold_path(state_dir: str) -> str:
@@ -29,7 +37,7 @@ class OperatorHold:
     until: float
     reason: str
     by: str = ""
-    kind: str = "hold"  # "hold" (watchdog hold, rollout) | "down" (operator `tpwarden down`)
+    kind: str = HoldKind.HOLD  # a HoldKind
 
 
 def hold_document(
@@ -64,30 +72,40 @@ class HoldRead:
     moved_to: str | None = None
 
 
-def _finite(v: JSONValue, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{what} {v!r} is not a finite number")
-    return float(v)
+@dataclass(frozen=True)
+class _HoldEntry:
+    """hold.json's `hold` as `hold_document` writes it (its schema: `_parse_hold`)."""
+
+    __pydantic_config__ = STRICT
+
+    until: Time
+    reason: str = ""
+    by: str = ""
+    set_at: Time | None = None
+    kind: str | None = None  # a HoldKind; absent: "hold"
+
+
+@dataclass(frozen=True)
+class _HoldFile:
+    __pydantic_config__ = STRICT
+
+    hold: _HoldEntry | None = None
+    released_at: Time | None = None
+    released_by: str | None = None
 
 
 def _parse_hold(data: JSONValue, path: str) -> tuple[OperatorHold | None, float | None]:
-    if not isinstance(data, dict):
-        raise ValueError("not an object")
-    h = data.get("hold")
+    if isinstance(data, dict) and not data.get("hold"):
+        data = {**data, "hold": None}  # an empty hold is no hold
+    doc = load_document(_HoldFile, data)
+    h = doc.hold
     hold = None
-    if h:
-        if not isinstance(h, dict):
-            raise ValueError("hold is not an object")
-        until = _finite(h.get("until"), "until")
+    if h is not None:
         # Capped on read: a hold lasts at most MAX_HOLD_S from when it was set (or written).
-        set_at = h.get("set_at")
-        base = _finite(set_at, "set_at") if set_at is not None else os.path.getmtime(path)
-        until = min(until, base + MAX_HOLD_S)
-        hold = OperatorHold(
-            until, str(h.get("reason", "")), str(h.get("by", "")), str(h.get("kind") or "hold")
-        )
-    rel = data.get("released_at")
-    return hold, _finite(rel, "released_at") if rel is not None else None
+        base = h.set_at if h.set_at is not None else os.path.getmtime(path)
+        until = min(h.until, base + MAX_HOLD_S)
+        hold = OperatorHold(until, h.reason, h.by, h.kind or HoldKind.HOLD)
+    return hold, doc.released_at
 
 
 def load_hold(path: str, *, quarantine: bool = False) -> HoldRead:

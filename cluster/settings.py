@@ -25,7 +25,13 @@ from pydantic import (
     model_validator,
 )
 from tpwarden.cluster.container_settings import ContainerSpec
-from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.durable import (
+    THERMAL_BUDGET_MB,
+    THERMAL_DIR,
+    THERMAL_METRICS_HOST,
+    THERMAL_METRICS_PORT,
+    JSONObject,
+)
 from tpwarden.cluster.flag_tables import parse_version
 from tpwarden.cluster.preflight_settings import FabricSpec, MemorySpec
 from tpwarden.cluster.report_settings import ReportSpec
@@ -77,6 +83,8 @@ def parse_size(value: object) -> int:
 
 
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+BENCH_OUTPUT_LEN = 512  # output tokens per benchmark request (bench.output_len, `--output-len`)
 
 _SECRET_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{20,}"),
@@ -378,14 +386,16 @@ class WatchdogSpec(_Model):
 
 class ThermalSpec(_Model):
     interval_s: float = Field(10, ge=1, le=3600, description="Sampling interval.")
-    dir: UnitPath = Field(
-        "/var/log/tpwarden/thermal", description="Where each node's agent writes samples."
+    dir: UnitPath = Field(THERMAL_DIR, description="Where each node's agent writes samples.")
+    disk_budget_mb: int = Field(
+        THERMAL_BUDGET_MB, ge=1, description="Most disk the samples may use per node."
     )
-    disk_budget_mb: int = Field(512, ge=1, description="Most disk the samples may use per node.")
     metrics_host: HostOrAddress = Field(
-        "127.0.0.1", description="Listen address of the agent's /metrics."
+        THERMAL_METRICS_HOST, description="Listen address of the agent's /metrics."
     )
-    metrics_port: int = Field(9411, ge=1, le=65535, description="Port of the agent's /metrics.")
+    metrics_port: int = Field(
+        THERMAL_METRICS_PORT, ge=1, le=65535, description="Port of the agent's /metrics."
+    )
     alert_margin_c: float = Field(
         10, ge=0, description="Alert when a zone is this close to its critical trip."
     )
@@ -404,7 +414,9 @@ class BenchSpec(_Model):
         None, description="Image of the CPU-only benchmark client (default: the serving image)."
     )
     num_prompts: int = Field(20, ge=1, description="Prompts per concurrency level.")
-    output_len: int = Field(512, ge=1, description="Output tokens per request (--ignore-eos).")
+    output_len: int = Field(
+        BENCH_OUTPUT_LEN, ge=1, description="Output tokens per request (--ignore-eos)."
+    )
 
 
 class EvalSpec(_Model):

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.node.freezer import read_frozen
 from tpwarden.node.kernlog import read_kernel_log
 from tpwarden.node.procfacts import (
@@ -52,7 +52,7 @@ def _sample(pids: Sequence[int], root: str) -> dict[int, ProcFacts]:
     return out
 
 
-def _no_kernel_log(since_s: float) -> dict[str, Any]:
+def _no_kernel_log(since_s: float) -> JSONObject:
     return {"source": None, "events": [], "reason": None}
 
 
@@ -83,7 +83,7 @@ def _dumps(
     timeout_s: float,
     findings: list[str],
     all_frozen: bool = False,
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, JSONObject]:
     if binary is None:
         findings.append("py-spy: not installed on this node (no stacks)")
         return {}
@@ -119,9 +119,9 @@ def collect_dossier(
     proc_root: str = "/proc",
     cgroup_root: str = "/sys/fs/cgroup",
     sleep: Callable[[float], None] = time.sleep,
-    kernel_log: Callable[[float], dict[str, Any]] | None = read_kernel_log,
+    kernel_log: Callable[[float], JSONObject] | None = read_kernel_log,
     all_frozen: bool = False,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The node's dossier part as JSON (see the module doc). Its time is about
     ``window_s + pyspy_timeout_s``: the kernel log is read while the window runs. With
     ``all_frozen`` (the engine says the container is paused) every dump is nonblocking; with no

@@ -15,7 +15,8 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 _XID = re.compile(
     r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+),"
@@ -59,7 +60,7 @@ class KernelEvent:
     name: str | None = None
     message: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -112,7 +113,7 @@ def _run(argv: list[str], timeout_s: float) -> tuple[str | None, str | None]:
     return proc.stdout, None
 
 
-def read_kernel_log(since_s: float, timeout_s: float = KERNLOG_TIMEOUT_S) -> dict[str, Any]:
+def read_kernel_log(since_s: float, timeout_s: float = KERNLOG_TIMEOUT_S) -> JSONObject:
     """Matching kernel log lines of the last ``since_s`` seconds: ``{"source", "events",
     "reason"}``. journalctl filters by time; dmesg cannot, so with it every line still in the
     ring buffer is read (``source`` says which)."""
@@ -135,5 +136,5 @@ def read_kernel_log(since_s: float, timeout_s: float = KERNLOG_TIMEOUT_S) -> dic
     return {"source": None, "events": [], "reason": "; ".join(reasons)}
 
 
-def _json(text: str) -> list[dict[str, Any]]:
+def _json(text: str) -> list[JSONObject]:
     return [e.to_json() for e in match_lines(text.splitlines())]

@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 STATE_NAMES = {
     "R": "running",
@@ -58,7 +59,7 @@ class ProcFacts:
     rss_bytes: int
     start_ticks: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 

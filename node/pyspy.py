@@ -21,7 +21,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from tpwarden.cluster.durable import JSONObject
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
 _PYTHON = re.compile(r"^Python v(\S+) \((.*)\)$")
@@ -84,7 +85,7 @@ class Dump:
     error: str | None = None
     causes: tuple[str, ...] = field(default_factory=tuple)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         waiting = collective_frame(self.threads)
         return {
             "pid": self.pid,
@@ -178,7 +179,7 @@ def find_pyspy(candidates: Sequence[str]) -> str | None:
 
 def run_dump(
     binary: str, pid: int, *, nonblocking: bool, timeout_s: float = PYSPY_TIMEOUT_S
-) -> dict[str, Any]:
+) -> JSONObject:
     """Run `py-spy dump --pid PID` (bounded) and parse it; a timeout or a failure to start is
     an ``error`` in the JSON, never an exception. ``--nonblocking`` reads the process without
     pausing it: the only way to read one that is already stopped (a blocking dump of a stopped
@@ -197,7 +198,7 @@ def run_dump(
     return doc
 
 
-def _failed(pid: int, error: str, argv: list[str]) -> dict[str, Any]:
+def _failed(pid: int, error: str, argv: list[str]) -> JSONObject:
     doc = Dump(pid, None, None, error=error).to_json()
     doc.update(argv=argv, nonblocking="--nonblocking" in argv)
     return doc

@@ -23,6 +23,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import ApplyResult
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ProbeError, TpwardenError
+from tpwarden.cluster.operations.control import WATCHDOG, restart
 from tpwarden.cluster.reports.incident import capture
 from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh.identity import SshIdentity
@@ -54,8 +55,8 @@ class Spawn(Protocol):
 class ControllerActuator:
     """`tpwarden.watchdog.daemon.Actuator` over `tpwarden.cluster.control.controller.Controller`.
 
-    * `restart()` is exactly an operator's `tpwarden restart --no-wait`: `Controller.restart()`
-      (same plan, same `events.jsonl` record, who=tpwarden-watchdog), run in a detached child
+    * `restart()` is exactly an operator's `tpwarden restart --no-wait`: the one restart
+      operation (same plan, same `events.jsonl` record, who=tpwarden-watchdog), run in a detached child
       process (its own session) that this one waits for. A daemon killed with -9 mid-restart
       therefore never leaves a half-applied plan: the job finishes the restart, and the next
       daemon finds `restart_in_progress` and only verifies it in boot grace.
@@ -104,7 +105,9 @@ class ControllerActuator:
         why = f"watchdog: {reason}"
         argv = self.restart_job_argv(why)
         if argv is None:
-            result = self.controller.restart(why=why, wait_ready=False, who=WATCHDOG_WHO)
+            result = restart(
+                self.controller, why, actor=WATCHDOG, who=WATCHDOG_WHO, wait_ready=False
+            )
             raise_unless_applied(result_doc(result, self.spec))
             return
         proc = (self._spawn or subprocess.Popen)(

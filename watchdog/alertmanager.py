@@ -17,37 +17,40 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tpwarden.cluster.durable import JSONObject
+from tpwarden.watchdog.policy_state import AlertCategory
 
 RECEIVER = "tpwarden-watchdog"
 NEVER = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert that has not resolved
 
-# incident category -> (alertname, severity, runbook anchor in docs/runbook.md)
+# incident category -> (alertname, severity, runbook anchor in docs/runbook.md); one row per
+# AlertCategory (tests/unit/test_vocabularies.py)
 CATEGORIES: dict[str, tuple[str, str, str]] = {
-    "gave_up": ("TpwardenWatchdogGaveUp", "critical", "watchdog-gave-up"),
-    "budget_exhausted": ("TpwardenWatchdogHeld", "warning", "watchdog-held"),
-    "misconfig": ("TpwardenWatchdogBlind", "warning", "watchdog-is-blind"),
-    "hold_expired": ("TpwardenWatchdogHoldExpired", "warning", "watchdog-hold-expired"),
-    "restart_failed": (
-        "TpwardenWatchdogRestartFailed",
-        "critical",
-        "nothing-answers-a-container-exited",
-    ),
-    "restarted": ("TpwardenWatchdogRestarted", "warning", "requests-hang-but-health-says-200"),
-    "busy_ceiling": ("TpwardenServerBusy", "warning", "requests-hang-but-health-says-200"),
-    "unwritable": ("TpwardenWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
-    "tick_errors": ("TpwardenWatchdogTickErrors", "warning", "watchdog-tick-errors"),
-    "state_invalid": ("TpwardenWatchdogStateInvalid", "warning", "watchdog-state-file-invalid"),
-    "morning_report": ("TpwardenMorningReport", "info", "morning-how-did-the-night-go"),
-    "plan_unusable": (
-        "TpwardenWatchdogPlanUnusable",
-        "warning",
-        "which-config-does-the-watchdog-restart",
-    ),
-}
+    AlertCategory.GAVE_UP: ("TpwardenWatchdogGaveUp", "critical", "watchdog-gave-up"),
+    AlertCategory.BUDGET_EXHAUSTED: ("TpwardenWatchdogHeld", "warning", "watchdog-held"),
+    AlertCategory.MISCONFIG: ("TpwardenWatchdogBlind", "warning", "watchdog-is-blind"),
+    AlertCategory.HOLD_EXPIRED: (
+        "TpwardenWatchdogHoldExpired", "warning", "watchdog-hold-expired"),
+    AlertCategory.RESTART_FAILED: (
+        "TpwardenWatchdogRestartFailed", "critical", "nothing-answers-a-container-exited"),
+    AlertCategory.RESTARTED: (
+        "TpwardenWatchdogRestarted", "warning", "requests-hang-but-health-says-200"),
+    AlertCategory.BUSY_CEILING: (
+        "TpwardenServerBusy", "warning", "requests-hang-but-health-says-200"),
+    AlertCategory.UNWRITABLE: (
+        "TpwardenWatchdogUnwritable", "warning", "watchdog-cannot-write-its-files"),
+    AlertCategory.TICK_ERRORS: ("TpwardenWatchdogTickErrors", "warning", "watchdog-tick-errors"),
+    AlertCategory.STATE_INVALID: (
+        "TpwardenWatchdogStateInvalid", "warning", "watchdog-state-file-invalid"),
+    AlertCategory.MORNING_REPORT: (
+        "TpwardenMorningReport", "info", "morning-how-did-the-night-go"),
+    AlertCategory.PLAN_UNUSABLE: (
+        "TpwardenWatchdogPlanUnusable", "warning", "which-config-does-the-watchdog-restart"),
+}  # fmt: skip
 
 
 def alert_identity(category: str) -> tuple[str, str, str]:
-    """(alertname, severity, runbook) for an incident category; unknown ones get a warning."""
+    """(alertname, severity, runbook) for an incident category. An unknown one (read from an
+    outbox another version wrote) gets a warning named after it."""
     if category in CATEGORIES:
         name, severity, anchor = CATEGORIES[category]
         return name, severity, f"docs/runbook.md#{anchor}"

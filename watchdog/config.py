@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.durable import THERMAL_DIR, JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.hold import hold_path
 from tpwarden.cluster.settings import WatchdogSpec
@@ -57,7 +57,7 @@ class ReportConfig:
     deliver_at: str
     tz: str = "UTC"
     window_h: float = 12.0
-    thermal_dir: str = "/var/log/tpwarden/thermal"  # tpwarden.thermal.dir
+    thermal_dir: str = THERMAL_DIR  # tpwarden.thermal.dir
     nodes: tuple[str, ...] = ()
 
 

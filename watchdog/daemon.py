@@ -47,6 +47,7 @@ from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy
 from tpwarden.watchdog.policy_state import (
     Alert,
+    AlertCategory,
     Decision,
     PolicyConfig,
     PolicyState,
@@ -221,7 +222,7 @@ class Watchdog:
                 self.files.queue_alert(
                     {
                         "incident_id": "tick-errors",
-                        "category": "tick_errors",
+                        "category": AlertCategory.TICK_ERRORS,
                         "message": f"{self._failed_ticks} watchdog ticks failed in a row (last: "
                         f"{type(exc).__name__}: {exc}); hangs are not judged until they pass",
                     }
@@ -321,9 +322,9 @@ class Watchdog:
     def _restart(self, d: Restart) -> None:
         """The restart path runs; its result (ok, failed or skipped) always goes to the policy."""
         assert self._state is not None
-        ok, error, skipped = self.restarts.run(d, self._actuator, self.config, self._state)
+        done = self.restarts.run(d, self._actuator, self.config, self._state)
         state, more = self._policy.on_restart_result(
-            self._state, self._clock(), ok=ok, error=error, skipped=skipped
+            self._state, self._clock(), ok=done.ok, error=done.error, skipped=done.skipped
         )
         self._commit(state, more)
 

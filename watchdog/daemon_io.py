@@ -21,7 +21,7 @@ from tpwarden.watchdog.alert import Outbox
 from tpwarden.watchdog.collaborators import PlanChange
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.exporter import WatchdogMetrics
-from tpwarden.watchdog.policy_state import PolicyState
+from tpwarden.watchdog.policy_state import AlertCategory, PolicyState
 from tpwarden.watchdog.state import StateStore
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
@@ -87,7 +87,7 @@ class DaemonFiles:
         self.queue_alert(
             {
                 "incident_id": f"invalid-{what}",
-                "category": "state_invalid",
+                "category": AlertCategory.STATE_INVALID,
                 "message": f"watchdog {what} file {path} is invalid ({error}); moved to "
                 f"{aside or '(could not move it)'}; the daemon goes on from a safe state",
             }
@@ -114,7 +114,7 @@ class DaemonFiles:
         self.queue_alert(
             {
                 "incident_id": f"write-{what}",
-                "category": "unwritable",
+                "category": AlertCategory.UNWRITABLE,
                 "message": f"watchdog cannot write its {what} ({path}): {exc}; decisions are "
                 "still applied, but the record of them is lost until the disk is fixed",
             }
@@ -191,7 +191,7 @@ class PlanFollower:
                 self._files.queue_alert(
                     {
                         "incident_id": "plan",
-                        "category": "plan_unusable",
+                        "category": AlertCategory.PLAN_UNUSABLE,
                         "message": f"the newly applied plan cannot be followed ({error}); "
                         f"still watching config {current.config_hash}",
                     }

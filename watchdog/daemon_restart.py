@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from tpwarden.cluster.durable import JSONObject
@@ -28,7 +29,7 @@ from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.daemon_io import DaemonFiles
 from tpwarden.watchdog.exporter import WatchdogMetrics
 from tpwarden.watchdog.incidents import IncidentStore
-from tpwarden.watchdog.policy_state import PolicyState, Restart
+from tpwarden.watchdog.policy_state import PolicyState, Restart, RestartCause
 from tpwarden.watchdog.runtime import CallTimedOut, RestartJobOverdue
 
 log = logging.getLogger("tpwarden.watchdog.daemon")
@@ -43,7 +44,14 @@ class BoundedCall(Protocol):  # `Watchdog._cluster_call`: fn() bounded in time
     def __call__(self, fn: Callable[[], T], what: str, timeout_s: float | None = None) -> T: ...
 
 
-RestartResult = tuple[bool, str, bool]  # (ok, error, skipped)
+@dataclass(frozen=True)
+class RestartResult:
+    """How a restart ended, for the policy: applied (``ok``), failed (``error``), or not made
+    because someone else holds the restart lock or restarted already (``skipped``)."""
+
+    ok: bool
+    error: str = ""
+    skipped: bool = False
 
 
 class RestartPath:
@@ -79,15 +87,17 @@ class RestartPath:
     ) -> RestartResult:
         """Restart and record the end; never raises: the result always goes to the policy."""
         try:
-            ok, error, skipped = self._attempt(d, actuator, config, state)
+            result = self._attempt(d, actuator, config, state)
         except Exception as exc:  # noqa: BLE001 - a broken restart path is a failed restart
             self._files.seam_error("restart", exc)
-            ok, error, skipped = False, f"{type(exc).__name__}: {exc}", False
-        if skipped:
-            self._files.record("restart_skipped", restart_id=d.restart_id, error=error)
+            result = RestartResult(False, f"{type(exc).__name__}: {exc}")
+        if result.skipped:
+            self._files.record("restart_skipped", restart_id=d.restart_id, error=result.error)
         else:
-            self._files.record("restart_end", restart_id=d.restart_id, ok=ok, error=error or None)
-        return ok, error, skipped
+            self._files.record(
+                "restart_end", restart_id=d.restart_id, ok=result.ok, error=result.error or None
+            )
+        return result
 
     def dossier_fields(self, incident_id: str) -> JSONObject:
         """The suspect of this incident's dossier, for the alert (issue 32); nothing when no
@@ -101,7 +111,7 @@ class RestartPath:
     def _attempt(
         self, d: Restart, actuator: Actuator, config: WatchdogConfig, state: PolicyState
     ) -> RestartResult:
-        """(ok, error, skipped). Raises only for what the caller turns into a failed result."""
+        """The restart's result. Raises only for what the caller turns into a failed result."""
         evidence = dict(d.evidence)
         try:
             evidence["nodes"] = self._cluster_call(
@@ -127,16 +137,16 @@ class RestartPath:
             if lock.held:  # our own earlier restart job is still running
                 job = self.overdue_job
                 pid = job.pid if job is not None else "?"
-                return False, f"restart job (pid {pid}) still running", True
+                return RestartResult(False, f"restart job (pid {pid}) still running", skipped=True)
             try:
                 lock.acquire(f"restart_id={d.restart_id}")
             except WatchdogLocked as exc:
-                return False, str(exc), True
+                return RestartResult(False, str(exc), skipped=True)
         keep_lock = False
         try:
             fenced = self._restarted_by_someone_else(d, actuator, config, state)
             if fenced:
-                return False, fenced, True
+                return RestartResult(False, fenced, skipped=True)
             if self._metrics is not None:
                 self._metrics.restarts_total.labels(d.cause).inc()
             try:
@@ -145,8 +155,8 @@ class RestartPath:
                 if lock is not None and isinstance(exc, RestartJobOverdue) and exc.still_running():
                     keep_lock, self.overdue_job = True, exc
                     self._files.record("restart_job_overdue", restart_id=d.restart_id, pid=exc.pid)
-                return False, f"{type(exc).__name__}: {exc}", False
-            return True, "", False
+                return RestartResult(False, f"{type(exc).__name__}: {exc}")
+            return RestartResult(True)
         finally:
             if lock is not None and not keep_lock:
                 lock.release()
@@ -223,7 +233,7 @@ class RestartPath:
         less one probe period: refusals of a boot that began just before it), or after the boot
         this watchdog is timing, the restart was made by someone else -> skip.
         """
-        if d.cause == "boot_deadline":
+        if d.cause == RestartCause.BOOT_DEADLINE:
             since = state.boot_started_at
         else:
             ats = [f.get("at") for f in d.evidence.get("failures") or () if f.get("at")]

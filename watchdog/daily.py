@@ -31,6 +31,7 @@ from apscheduler.triggers.cron import CronTrigger
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.report_settings import clock_time, zone
 from tpwarden.watchdog.config import ReportConfig
+from tpwarden.watchdog.policy_state import AlertCategory
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class DailyReport:
             log.exception("morning report could not be built")
             payload = {
                 "incident_id": f"morning-report-{int(now)}",
-                "category": "morning_report",
+                "category": AlertCategory.MORNING_REPORT,
                 "message": f"the morning report could not be built: {type(exc).__name__}: {exc}",
             }
         post(payload)

@@ -8,7 +8,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.config import WatchdogConfig
-from tpwarden.watchdog.policy_state import PolicyState, WatchdogPhase
+from tpwarden.watchdog.policy_state import AlertCategory, PolicyState, RestartCause, WatchdogPhase
 
 PROBE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180)
 
@@ -35,10 +35,16 @@ class WatchdogMetrics:
             registry=r,
         )
         self.restarts_total = Counter(
-            "tpwarden_watchdog_restarts_total", "Automatic restarts started.", ["cause"], registry=r
+            "tpwarden_watchdog_restarts_total",
+            f"Automatic restarts started, by cause: {', '.join(RestartCause)}.",
+            ["cause"],
+            registry=r,
         )
         self.alerts_total = Counter(
-            "tpwarden_watchdog_alerts_total", "Alerts raised.", ["category"], registry=r
+            "tpwarden_watchdog_alerts_total",
+            f"Alerts raised, by category: {', '.join(AlertCategory)}.",
+            ["category"],
+            registry=r,
         )
         self.consecutive_failures = Gauge(
             "tpwarden_watchdog_consecutive_failures",

@@ -13,9 +13,8 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from tpwarden.cluster.durable import atomic_write_json, json_bytes, read_json
+from tpwarden.cluster.durable import JSONObject, atomic_write_json, json_bytes, read_json
 
 INCIDENTS_DIR = "incidents"
 MAX_BYTES = 512 * 1024
@@ -37,7 +36,7 @@ def new_id(taken_at_unix_s: float, existing: set[str]) -> str:
     return ident
 
 
-def _processes(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _processes(doc: JSONObject) -> list[JSONObject]:
     out = []
     for node in (doc.get("nodes") or {}).values():
         collected = node.get("collected") or {}
@@ -45,10 +44,10 @@ def _processes(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def trimmed(doc: dict[str, Any], max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+def trimmed(doc: JSONObject, max_bytes: int = MAX_BYTES) -> JSONObject:
     """``doc`` within ``max_bytes`` of JSON: stacks cut to their top frames, then GPU facts
     dropped, then every stack dropped. ``trimmed`` lists what went."""
-    out = json.loads(json_bytes(doc))
+    out: JSONObject = json.loads(json_bytes(doc))
     steps: list[str] = []
     if len(json_bytes(out)) > max_bytes:
         for p in _processes(out):
@@ -84,7 +83,7 @@ class IncidentStore:
             return []
         return sorted(n[: -len(".json")] for n in names if n.endswith(".json"))
 
-    def save(self, doc: dict[str, Any]) -> str:
+    def save(self, doc: JSONObject) -> str:
         """Store ``doc`` (trimmed to the cap) under a new id, prune the oldest; the id."""
         ident = new_id(float(doc.get("taken_at_unix_s") or 0.0), set(self.ids()))
         out = trimmed(doc) | {"id": ident}
@@ -94,7 +93,7 @@ class IncidentStore:
             (self.dir / f"{old}.json").unlink(missing_ok=True)
         return ident
 
-    def load(self, ident: str) -> dict[str, Any] | None:
+    def load(self, ident: str) -> JSONObject | None:
         """The dossier ``ident``; None when there is none (or it cannot be read)."""
         if not ident or "/" in ident or ident.startswith("."):
             return None
@@ -104,7 +103,7 @@ class IncidentStore:
             return None
         return doc if isinstance(doc, dict) else None
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[JSONObject]:
         """One line per stored dossier, newest first: id, time, reason, suspect, summary."""
         out = []
         for ident in reversed(self.ids()):
@@ -115,7 +114,7 @@ class IncidentStore:
             out.append(summary_of(doc) | {"id": ident})
         return out
 
-    def last(self) -> dict[str, Any] | None:
+    def last(self) -> JSONObject | None:
         """The newest dossier's summary, or None."""
         for ident in reversed(self.ids()):
             doc = self.load(ident)
@@ -124,7 +123,7 @@ class IncidentStore:
         return None
 
 
-def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
+def summary_of(doc: JSONObject) -> JSONObject:
     v = doc.get("verdict") or {}
     return {
         "id": doc.get("id"),

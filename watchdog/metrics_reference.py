@@ -22,13 +22,14 @@ from pathlib import Path
 
 from prometheus_client.registry import Collector
 from ruamel.yaml import YAML
-from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.durable import THERMAL_METRICS_HOST, THERMAL_METRICS_PORT, JSONObject
 from tpwarden.cluster.reports.thermal.fakes import (
     FakeGpuSampler,
     FakeReading,
     build_fake_sysfs,
     gb10_sample,
 )
+from tpwarden.cluster.settings import WatchdogSpec
 from tpwarden.node.memory import NodeMemory
 from tpwarden.node.thermal.agent import ThermalAgent
 from tpwarden.node.thermal.alerts import AlertPolicy
@@ -160,9 +161,12 @@ def render(docs: list[MetricDoc] | None = None) -> str:
         "vLLM's and are not listed here.",
         "",
     ]
+    watchdog = WatchdogSpec()
     for job, where in (
-        (JOB_THERMAL, "every node: `tpwarden.thermal.metrics_host:metrics_port` (default 127.0.0.1:9411)"),
-        (JOB_WATCHDOG, "the watchdog: `tpwarden.watchdog.metrics_host:metrics_port` (default 127.0.0.1:9410)"),
+        (JOB_THERMAL, "every node: `tpwarden.thermal.metrics_host:metrics_port` (default "
+                      f"{THERMAL_METRICS_HOST}:{THERMAL_METRICS_PORT})"),
+        (JOB_WATCHDOG, "the watchdog: `tpwarden.watchdog.metrics_host:metrics_port` (default "
+                       f"{watchdog.metrics_host}:{watchdog.metrics_port})"),
     ):  # fmt: skip
         lines += [f"## Job `{job}`", "", where, "", "| metric | type | labels | help |",
                   "|---|---|---|---|"]  # fmt: skip

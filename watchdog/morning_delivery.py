@@ -14,8 +14,9 @@ from tpwarden.cluster.reports.morning import headline, morning_to_json
 from tpwarden.cluster.reports.morning_io import Sources, morning_from_files
 from tpwarden.cluster.reports.thermal.localtime import local_iso, parse_tz, span_text
 from tpwarden.watchdog.config import ReportConfig
+from tpwarden.watchdog.policy_state import AlertCategory
 
-CATEGORY = "morning_report"
+CATEGORY = AlertCategory.MORNING_REPORT
 NOT_HERE = "bench and eval runs and operator restarts are recorded on the control machine"
 
 

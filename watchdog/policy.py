@@ -20,6 +20,9 @@ States (`WatchdogPhase`) and transitions
 |            |                                              | restart: restart_failed alert)             |
 | HELD       | automatic hold: restart budget exhausted     | READY on an OK probe; BOOTING on release   |
 | GIVEN_UP   | two consecutive boots missed their deadline  | READY on an OK probe; BOOTING on release   |
+| BLIND      | the probe is rejected (401/404/400): alive   | READY on an OK probe, or on a probe judged |
+|            | or not, nothing can be judged; alerts again  | otherwise (a timeout, a refusal)           |
+|            | every `blind_realert_s`                      |                                            |
 
 Operator hold (`tpwarden watchdog hold --for 30m`) is an overlay, not a phase: it always has an
 expiry; while it lasts every Restart becomes a `Hold` decision and a passed boot deadline is not
@@ -64,8 +67,10 @@ the 2nd consecutive one -> GiveUp + one Alert.
 Restart budget: at most `max_restarts` restarts in any `restart_window_s`; a restart wanted past
 it -> HELD + one Alert per incident. Automatic holds end only on a healthy probe or an operator
 `release` (the budget's rolling window alone never re-arms restarts: no slow restart loop).
-Alerts are deduplicated per (incident, category); the categories are misconfig, busy_ceiling,
-budget_exhausted, gave_up, restart_failed (and restarted when `alert_on_restart`).
+Alerts are deduplicated per (incident, category); the policy's categories (`AlertCategory`) are
+misconfig, busy_ceiling, budget_exhausted, gave_up, restart_failed, hold_expired (and restarted
+when `alert_on_restart`). A restart's cause (`RestartCause`) is probe_failures, boot_deadline or
+boot_failed.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy_state import (
     Alert,
+    AlertCategory,
     CountFailure,
     Decision,
     GiveUp,
@@ -85,6 +91,7 @@ from tpwarden.watchdog.policy_state import (
     PolicyState,
     ResetFailures,
     Restart,
+    RestartCause,
     Wait,
     WatchdogPhase,
 )
@@ -144,7 +151,7 @@ class Policy:
             d.append(Wait("another watchdog holds the cluster restart lock: boot grace only"))
         s = self._boot(s, now, keep_boot_failures=True)
         if not ok and not skipped:
-            s = self._alert(s, now, "restart_failed", f"restart failed: {error}", d)
+            s = self._alert(s, now, AlertCategory.RESTART_FAILED, f"restart failed: {error}", d)
         return s, d
 
     def decide(
@@ -209,7 +216,7 @@ class Policy:
                 s = self._alert(
                     s,
                     now,
-                    "busy_ceiling",
+                    AlertCategory.BUSY_CEILING,
                     f"probe has timed out on a busy server for {now - busy_since:.0f}s",
                     d,
                 )
@@ -221,7 +228,7 @@ class Policy:
         s = self._count(s, verdict, why, now, d)
         if s.consecutive_failures >= self.cfg.failures:
             reason = f"{s.consecutive_failures} consecutive failed probes; last: {why}"
-            return self._want_restart(s, reason, "probe_failures", hold, now, d)
+            return self._want_restart(s, reason, RestartCause.PROBE_FAILURES, hold, now, d)
         return s, d
 
     # -- helpers -----------------------------------------------------------------------------
@@ -320,14 +327,19 @@ class Policy:
             s = self._alert(
                 s,
                 now,
-                "gave_up",
+                AlertCategory.GAVE_UP,
                 f"gave up restarting: {late}; "
                 f"{s.boot_failures} boots in a row failed. Fix it, then `release`.",
                 d,
             )
             return s, d
         return self._want_restart(
-            s, late, "boot_failed" if crashed else "boot_deadline", hold, now, d
+            s,
+            late,
+            RestartCause.BOOT_FAILED if crashed else RestartCause.BOOT_DEADLINE,
+            hold,
+            now,
+            d,
         )
 
     def _count(
@@ -347,7 +359,7 @@ class Policy:
         self,
         s: PolicyState,
         reason: str,
-        cause: str,
+        cause: RestartCause,
         hold: OperatorHold | None,
         now: float,
         d: list[Decision],
@@ -368,7 +380,7 @@ class Policy:
             s = self._alert(
                 s,
                 now,
-                "budget_exhausted",
+                AlertCategory.BUDGET_EXHAUSTED,
                 f"restart wanted but budget exhausted ({budget}): {reason}",
                 d,
             )
@@ -391,7 +403,9 @@ class Policy:
         )
         d.append(Restart(rid, reason, cause, evidence))
         if self.cfg.alert_on_restart:
-            s = self._alert(s, now, "restarted", f"restarting the server ({rid}): {reason}", d)
+            s = self._alert(
+                s, now, AlertCategory.RESTARTED, f"restarting the server ({rid}): {reason}", d
+            )
         return s, d
 
     def _boot(self, s: PolicyState, now: float, keep_boot_failures: bool = True) -> PolicyState:
@@ -429,7 +443,7 @@ class Policy:
                 f"watchdog is blind for {now - since:.0f}s: the probe is rejected ({why}); "
                 "hangs cannot be detected until the probe's key/model is fixed"
             )
-            d.append(Alert(s.incident_id or "", "misconfig", msg))
+            d.append(Alert(s.incident_id or "", AlertCategory.MISCONFIG, msg))
             s = replace(s, blind_alerted_at=now)
         d.append(Wait(f"blind: {why}"))
         return s
@@ -445,7 +459,7 @@ class Policy:
         d.append(
             Alert(
                 s.incident_id or "",
-                "hold_expired",
+                AlertCategory.HOLD_EXPIRED,
                 f"{hold.kind} by {hold.by or '?'} ({hold.reason}) expired without a release: "
                 "automatic restarts are armed again",
             )
@@ -459,7 +473,7 @@ class Policy:
         return replace(s, incident_seq=seq, incident_id=f"inc-{seq}-{int(now)}", alerted=())
 
     def _alert(
-        self, s: PolicyState, now: float, category: str, message: str, d: list[Decision]
+        self, s: PolicyState, now: float, category: AlertCategory, message: str, d: list[Decision]
     ) -> PolicyState:
         s = self._open_incident(s, now)
         if category in s.alerted:

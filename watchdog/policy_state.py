@@ -5,11 +5,12 @@ its configuration and its decisions. Plain types; the rules that move between th
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-import math
 from dataclasses import asdict, dataclass
 
-from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.documents import STRICT, Count, Time, load_document
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.vllm.probe_types import MetricsSnapshot
 from tpwarden.watchdog.config import WatchdogConfig
 from tpwarden.watchdog.observation import BootReading
@@ -23,6 +24,33 @@ class WatchdogPhase(enum.StrEnum):
     HELD = "held"
     GIVEN_UP = "given_up"
     BLIND = "blind"  # the server answers 401/404/400 to the probe: alive or not, we cannot tell
+
+
+class RestartCause(enum.StrEnum):
+    """Why the watchdog restarts: the `cause` label of tpwarden_watchdog_restarts_total."""
+
+    PROBE_FAILURES = "probe_failures"  # `failures` consecutive counted probe failures
+    BOOT_DEADLINE = "boot_deadline"  # a boot missed its (extended) deadline
+    BOOT_FAILED = "boot_failed"  # a boot failed outright (a rank's container exited), after backoff
+
+
+class AlertCategory(enum.StrEnum):
+    """An alert's category: one incident alerts once per category. The policy raises the first
+    seven, the daemon the rest; each has its alertname, severity and runbook section
+    (`tpwarden.watchdog.alertmanager.CATEGORIES`)."""
+
+    MISCONFIG = "misconfig"  # the probe gets 401/404/400: blind, a restart cannot fix it
+    BUSY_CEILING = "busy_ceiling"  # timed out but busy for `busy_alert_s`: never restarted
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a restart wanted past the budget: held
+    GAVE_UP = "gave_up"  # two boots in a row missed their deadline
+    RESTART_FAILED = "restart_failed"  # the restart itself failed
+    RESTARTED = "restarted"  # a restart was made (only with `alert_on_restart`)
+    HOLD_EXPIRED = "hold_expired"  # an operator hold ran out without a release
+    TICK_ERRORS = "tick_errors"  # the daemon's tick failed several times in a row
+    STATE_INVALID = "state_invalid"  # a state file was unreadable and moved aside
+    UNWRITABLE = "unwritable"  # state.json or events.jsonl cannot be written
+    PLAN_UNUSABLE = "plan_unusable"  # a newly applied plan cannot be followed
+    MORNING_REPORT = "morning_report"  # the daily morning report (not an incident)
 
 
 # ---- decisions ------------------------------------------------------------------------------
@@ -48,16 +76,14 @@ class ResetFailures:
 class Restart:
     restart_id: str
     reason: str
-    cause: str  # "probe_failures" | "boot_deadline": bounded label for metrics
+    cause: RestartCause  # a bounded label for metrics
     evidence: JSONObject
 
 
 @dataclass(frozen=True)
 class Alert:
     incident_id: str
-    category: (
-        str  # misconfig | busy_ceiling | budget_exhausted | gave_up | restart_failed | restarted
-    )
+    category: AlertCategory
     message: str
 
 
@@ -90,33 +116,37 @@ def decision_name(d: Decision) -> str:
 # ---- state ----------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class PolicyState:
+    """The policy's state; its annotations are also state.json's schema (`from_json`)."""
+
+    __pydantic_config__ = STRICT  # state.json is data, not trust: nothing coerced
+
     phase: WatchdogPhase = WatchdogPhase.BOOTING
-    consecutive_failures: int = 0
-    boot_started_at: float | None = None
-    boot_deadline_at: float | None = None
+    consecutive_failures: Count = 0
+    boot_started_at: Time | None = None
+    boot_deadline_at: Time | None = None
     boot_progress: BootReading | None = None
-    boot_failures: int = 0  # consecutive boots that missed their deadline
-    restart_times: tuple[float, ...] = ()
-    restart_seq: int = 0  # monotonic restart epoch (fencing token)
+    boot_failures: Count = 0  # consecutive boots that missed their deadline
+    restart_times: tuple[Time, ...] = ()
+    restart_seq: Count = 0  # monotonic restart epoch (fencing token)
     restart_in_progress: str | None = None
-    incident_seq: int = 0
+    incident_seq: Count = 0
     incident_id: str | None = None
     alerted: tuple[str, ...] = ()  # alert kinds already sent for the current incident
-    held_at: float | None = None
+    held_at: Time | None = None
     baseline: MetricsSnapshot | None = None
-    flat_since: float | None = None
-    busy_since: float | None = None
+    flat_since: Time | None = None
+    busy_since: Time | None = None
     failure_log: tuple[JSONObject, ...] = ()
     last_probe: JSONObject | None = None
     last_verdict: str | None = None
-    last_ok_at: float | None = None
-    updated_at: float | None = None
-    blind_since: float | None = None
-    blind_alerted_at: float | None = None  # last "blind" alert: re-sent every blind_realert_s
-    unreadable_since: float | None = None  # first timed-out probe with /metrics unreadable
-    crash_seen_at: float | None = None  # boot seen failed (container exited): retry after backoff
-    hold_expired_alerted: float | None = None  # `until` of the last expired hold alerted on
-    restart_started_at: float | None = None  # when the restart in progress was decided
+    last_ok_at: Time | None = None
+    updated_at: Time | None = None
+    blind_since: Time | None = None
+    blind_alerted_at: Time | None = None  # last "blind" alert: re-sent every blind_realert_s
+    unreadable_since: Time | None = None  # first timed-out probe with /metrics unreadable
+    crash_seen_at: Time | None = None  # boot seen failed (container exited): retry after backoff
+    hold_expired_alerted: Time | None = None  # `until` of the last expired hold alerted on
+    restart_started_at: Time | None = None  # when the restart in progress was decided
 
     def to_json(self) -> JSONObject:
         data = asdict(self)
@@ -129,79 +159,9 @@ class PolicyState:
 
     @classmethod
     def from_json(cls, data: JSONObject) -> PolicyState:
-        """The state from its JSON; ValueError naming the first field of a wrong type or value
-        (state.json is data, not trust: `"consecutive_failures": "3"` must not load)."""
-        check_state_json(data)
-        bp = data.get("boot_progress")
-        base = data.get("baseline")
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
-        values.update(
-            phase=WatchdogPhase(data.get("phase", WatchdogPhase.BOOTING.value)),
-            boot_progress=BootReading(**bp) if bp else None,
-            baseline=MetricsSnapshot.from_json(base) if base else None,
-            restart_times=tuple(data.get("restart_times") or ()),
-            alerted=tuple(data.get("alerted") or ()),
-            failure_log=tuple(data.get("failure_log") or ()),
-        )
-        return cls(**values)
-
-
-_INT_FIELDS = ("consecutive_failures", "boot_failures", "restart_seq", "incident_seq")
-_TIME_FIELDS = (
-    "boot_started_at",
-    "boot_deadline_at",
-    "held_at",
-    "flat_since",
-    "busy_since",
-    "last_ok_at",
-    "updated_at",
-    "blind_since",
-    "blind_alerted_at",
-    "unreadable_since",
-    "crash_seen_at",
-    "hold_expired_alerted",
-    "restart_started_at",
-)
-_STR_FIELDS = ("restart_in_progress", "incident_id", "last_verdict")
-
-
-def _is_time(v: JSONValue) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def check_state_json(data: JSONValue) -> None:
-    """ValueError unless `data` has the shape `PolicyState.to_json()` writes."""
-    if not isinstance(data, dict):
-        raise ValueError("policy state is not an object")
-
-    def bad(key: str, want: str) -> ValueError:
-        return ValueError(f"{key}: {data[key]!r} is not {want}")
-
-    for key in _INT_FIELDS:
-        v = data.get(key, 0)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise bad(key, "an integer >= 0")
-    for key in _TIME_FIELDS:
-        if data.get(key) is not None and not _is_time(data[key]):
-            raise bad(key, "a finite number")
-    for key in _STR_FIELDS:
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise bad(key, "a string")
-    if data.get("phase", "booting") not in {p.value for p in WatchdogPhase}:
-        raise bad("phase", "a phase")
-    times = data.get("restart_times") or []
-    if not isinstance(times, list) or not all(_is_time(t) for t in times):
-        raise bad("restart_times", "a list of finite numbers")
-    alerted = data.get("alerted") or []
-    if not isinstance(alerted, list) or not all(isinstance(a, str) for a in alerted):
-        raise bad("alerted", "a list of strings")
-    flog = data.get("failure_log") or []
-    if not isinstance(flog, list) or not all(isinstance(f, dict) for f in flog):
-        raise bad("failure_log", "a list of objects")
-    for key in ("boot_progress", "baseline", "last_probe"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise bad(key, "an object")
+        """The state from its JSON, checked against the annotations above; ValueError naming
+        the first field of a wrong type or value (`"consecutive_failures": "3"` must not load)."""
+        return load_document(cls, data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,18 +185,6 @@ class PolicyConfig:
 
     @classmethod
     def from_config(cls, c: WatchdogConfig) -> PolicyConfig:
-        return cls(
-            failures=c.failures,
-            stall_window_s=c.stall_window_s,
-            boot_deadline_s=c.boot_deadline_s,
-            boot_extend_s=c.boot_extend_s,
-            boot_cap_s=c.boot_cap_s,
-            max_restarts=c.max_restarts,
-            restart_window_s=c.restart_window_s,
-            busy_alert_s=c.busy_alert_s,
-            alert_on_restart=c.alert_on_restart,
-            blind_realert_s=c.blind_realert_s,
-            crash_backoff_s=c.crash_backoff_s,
-            max_boot_failures=c.max_boot_failures,
-            restart_deadline_s=c.restart_deadline_s,
-        )
+        """Each knob is the daemon's setting of the same name (a field or a derived property
+        of `WatchdogConfig`): the names are the one list, not re-typed here."""
+        return cls(**{f.name: getattr(c, f.name) for f in dataclasses.fields(cls)})

@@ -4,8 +4,9 @@
         [--ssh-key PATH] [--known-hosts PATH]
 
 `ControllerActuator.restart()` starts it in its own session and waits for it, so a daemon
-killed mid-restart never leaves a half-applied plan. It runs `Controller.restart(wait_ready=
-False)` and prints ONE JSON line, the result (`tpwarden.watchdog.actuator.result_doc`, or
+killed mid-restart never leaves a half-applied plan. It runs the one restart operation
+(`tpwarden.cluster.operations.control.restart`, as `tpwarden restart` does; as the watchdog: its
+daemon holds the cluster restart lock, and it does not wait for the boot) and prints ONE JSON line, the result (`tpwarden.watchdog.actuator.result_doc`, or
 `{"ok": false, "error": ...}`); the exit status is 0 applied, 1 failed, 2 error.
 """
 
@@ -20,6 +21,7 @@ from typing import Protocol, TextIO
 from tpwarden.cluster.control.applied import read_applied
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.operations.control import WATCHDOG, restart
 from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.ssh.identity import SshIdentity
 from tpwarden.watchdog.actuator import RESTART_JOB_MODULE, WATCHDOG_WHO, result_doc
@@ -46,7 +48,7 @@ def restart_job(
     out: TextIO | None = None,
     controller: ControllerFactory | None = None,
 ) -> int:
-    """The restart the watchdog runs as a child: `Controller.restart(wait_ready=False)`; prints
+    """The restart the watchdog runs as a child (the restart operation, as the watchdog); prints
     one JSON line (the result) to `out` (stdout) and returns the exit status (0 applied,
     1 failed, 2 error). `inventory`: an applied-plan record (`*.json`, replayed as recorded,
     whatever the inventory file says now) or an inventory file. `identity`: the watchdog's own
@@ -60,7 +62,8 @@ def restart_job(
         with (controller or Controller)(
             spec, state_dir=control_state_dir, applied_source=source
         ) as ctl:
-            doc = result_doc(ctl.restart(why=why, wait_ready=False, who=WATCHDOG_WHO), spec)
+            result = restart(ctl, why, actor=WATCHDOG, who=WATCHDOG_WHO, wait_ready=False)
+            doc = result_doc(result, spec)
     except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
         print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), file=out)
         out.flush()

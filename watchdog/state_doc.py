@@ -1,8 +1,8 @@
 """The watchdog's state as one JSON document, read from its state directory (file reads only).
 
 What `tpwarden watchdog status` and `tpwarden status` show: the daemon's `state.json`, whether
-a daemon holds the lock, the operator hold and the alerts still waiting to be delivered. Never
-blocks, never writes.
+a daemon holds the lock, the operator hold and the alerts still waiting to be delivered; and
+what `tpwarden watchdog history` shows (`events_document`). Never blocks, never writes.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from tpwarden.cluster.durable import JSONObject, read_json
+from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.hold import hold_path, read_hold
 from tpwarden.cluster.operator_lock import lock_holder
 from tpwarden.watchdog.state import StateStore
@@ -60,3 +61,11 @@ def state_document(state_dir: str, now: float) -> JSONObject:
             "blind_since": state.blind_since,
         }
     return doc
+
+
+def events_document(state_dir: str, limit: int, probes: bool = False) -> JSONObject:
+    """The last ``limit`` records of the watchdog's event log (every probe's too with
+    ``probes``), oldest first, and how many unreadable lines were skipped."""
+    got = read_events(os.path.join(state_dir, "events.jsonl"))
+    events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]
+    return {"events": list(events), "skipped_lines": got.skipped_lines}

@@ -24,7 +24,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
@@ -110,7 +109,7 @@ def _sharegpt(text: str, source: str) -> list[str]:
     return [_prompt_of(item, source, None, i) for i, item in enumerate(items)]
 
 
-def _prompt_of(item: Any, source: str, line: int | None, index: int | None = None) -> str:
+def _prompt_of(item: object, source: str, line: int | None, index: int | None = None) -> str:
     """One request's prompt: its "prompt", its first user message, or its first turn."""
     where = "" if index is None else f"entry {index}: "
     if isinstance(item, dict) and isinstance(item.get("body"), dict):
@@ -134,7 +133,7 @@ def _prompt_of(item: Any, source: str, line: int | None, index: int | None = Non
     )
 
 
-def _first_user(messages: Sequence[Any]) -> str | None:
+def _first_user(messages: Sequence[object]) -> str | None:
     for m in messages:
         if isinstance(m, dict) and m.get("role") == "user":
             content = m.get("content")

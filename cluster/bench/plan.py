@@ -16,6 +16,7 @@ from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.labels import LABEL_BENCH_RUN, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_NODE
 from tpwarden.cluster.launch import CPU_ONLY_ENV, ContainerPlan, Mount
+from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 
 # package data, so an installed tpwarden has it too (it lived in the checkout's bench/ before)
@@ -32,7 +33,7 @@ class BenchOptions:
     kind: str  # sweep | prefill
     levels: tuple[int, ...]  # concurrency levels (sweep) or input lengths (prefill)
     prompts: Path = DEFAULT_PROMPTS
-    output_len: int = 512
+    output_len: int = BENCH_OUTPUT_LEN
     ignore_eos: bool = True
     num_prompts: int = 20
     backend: str = "openai-chat"

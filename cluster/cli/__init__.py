@@ -2,7 +2,8 @@
 
 Sub-commands are mounted from one table (``COMMANDS``) and imported on first use (`lazy`), so
 `tpwarden --help`, a TAB completion and `inventory check` import only what they need. To add a
-command: a module with a ``typer.Typer`` (a group) or a ``register(app)`` function, one row here,
+command: a function with ``@<typer>.command(name)`` and ``@handle_errors`` in a module whose
+``app`` (a group) or ``commands`` (top-level commands) the table names, one row here,
 one example in `examples.EXAMPLES`; a group's sub-commands also go in `completion_table.SUBCOMMANDS`
 (TAB completion; `tests/unit/test_cli_completion_table.py` prints the rows when they are missing),
 and a command with a parameter that completes values (`completion_values`) in
@@ -26,26 +27,26 @@ CLI = "tpwarden.cluster.cli"
 
 # name -> ("module:attr", the short help `tpwarden --help` shows without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": (f"{CLI}.inventory:register", "Show what would run on every node: container, image, "
+    "plan": (f"{CLI}.inventory:commands", "Show what would run on every node: container, image, "
              "full vLLM argv, env (secrets redacted)."),
-    "up": (f"{CLI}.control:register", "Start the server on every node (idempotent), then follow "
+    "up": (f"{CLI}.control:commands", "Start the server on every node (idempotent), then follow "
            "the boot until it answers."),
-    "down": (f"{CLI}.control:register", "Stop and remove the serving containers on every node "
+    "down": (f"{CLI}.control:commands", "Stop and remove the serving containers on every node "
              "(found by label)."),
-    "restart": (f"{CLI}.control:register", "Down + up with one plan; the restart is recorded in "
+    "restart": (f"{CLI}.control:commands", "Down + up with one plan; the restart is recorded in "
                 "the event log."),
-    "status": (f"{CLI}.control:register", "One screen: every node (reachable, container, drift, "
+    "status": (f"{CLI}.control:commands", "One screen: every node (reachable, container, drift, "
                "GPU) and the server; exit 0 only if all is well."),
-    "logs": (f"{CLI}.control:register", "Show (or follow) the serving containers' logs."),
-    "boot": (f"{CLI}.control:register", "Attach to a boot in progress: phase, shards, ETA, until "
+    "logs": (f"{CLI}.control:commands", "Show (or follow) the serving containers' logs."),
+    "boot": (f"{CLI}.control:commands", "Attach to a boot in progress: phase, shards, ETA, until "
              "the server answers; or judge a saved log with --from-file"),
-    "provision": (f"{CLI}.provision:register", "Prepare the nodes (Docker, GPU, image, model) and "
+    "provision": (f"{CLI}.provision:commands", "Prepare the nodes (Docker, GPU, image, model) and "
                   "install tpwarden, the thermal agent, the watchdog and the clock cap"),
-    "rollout": (f"{CLI}.rollout:register", "Change the serving config: plan, measure, restart, "
+    "rollout": (f"{CLI}.rollout:commands", "Change the serving config: plan, measure, restart, "
                 "verify, keep or roll back."),
-    "rollback": (f"{CLI}.rollout:register", "Restore a recorded config revision (default: the "
+    "rollback": (f"{CLI}.rollout:commands", "Restore a recorded config revision (default: the "
                  "one before the last rollout) and restart."),
-    "report": (f"{CLI}.report:register", "How the night went: uptime and restarts with causes, "
+    "report": (f"{CLI}.report:commands", "How the night went: uptime and restarts with causes, "
                "watchdog decisions, thermal peaks"),
     "inventory": (f"{CLI}.inventory:app", "Validate inventories."),
     "lab": (f"{CLI}.lab:app", "The lab: a simulated 4-node cluster on this machine (needs root)."),
@@ -61,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prometheus": (f"{CLI}.prometheus:app", "Prometheus: the scrape config for this cluster."),
     "tune": (f"{CLI}.tune:app", "Choose the drafter's draft length from measurement."),
     "flags": (f"{CLI}.flags:app", "The `vllm serve` flag table, read from the serving image."),
-    "clocks": (f"{CLI}.control:register", "Show, cap or reset GPU clocks on every node (NVML)."),
+    "clocks": (f"{CLI}.control:commands", "Show, cap or reset GPU clocks on every node (NVML)."),
     "incident": (f"{CLI}.incident:app", "Incident dossiers: which rank hung, and where "
                  "(taken before every watchdog restart)."),
 }  # fmt: skip
@@ -104,6 +105,9 @@ app = typer.Typer(
     epilog="Example: tpwarden inventory check -i inventory.yml && tpwarden up -i inventory.yml",
     no_args_is_help=True,
     rich_markup_mode=None,  # click's plain help: see help_text
+    # help as wide as the terminal (click's default caps it at 80 columns); every sub-command's
+    # context inherits it
+    context_settings={"max_content_width": 10_000},
 )
 
 

@@ -8,7 +8,7 @@ tpwarden bench compare runs/20260101T000000Z-sweep runs/20260115T000000Z-sweep
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,18 +20,12 @@ from tpwarden.cluster.bench.parse import parse_size_token
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import BenchRunner, compare_rows, load_run
 from tpwarden.cluster.cli.chat_kwargs import ChatTemplateKwargs, chat_kwargs
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.inputs import READABLE_FILE
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.server_view import print_server
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 
 app = typer.Typer(
     help="Benchmark the server from a CPU-only client container; compare runs.",
@@ -95,25 +89,9 @@ def _levels(text: str, option: str) -> tuple[int, ...]:
     return levels
 
 
-def _print_defaults(pre: dict[str, Any]) -> None:
-    d, s = pre["server_defaults"], pre["server"]
-    console.print(
-        f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
-        f"{s.get('model_id') or '?'} · max_model_len {s.get('max_model_len') or '?'}",
-        highlight=False,
-    )
-    console.print(
-        f"defaults: thinking [bold]{'on' if d['thinking'] else 'off'}[/] ({d['thinking_source']}),"
-        f" chat template kwargs {json.dumps(d['chat_template_kwargs'])}, drafter "
-        f"{d['drafter_method'] or 'none'} k={d['drafter_k'] or '-'}, enforce_eager "
-        f"{d['enforce_eager']}",
-        highlight=False,
-    )
-    colour = "green" if pre["ok"] else "red"
-    console.print(f"health: [{colour}]{pre['verdict']}[/]", highlight=False)
-
-
-def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
+def _table(
+    title: str, rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, str]]
+) -> Table:
     table = Table(title=title)
     for head, _, _ in columns:
         table.add_column(head, justify="right")
@@ -122,7 +100,9 @@ def _table(title: str, rows: list[dict[str, Any]], columns) -> Table:
     return table
 
 
-def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
+def _run(
+    inventory: Path, opts: BenchOptions, runs_dir: Path | None, dry_run: bool, as_json: bool
+) -> None:
 
     spec = load(inventory)
     if dry_run:
@@ -146,7 +126,7 @@ def _run(inventory: Path, opts, runs_dir, dry_run: bool, as_json: bool) -> None:
         )
         pre = runner.preflight()
         if not as_json:
-            _print_defaults(pre)
+            print_server(pre, bench=True)
         run = runner.run(opts, pre)
     rows = run.rows()
     if as_json:
@@ -164,9 +144,14 @@ def sweep(
     concurrency: Annotated[str, typer.Option(help="Comma list of levels.")] = "1,4,8,16,32",
     prompts: Annotated[
         Path | None,
-        typer.Option(help="JSONL (a `prompt` or chat `messages` per line) or ShareGPT JSON."),
+        typer.Option(
+            **READABLE_FILE,
+            help="JSONL (a `prompt` or chat `messages` per line) or ShareGPT JSON.",
+        ),
     ] = None,
-    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
+    output_len: Annotated[
+        int, typer.Option(min=1, help="Output tokens per request.")
+    ] = BENCH_OUTPUT_LEN,
     ignore_eos: Annotated[bool, typer.Option(help="Force the full output length.")] = True,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
     backend: Annotated[str, typer.Option(help="openai-chat or openai (completions).")] = (

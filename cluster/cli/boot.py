@@ -15,22 +15,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tpwarden.cluster.boot.crash import LINE_LABEL as CRASH_LABEL
 from tpwarden.cluster.boot.crash import Crash
 from tpwarden.cluster.boot.progress import BootNote, BootProgress, read_boot_log
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.results import BootResult, ControlEvent
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.vllm.log_prefix import parse_prefix
 
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
+commands = typer.Typer()  # `boot`, merged into the main app with cluster control's commands
 
 
 # 2: the boot's root-cause line moved from `error` to `boot_error` (`error` is the envelope's
@@ -150,6 +144,8 @@ def _report_log_verdict(p: BootProgress, source: str) -> None:
     print_notes(p.notes)
 
 
+@commands.command("boot")
+@handle_errors
 def boot(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     timeout: Timeout = 2400.0,
@@ -199,8 +195,18 @@ def boot(
     raise typer.Exit(0 if result.ready else 1)
 
 
-# a line vLLM (or Python under it) writes: a log level, the package's name, a traceback
-_VLLM_LINE = re.compile(r"\b(INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|vllm|Traceback", re.IGNORECASE)
+# what only vLLM (or Python under it) writes: its name, a traceback
+_VLLM_WORDS = re.compile(r"vllm|Traceback \(most recent call last\)", re.IGNORECASE)
+
+
+def vllm_line(line: str) -> bool:
+    """A line vLLM wrote: its name or a traceback in it, or vLLM's own prefixes (`INFO 12-01
+    22:00:00 [api_server.py:1]`, a `(APIServer pid=1)` process) as `log_prefix` reads them.
+    A log level alone is not enough: every program's log has those."""
+    if _VLLM_WORDS.search(line):
+        return True
+    got = parse_prefix(line)
+    return got.source is not None or got.process is not None
 
 
 def _read_log_file(path: str) -> BootProgress:
@@ -217,9 +223,9 @@ def _read_log_file(path: str) -> BootProgress:
     body = [line for line in lines if line.strip() and not line.startswith("#")]
     if not body:
         raise ConfigError(f"{path}: empty log", key="--from-file", hint="give a vLLM log")
-    if not any(_VLLM_LINE.search(line) for line in body):
+    if any("\x00" in line for line in body) or not any(vllm_line(line) for line in body):
         raise ConfigError(
-            f"{path}: not a vLLM log (no INFO/WARNING/ERROR line in {len(body)} lines)",
+            f"{path}: not a vLLM log (no line of vLLM's in {len(body)} lines)",
             key="--from-file",
             hint="save it with `docker logs CONTAINER > head.log`",
         )

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import tpwarden.cluster.cli.completion_values as completion_values
 from typer import _click as click
+from typer._click.shell_completion import CompletionItem
 from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.main import get_param_completion
@@ -97,7 +97,7 @@ class _Raw:
     """A stand-in parameter keeps the text it was given: typer"s coercion would import pydantic,
     and a completer reads only names and paths."""
 
-    def process_value(self, ctx: click.Context, value: Any) -> Any:
+    def process_value(self, ctx: click.Context, value: object) -> object:
         return value
 
 
@@ -112,17 +112,18 @@ class _Argument(_Raw, TyperArgument):
 def _param(row: Row) -> click.Parameter:
     name, kind, decls, completer = row
     fn = getattr(completion_values, completer) if completer else None
-    common: dict[str, Any] = {
-        "type_descriptor": _TEXT,
-        "autocompletion": get_param_completion(fn) if fn else None,
-    }
+    completes = get_param_completion(fn) if fn else None
     if kind == "argument":
-        return _Argument(param_decls=[name, *decls[1:]], required=False, **common)
+        return _Argument(
+            param_decls=[name, *decls[1:]], required=False, type_descriptor=_TEXT,
+            autocompletion=completes,
+        )  # fmt: skip
     return _Option(
         param_decls=[name, *decls],
         is_flag=kind == "flag",
         multiple=kind == "multiple",
-        **common,
+        type_descriptor=_TEXT,
+        autocompletion=completes,
     )
 
 
@@ -135,10 +136,13 @@ class _Unhelped:
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-        **extra: Any,
+        **extra: object,
     ) -> click.Context:  # fmt: skip
         extra.setdefault("default_map", {"help": False})
-        return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+        made: click.Context = super().make_context(  # type: ignore[misc]
+            info_name, args, parent, **extra
+        )
+        return made
 
 
 class StandInCommand(_Unhelped, TyperCommand):
@@ -148,7 +152,7 @@ class StandInCommand(_Unhelped, TyperCommand):
         super().__init__(name, params=[_param(r) for r in rows], callback=None)
         self.real = real
 
-    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
         real = self.real() if incomplete and not incomplete[0].isalnum() else None
         # a command offers names of its options; values come from its parameters
         return real.shell_complete(ctx, incomplete) if real is not None else []
@@ -173,7 +177,7 @@ class StandInGroup(_Unhelped, TyperGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self._group().get_command(ctx, cmd_name)
 
-    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
         return self._group().shell_complete(ctx, incomplete)
 
 

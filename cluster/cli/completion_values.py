@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from typer import _click as click
 
@@ -189,9 +188,9 @@ def set_keys(ctx: click.Context, incomplete: str) -> list[str]:
     return [f"{prefix}{key}=" for key in SET_KEYS]
 
 
-def _local_tasks(folder: Any) -> list[str]:
+def _local_tasks(folder: object) -> list[str]:
     """Task names of the YAMLs under an --include-path folder (none when it is not one)."""
-    if not folder or not Path(folder).is_dir():
+    if not isinstance(folder, str | Path) or not folder or not Path(folder).is_dir():
         return []
     found = []
     for f in sorted(Path(folder).rglob("*.y*ml")):
@@ -244,14 +243,18 @@ def _looks_ini(text: str) -> bool:
     return any(line.strip().startswith("[") for line in text.splitlines())
 
 
-def _merge(into: dict[str, tuple[list[str], list[str]]], more: dict[str, Any]) -> None:
+def _merge(
+    into: dict[str, tuple[list[str], list[str]]], more: dict[str, tuple[list[str], list[str]]]
+) -> None:
     for name, (hosts, children) in more.items():
         have = into.setdefault(name, ([], []))
         have[0].extend(h for h in hosts if h not in have[0])
         have[1].extend(c for c in children if c not in have[1])
 
 
-def _hosts_under(groups: dict[str, Any], name: str, seen: set[str]) -> Iterator[str]:
+def _hosts_under(
+    groups: dict[str, tuple[list[str], list[str]]], name: str, seen: set[str]
+) -> Iterator[str]:
     if name in seen or name not in groups:
         return
     seen.add(name)
@@ -285,7 +288,7 @@ def _yaml_groups(text: str) -> dict[str, tuple[list[str], list[str]]]:
     data = yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
     groups: dict[str, tuple[list[str], list[str]]] = {}
 
-    def walk(name: str, body: Any) -> None:
+    def walk(name: str, body: object) -> None:
         body = body if isinstance(body, dict) else {}
         hosts = [str(h) for h in _mapping(body.get("hosts"))]
         kids = _mapping(body.get("children"))
@@ -298,7 +301,7 @@ def _yaml_groups(text: str) -> dict[str, tuple[list[str], list[str]]]:
     return groups
 
 
-def _mapping(value: Any) -> dict[Any, Any]:
+def _mapping(value: object) -> dict[object, object]:
     return value if isinstance(value, dict) else {}
 
 

@@ -1,6 +1,7 @@
 """CLI for cluster control: up, down, restart, status, logs, boot, clocks.
 
-The lead mounts these on the main app (`register(app)`); each takes `-i/--inventory`.
+`commands` holds them, merged into the main app (the `boot` command is `cli.boot`'s); each
+takes `-i/--inventory`.
 Rendering (tables, progress bars, exit codes) lives here and only here.
 """
 
@@ -14,11 +15,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 from tpwarden.cluster.boot.progress import BootProgress
-from tpwarden.cluster.cli.boot import BootView, boot, print_crash, print_notes, report_boot
+from tpwarden.cluster.cli.boot import BootView, print_crash, print_notes, report_boot
+from tpwarden.cluster.cli.boot import commands as boot_commands
 from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
     console,
     emit_json,
     err_console,
@@ -27,26 +26,23 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.watchdog_view import watchdog_line
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import ControlPlan
-from tpwarden.cluster.control.results import ApplyResult, ControlEvent
+from tpwarden.cluster.control.results import ApplyResult, ClockResult, ControlEvent
 from tpwarden.cluster.control.status_model import ClusterStatus
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
-from tpwarden.cluster.operator_lock import (
-    LeasedHolder,
-    clear_down,
-    cluster_lock_path,
-    mark_down,
-    one_actor,
-    operator_identity,
-)
+from tpwarden.cluster.operations import control as operations
 from tpwarden.cluster.reports.status_view import REASON_MIN, status_view
-from tpwarden.cluster.rollout.ports import WatchdogHolder
 
+commands = typer.Typer()
 clocks_app = typer.Typer(
     help="Show, cap or reset GPU clocks on every node (NVML).", no_args_is_help=True
 )
+commands.add_typer(boot_commands)
+commands.add_typer(clocks_app, name="clocks")
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 Timeout = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server.")]
@@ -80,7 +76,7 @@ def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
     return code
 
 
-def apply_json(result: ApplyResult) -> dict:
+def apply_json(result: ApplyResult) -> JSONObject:
     """What up/down/restart did, as JSON (schema_version in cli.common)."""
     boot = result.boot
     return {
@@ -113,6 +109,8 @@ def _quiet(_ev: ControlEvent) -> None:
     """With --json, progress stays off stdout (one JSON document there, nothing else)."""
 
 
+@commands.command("up")
+@handle_errors
 def up(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a drifted config.")] = False,
@@ -130,21 +128,19 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        with one_actor(cluster_lock_path(spec), f"tpwarden up by {operator_identity()}"):
-            # An operator's `up` ends an intentional stop: the watchdog watches again.
-            clear_down(_holder(spec))
-            if as_json:
-                result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-            else:
-                with view.progress:
-                    result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
+        result = operations.up(
+            ctl,
+            plan,
+            replace=replace,
+            wait_ready=not no_wait,
+            timeout_s=timeout,
+            showing=None if as_json else view.progress,
+        )
     raise typer.Exit(_report(result, "up", as_json))
 
 
-def _holder(spec) -> WatchdogHolder:
-    return WatchdogHolder(spec, by=operator_identity())
-
-
+@commands.command("down")
+@handle_errors
 def down(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     dry_run: DryRun = False,
@@ -161,13 +157,12 @@ def down(
         if dry_run or not plan.changes:
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
-        with one_actor(cluster_lock_path(spec), f"tpwarden down by {operator_identity()}"):
-            # Recorded before the containers go: the watchdog must never count this stop.
-            mark_down(_holder(spec), operator_identity())
-            result = ctl.down(plan)
+        result = operations.down(ctl, plan)
     raise typer.Exit(_report(result, "down", as_json))
 
 
+@commands.command("restart")
+@handle_errors
 def restart(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
@@ -193,16 +188,13 @@ def restart(
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        # One actor: the cluster lock, and the watchdog held while this restart runs (its release
-        # also ends an intentional `down`).
-        what = f"tpwarden restart by {operator_identity()}: {reason}"
-        held = LeasedHolder(_holder(spec))  # lapses within 10 min if this process is killed
-        with one_actor(cluster_lock_path(spec), what, held, hold_s=timeout + 600):
-            if as_json:
-                result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-            else:
-                with view.progress:
-                    result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
+        result = operations.restart(
+            ctl,
+            reason,
+            timeout_s=timeout,
+            wait_ready=not no_wait,
+            showing=None if as_json else view.progress,
+        )
     raise typer.Exit(_report(result, "restart", as_json))
 
 
@@ -210,7 +202,7 @@ WIDE_WIDTH = 400
 
 
 def status_renderables(
-    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict | None = None
+    st: ClusterStatus, width: int, wide: bool = False, zone_roles: dict[str, str] | None = None
 ) -> list[Table]:
     """The status screen for a terminal ``width`` columns wide (see cluster.reports.status_view)."""
     view = status_view(st, width, wide, zone_roles)
@@ -242,7 +234,7 @@ def status_renderables(
     return [nodes, server]
 
 
-def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None) -> None:
+def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict[str, str] | None = None) -> None:
     width = console.width
     try:
         if wide:  # the natural width even on a narrow terminal: rich would squeeze every cell
@@ -253,6 +245,8 @@ def _print_status(st: ClusterStatus, wide: bool, zone_roles: dict | None = None)
         console.width = width
 
 
+@commands.command("status")
+@handle_errors
 def status(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
@@ -322,6 +316,8 @@ def _head_boot(ctl: Controller) -> BootProgress | None:
         return None
 
 
+@commands.command("logs")
+@handle_errors
 def logs(
     node: Annotated[
         str | None, typer.Argument(help="Node (default: all).", autocompletion=values.nodes)
@@ -363,7 +359,7 @@ def logs(
         raise typer.Exit(1)
 
 
-def _clock_report(results, as_json: bool) -> None:
+def _clock_report(results: list[ClockResult], as_json: bool) -> None:
     if as_json:
         nodes = [
             {"node": r.node, "ok": r.ok, "message": r.message, "gpus": [dict(g) for g in r.gpus]}
@@ -390,7 +386,9 @@ def _clock_report(results, as_json: bool) -> None:
 
 @clocks_app.command("show")
 @handle_errors
-def clocks_show(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
+def clocks_show(
+    inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False
+) -> None:
     """Read SM clocks and each node's record of its clock cap (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("show"), as_json)
@@ -402,7 +400,7 @@ def clocks_cap(
     mhz: Annotated[int, typer.Argument(min=200, max=5000, help="Max SM clock, MHz.")],
     inventory: InventoryOption = DEFAULT_INVENTORY,
     as_json: JsonOption = False,
-):
+) -> None:
     """Lock SM clocks to 0..MHZ on every node (like nvidia-smi -lgc 0,MHZ); the driver's answer
     is recorded on each node (NVML has no read-back)."""
     with Controller(load(inventory)) as ctl:
@@ -411,14 +409,9 @@ def clocks_cap(
 
 @clocks_app.command("reset")
 @handle_errors
-def clocks_reset(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False):
+def clocks_reset(
+    inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False
+) -> None:
     """Remove the clock cap on every node (like nvidia-smi -rgc); the answer is recorded."""
     with Controller(load(inventory)) as ctl:
         _clock_report(ctl.clocks("reset"), as_json)
-
-
-def register(app: typer.Typer) -> None:
-    """Mount the control commands on the main `tpwarden` app."""
-    for fn in (up, down, restart, status, logs, boot):
-        app.command(fn.__name__)(handle_errors(fn))
-    app.add_typer(clocks_app, name="clocks")

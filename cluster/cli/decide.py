@@ -16,12 +16,7 @@ from typing import Annotated
 
 import typer
 from tpwarden.cluster.cli import decide_batch
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    handle_errors,
-)
+from tpwarden.cluster.cli.common import handle_errors
 from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
@@ -35,12 +30,14 @@ from tpwarden.cluster.cli.decide_common import (
     ask_one,
     setup,
 )
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.decide.core import Item
 
 app = typer.Typer(
     help="Decisions from label-token probabilities (max_tokens=1, no text parsing).",
     no_args_is_help=True,
 )
+app.add_typer(decide_batch.commands)  # `run` and `calibrate`, declared in their own module
 
 
 def _choices(raw: list[str]) -> dict[str, str]:
@@ -130,6 +127,3 @@ def score(
     ask_one(
         ctx, Item(id="score", question=question, kind="score", score_range=(low, high)), as_json
     )
-
-
-decide_batch.register(app)

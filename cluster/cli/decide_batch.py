@@ -13,16 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, write_json
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, plain
 from tpwarden.cluster.cli.decide_common import (
     CalOpt,
     CueOpt,
@@ -31,17 +22,22 @@ from tpwarden.cluster.cli.decide_common import (
     NoCalOpt,
     PathOpt,
     RunsDirOpt,
+    Setup,
     TempOpt,
     ThinkOpt,
     TimeoutOpt,
     setup,
 )
+from tpwarden.cluster.cli.inputs import READABLE_FILE, output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.decide import fitted as fm
 from tpwarden.cluster.decide import plots, runner
 from tpwarden.cluster.decide.core import load_items
 from tpwarden.cluster.durable import read_jsonl
 
-DataOpt = Annotated[Path, typer.Option("--data", help="JSONL: id, question, choices, answer?")]
+DataOpt = Annotated[
+    Path, typer.Option("--data", **READABLE_FILE, help="JSONL: id, question, choices, answer?")
+]
 ConcOpt = Annotated[int, typer.Option("--concurrency", "-c", help="Requests in flight.")]
 
 
@@ -49,7 +45,9 @@ def _fmt(v: Any, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def _batch(ctx, data: Path, runs: int, concurrency: int, permute: bool, runs_dir: Path | None):
+def _batch(
+    ctx: Setup, data: Path, runs: int, concurrency: int, permute: bool, runs_dir: Path | None
+) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
     """Run the items; write the run directory; return (run_dir, docs, summary)."""
 
     items = load_items(data)
@@ -136,129 +134,133 @@ def _render_run(run_dir: Path, summary: dict[str, Any]) -> None:
     console.print(f"run directory: {plain(run_dir)}", highlight=False)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("run")
-    @handle_errors
-    def run(
-        data: DataOpt,
-        inventory: InventoryOption = DEFAULT_INVENTORY,
-        runs: Annotated[int, typer.Option("--runs", help="Ask every item N times (flips).")] = 1,
-        concurrency: ConcOpt = 4,
-        permute: Annotated[
-            bool, typer.Option("--permute", help="Also ask with the choices reversed (bias).")
-        ] = False,
-        path: PathOpt = "completions",
-        margin: MarginOpt = None,
-        temperature: TempOpt = None,
-        calibration: CalOpt = None,
-        no_calibration: NoCalOpt = False,
-        cue: CueOpt = "Answer:",
-        top_logprobs: KOpt = None,
-        thinking: ThinkOpt = False,
-        timeout: TimeoutOpt = 60.0,
-        runs_dir: RunsDirOpt = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Decide every item of a JSONL file; accuracy, coverage, holds, flips, latency, bias.
+commands = typer.Typer()  # `decide run` and `decide calibrate`, mounted by `cli.decide`
 
-        Example: tpwarden decide run -i inventory.yml --data items.jsonl --runs 2 --permute --json
-        """
-        if runs < 1 or concurrency < 1:
-            raise typer.BadParameter("--runs and --concurrency must be >= 1")
-        ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
-                    top_logprobs, thinking, timeout)  # fmt: skip
-        for note in ctx.notes:
-            err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
-        run_dir, docs, summary = _batch(ctx, data, runs, concurrency, permute, runs_dir)
-        if as_json:
-            out = {"ok": summary["decided"] > 0, "run_dir": str(run_dir), "items": docs}
-            emit_json("decide run", {**out, "summary": summary}, indent=1)
-        else:
-            _render_run(run_dir, summary)
-        if summary["decided"] == 0:
-            err_console.print("[bold red]error:[/] no item got a decision (see items.jsonl)")
-            raise typer.Exit(1)
 
-    @app.command("calibrate")
-    @handle_errors
-    def calibrate(
-        data: Annotated[
-            Path | None, typer.Option("--data", help="Labelled validation JSONL (with answers).")
-        ] = None,
-        from_run: Annotated[
-            Path | None, typer.Option("--from-run", help="Fit on a finished run directory.")
-        ] = None,
-        inventory: InventoryOption = DEFAULT_INVENTORY,
-        target_accuracy: Annotated[
-            float, typer.Option(help="Accuracy the answered part must reach (gate).")
-        ] = 0.95,
-        out: Annotated[
-            Path | None, typer.Option("--out", help="Calibration file to write.")
-        ] = None,
-        concurrency: ConcOpt = 4,
-        path: PathOpt = "completions",
-        cue: CueOpt = "Answer:",
-        top_logprobs: KOpt = None,
-        timeout: TimeoutOpt = 60.0,
-        runs_dir: RunsDirOpt = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Fit a temperature (ECE, reliability diagram) and the margin gate for a target
-        accuracy (selective-prediction curve); save both for `decide ask/run`.
+@commands.command("run")
+@handle_errors
+def run(
+    data: DataOpt,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    runs: Annotated[int, typer.Option("--runs", help="Ask every item N times (flips).")] = 1,
+    concurrency: ConcOpt = 4,
+    permute: Annotated[
+        bool, typer.Option("--permute", help="Also ask with the choices reversed (bias).")
+    ] = False,
+    path: PathOpt = "completions",
+    margin: MarginOpt = None,
+    temperature: TempOpt = None,
+    calibration: CalOpt = None,
+    no_calibration: NoCalOpt = False,
+    cue: CueOpt = "Answer:",
+    top_logprobs: KOpt = None,
+    thinking: ThinkOpt = False,
+    timeout: TimeoutOpt = 60.0,
+    runs_dir: RunsDirOpt = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Decide every item of a JSONL file; accuracy, coverage, holds, flips, latency, bias.
 
-        Example: tpwarden decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
-        """
+    Example: tpwarden decide run -i inventory.yml --data items.jsonl --runs 2 --permute --json
+    """
+    if runs < 1 or concurrency < 1:
+        raise typer.BadParameter("--runs and --concurrency must be >= 1")
+    ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
+                top_logprobs, thinking, timeout)  # fmt: skip
+    for note in ctx.notes:
+        err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
+    run_dir, docs, summary = _batch(ctx, data, runs, concurrency, permute, runs_dir)
+    if as_json:
+        out = {"ok": summary["decided"] > 0, "run_dir": str(run_dir), "items": docs}
+        emit_json("decide run", {**out, "summary": summary}, indent=1)
+    else:
+        _render_run(run_dir, summary)
+    if summary["decided"] == 0:
+        err_console.print("[bold red]error:[/] no item got a decision (see items.jsonl)")
+        raise typer.Exit(1)
 
-        if (data is None) == (from_run is None):
-            raise typer.BadParameter("give exactly one of --data or --from-run")
-        if not 0 < target_accuracy <= 1:
-            raise typer.BadParameter("--target-accuracy must be in (0, 1]")
-        # raw probabilities (T=1) and no gate: the fit must see the model as it is
-        ctx = setup(inventory, path, 0.0, 1.0, None, True, cue, top_logprobs, False, timeout)
-        if data is not None:
-            run_dir, docs, _ = _batch(ctx, data, 1, concurrency, False, runs_dir)
-        else:
-            assert from_run is not None  # exactly one of --data and --from-run (checked above)
-            run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
-        if not any(d.get("verdict") in ("answer", "hold") for d in docs):
-            err_console.print(f"[bold red]error:[/] no item got a decision (see {plain(run_dir)})")
-            raise typer.Exit(1)
-        result = fm.fit(fm.examples_from_docs(docs), target_accuracy)
-        rep, gate = result.report, result.gate
-        fitted = fm.Fitted(
-            temperature=rep.temperature,
-            margin_gate=gate.threshold if gate else None,
-            target_accuracy=target_accuracy,
-            n=rep.n,
-            config_hash=ctx.spec.config_hash(),
-            fitted_at=datetime.now(UTC).isoformat(),
-            path=path,
-            source=str(run_dir),
+
+@commands.command("calibrate")
+@handle_errors
+def calibrate(
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", **READABLE_FILE, help="Labelled validation JSONL (with answers)."),
+    ] = None,
+    from_run: Annotated[
+        Path | None, typer.Option("--from-run", help="Fit on a finished run directory.")
+    ] = None,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    target_accuracy: Annotated[
+        float, typer.Option(help="Accuracy the answered part must reach (gate).")
+    ] = 0.95,
+    out: Annotated[
+        Path | None, typer.Option("--out", callback=output_file, help="Calibration file to write.")
+    ] = None,
+    concurrency: ConcOpt = 4,
+    path: PathOpt = "completions",
+    cue: CueOpt = "Answer:",
+    top_logprobs: KOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    runs_dir: RunsDirOpt = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Fit a temperature (ECE, reliability diagram) and the margin gate for a target
+    accuracy (selective-prediction curve); save both for `decide ask/run`.
+
+    Example: tpwarden decide calibrate -i inventory.yml --data validation.jsonl --target-accuracy 0.95
+    """
+
+    if (data is None) == (from_run is None):
+        raise typer.BadParameter("give exactly one of --data or --from-run")
+    if not 0 < target_accuracy <= 1:
+        raise typer.BadParameter("--target-accuracy must be in (0, 1]")
+    # raw probabilities (T=1) and no gate: the fit must see the model as it is
+    ctx = setup(inventory, path, 0.0, 1.0, None, True, cue, top_logprobs, False, timeout)
+    if data is not None:
+        run_dir, docs, _ = _batch(ctx, data, 1, concurrency, False, runs_dir)
+    else:
+        assert from_run is not None  # exactly one of --data and --from-run (checked above)
+        run_dir, docs = from_run, read_jsonl(from_run / "items.jsonl")
+    if not any(d.get("verdict") in ("answer", "hold") for d in docs):
+        err_console.print(f"[bold red]error:[/] no item got a decision (see {plain(run_dir)})")
+        raise typer.Exit(1)
+    result = fm.fit(fm.examples_from_docs(docs), target_accuracy)
+    rep, gate = result.report, result.gate
+    fitted = fm.Fitted(
+        temperature=rep.temperature,
+        margin_gate=gate.threshold if gate else None,
+        target_accuracy=target_accuracy,
+        n=rep.n,
+        config_hash=ctx.spec.config_hash(),
+        fitted_at=datetime.now(UTC).isoformat(),
+        path=path,
+        source=str(run_dir),
+    )
+    target_file = fm.save(out or fm.default_path(ctx.spec.name), fitted)
+    curve = [vars(p) for p in result.curve]
+    doc = {"fitted": fitted.to_json(), "calibration_file": str(target_file),
+           "report": rep.to_json(), "gate": vars(gate) if gate else None, "curve": curve}  # fmt: skip
+    write_json(run_dir / "calibration.json", doc)
+    pngs = {}
+    try:
+        pngs["reliability"] = str(
+            plots.reliability_png(
+                run_dir / "reliability.png", rep.bins_before, rep.bins_after, rep.temperature
+            )
         )
-        target_file = fm.save(out or fm.default_path(ctx.spec.name), fitted)
-        curve = [vars(p) for p in result.curve]
-        doc = {"fitted": fitted.to_json(), "calibration_file": str(target_file),
-               "report": rep.to_json(), "gate": vars(gate) if gate else None, "curve": curve}  # fmt: skip
-        write_json(run_dir / "calibration.json", doc)
-        pngs = {}
-        try:
-            pngs["reliability"] = str(
-                plots.reliability_png(
-                    run_dir / "reliability.png", rep.bins_before, rep.bins_after, rep.temperature
-                )
+        pngs["selective"] = str(
+            plots.selective_png(
+                run_dir / "selective.png", result.curve, fitted.margin_gate, target_accuracy
             )
-            pngs["selective"] = str(
-                plots.selective_png(
-                    run_dir / "selective.png", result.curve, fitted.margin_gate, target_accuracy
-                )
-            )
-        except Exception as e:  # noqa: BLE001 - a missing plot must not lose the fit
-            err_console.print(f"[yellow]warning:[/] no plots: {plain(e)}", highlight=False)
-        doc["plots"] = pngs  # fmt: skip
-        if as_json:
-            emit_json("decide calibrate", doc, indent=1)
-            return
-        _render_fit(doc)
+        )
+    except Exception as e:  # noqa: BLE001 - a missing plot must not lose the fit
+        err_console.print(f"[yellow]warning:[/] no plots: {plain(e)}", highlight=False)
+    doc["plots"] = pngs  # fmt: skip
+    if as_json:
+        emit_json("decide calibrate", doc, indent=1)
+        return
+    _render_fit(doc)
 
 
 def _render_fit(doc: dict[str, Any]) -> None:

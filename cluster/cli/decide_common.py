@@ -10,10 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 from tpwarden.cluster.cli.common import console, emit_json, err_console, load, plain, positive
+from tpwarden.cluster.cli.inputs import READABLE_FILE
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.decide import fitted as fitted_mod
 from tpwarden.cluster.decide.client import LogprobClient, max_logprobs_from_args
-from tpwarden.cluster.decide.core import DEFAULT_MARGIN, Decider
+from tpwarden.cluster.decide.core import DEFAULT_MARGIN, Decider, Decision, Item
 from tpwarden.cluster.spec import ClusterSpec
 
 PathOpt = Annotated[
@@ -26,7 +27,10 @@ TempOpt = Annotated[
     float | None, typer.Option("--temperature", help="Calibration temperature (default: fitted).")
 ]
 CalOpt = Annotated[
-    Path | None, typer.Option("--calibration", help="Fitted calibration file (default: state dir).")
+    Path | None,
+    typer.Option(
+        "--calibration", **READABLE_FILE, help="Fitted calibration file (default: state dir)."
+    ),
 ]
 NoCalOpt = Annotated[bool, typer.Option("--no-calibration", help="Ignore any fitted calibration.")]
 CueOpt = Annotated[str, typer.Option("--cue", help="Answer cue ending the prompt (e.g. 정답:).")]
@@ -53,7 +57,7 @@ class Setup:
     calibration_file: str | None = None
 
 
-def _api_key(spec) -> str | None:
+def _api_key(spec: ClusterSpec) -> str | None:
     # the same resolution as the probe and bench (an env var here, or the head's root-only file)
     with Controller(spec) as ctl:
         return ctl.api_key()
@@ -111,7 +115,7 @@ def setup(
     )
 
 
-def render_decision(d, title: str) -> None:
+def render_decision(d: Decision, title: str) -> None:
     table = Table(title=title)
     for col in ("label", "probability", ""):
         table.add_column(col, justify="left" if col != "probability" else "right")
@@ -127,7 +131,7 @@ def render_decision(d, title: str) -> None:
     )
 
 
-def ask_one(setup: Setup, item, as_json: bool) -> None:
+def ask_one(setup: Setup, item: Item, as_json: bool) -> None:
     for note in setup.notes:
         err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
     with setup.client:

@@ -11,7 +11,6 @@ tpwarden eval compare runs/A-eval runs/B-eval
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -20,19 +19,11 @@ import typer
 from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
 from tpwarden.cluster.cli.chat_kwargs import chat_kwargs
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
 from tpwarden.cluster.cli.eval_datasets import app as datasets_app
 from tpwarden.cluster.cli.eval_image import app as image_app
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.server_view import print_server
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.eval.cache import read_index
@@ -69,21 +60,6 @@ def _fmt(v: JSONValue, scale: float = 100.0) -> str:
 
 def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (text or "").split(",") if x.strip())
-
-
-def _print_preflight(pre: JSONObject) -> None:
-    d, s = pre["server_defaults"], pre["server"]
-    console.print(
-        f"server {s.get('api_base')} · vLLM {s.get('version') or '?'} · model "
-        f"{s.get('model_id') or '?'} · max_model_len {s.get('max_model_len') or '?'}",
-        highlight=False,
-    )
-    console.print(
-        f"defaults: thinking [bold]{'on' if d['thinking'] else 'off'}[/] ({d['thinking_source']}),"
-        f" chat template kwargs {json.dumps(d['chat_template_kwargs'])}, drafter "
-        f"{d['drafter_method'] or 'none'} k={d['drafter_k'] or '-'}",
-        highlight=False,
-    )
 
 
 def _print_plans(plans: list[JSONObject]) -> None:
@@ -281,7 +257,7 @@ def run(
             emit_json("eval run", out, indent=2)
             return
         if not as_json:
-            _print_preflight(pre)
+            print_server(pre)
         run_dir, manifest, rows = runner.run(opts, pre, resume=resume)
     failed = [f["task"] for f in manifest.get("failed") or [] if f["task"] in _unscored(rows)]
     if as_json:

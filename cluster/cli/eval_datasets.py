@@ -8,17 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.inputs import output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.eval.cache import load_to_head
@@ -56,7 +48,10 @@ def _summary(doc: JSONObject) -> list[JSONObject]:
 @app.command("fetch")
 @handle_errors
 def fetch(
-    out: Annotated[Path, typer.Option("--out", "-o", help="The archive to write (.tar.gz).")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", callback=output_file, help="The archive to write (.tar.gz)."),
+    ],
     suite: Annotated[str | None, typer.Option(help="A named suite (field).")] = None,
     tasks: Annotated[str | None, typer.Option(help="Comma list of lm-eval task names.")] = None,
     venv: Annotated[

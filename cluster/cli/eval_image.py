@@ -9,17 +9,8 @@ from typing import Annotated
 
 import typer
 from tpwarden.cluster.bench.plan import client_image as bench_image
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.eval.image_head import build as build_image
 from tpwarden.cluster.eval.image_head import plan_image

@@ -13,17 +13,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
 from tpwarden.cluster.cli.narrow import short_frames, shorten, table_lines
-from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.watchdog_view import StateDirOption, at_the_watchdog, iso
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 
@@ -31,15 +24,6 @@ app = typer.Typer(
     help="Incident dossiers: which rank hung, and where (taken before every watchdog restart).",
     no_args_is_help=True,
 )
-
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir",
-        help="Watchdog state dir on this machine. Without it the command runs where the "
-        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
-    ),
-]
 
 
 _SUSPECT = re.compile(r"^suspect: \S+ \(rank [^)]*\): ")  # the suspect column says it
@@ -63,7 +47,9 @@ def list_incidents(
 ) -> None:
     """The stored dossiers, newest first: when, why, and the suspect. Read where the watchdog
     runs (over SSH unless --state-dir names a directory here)."""
-    run_where_the_watchdog_is(state_dir, inventory, ("incident", "list"), _json_flag(as_json))
+    code = at_the_watchdog(state_dir, inventory, ("incident", "list"), _json_flag(as_json))
+    if code is not None:
+        raise typer.Exit(code)
     store = _store(state_dir, inventory)
     rows = store.summaries()
     if as_json:
@@ -98,7 +84,8 @@ def show(
     """One dossier: the verdict and the facts it rests on, then every node's processes,
     stacks and kernel events. Read where the watchdog runs (see `incident list`)."""
     args = [incident_id, *_json_flag(as_json)]
-    run_where_the_watchdog_is(state_dir, inventory, ("incident", "show"), args)
+    if (code := at_the_watchdog(state_dir, inventory, ("incident", "show"), args)) is not None:
+        raise typer.Exit(code)
     store = _store(state_dir, inventory)
     doc = store.load(incident_id)
     if doc is None:

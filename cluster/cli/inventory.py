@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.spec import ClusterSpec
 
 app = typer.Typer(help="Validate inventories.", no_args_is_help=True)
+commands = typer.Typer()  # `plan`, merged into the main app
 
 
 @app.command("check")
@@ -43,9 +36,9 @@ def inventory_check(
     fabric = _node_fabric(spec) if with_nodes else None
     bad = fabric is not None and any(not f.get("ok") for f in fabric.values())
     if as_json:
-        doc = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
+        doc: JSONObject = {"cluster": spec.name, "nodes": [n.name for n in spec.nodes]}
         if fabric is not None:
-            doc["fabric"] = fabric
+            doc["fabric"] = dict(fabric)
         if bad and fabric is not None:
             failing = sorted(n for n, f in fabric.items() if not f.get("ok"))
             doc["error"] = {
@@ -71,7 +64,7 @@ def inventory_check(
         raise typer.Exit(1 if bad else 0)
 
 
-def _node_fabric(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
+def _node_fabric(spec: ClusterSpec) -> dict[str, JSONObject]:
     """Each node's HCAs as pre-flight judges them (one collector run per node, in parallel)."""
     # deferred: `inventory check` alone contacts nothing and must start fast
     from tpwarden.cluster.control.nodes import NodeConnector
@@ -82,7 +75,7 @@ def _node_fabric(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
         found = node_fabric(spec, connector, timeout_s=60.0)
     finally:
         connector.close()
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JSONObject] = {}
     for name, r in found.items():
         if isinstance(r, TpwardenError):
             out[name] = {"ok": False, "error": str(r)}
@@ -91,33 +84,44 @@ def _node_fabric(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _print_fabric(fabric: dict[str, dict[str, Any]]) -> None:
+def _objects(value: JSONValue) -> list[JSONObject]:
+    """The JSON objects of a list (nothing for anything else)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _texts(value: JSONValue) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _print_fabric(fabric: dict[str, JSONObject]) -> None:
     table = Table(title="RDMA HCAs per node", title_justify="left")
     for column in ("node", "HCA", "port", "state", "rate", "RoCE v2 GID", "netdev"):
         table.add_column(column, overflow="fold")
     for node, f in fabric.items():
-        for hca in f.get("hcas") or []:
-            for port in hca.get("ports") or []:
+        for hca in _objects(f.get("hcas")):
+            for port in _objects(hca.get("ports")):
                 v2 = [
                     g
-                    for g in port.get("gids") or []
+                    for g in _objects(port.get("gids"))
                     if g.get("type") == "RoCE v2" and g.get("ipv4")
                 ]
-                gid = ", ".join(f"{g['index']}: {g['ipv4']}" for g in v2) or "-"
+                gid = ", ".join(f"{g.get('index')}: {g.get('ipv4')}" for g in v2) or "-"
                 rate = port.get("rate_gbps")
+                rate_text = f"{rate:g} Gb/s" if isinstance(rate, int | float) and rate else "-"
                 table.add_row(
                     Text(node), Text(str(hca.get("name"))), str(port.get("port")),
-                    Text(str(port.get("state"))), f"{rate:g} Gb/s" if rate else "-", Text(gid),
-                    Text(", ".join(hca.get("netdevs") or []) or "-"),
+                    Text(str(port.get("state"))), rate_text, Text(gid),
+                    Text(", ".join(_texts(hca.get("netdevs"))) or "-"),
                 )  # fmt: skip
     console.print(table)
     for node, f in fabric.items():
         line = f.get("summary") or f.get("error") or ""
         console.print(Text(f"{node}: {line}"), highlight=False)
-        for text in [*(f.get("problems") or []), *(f.get("notices") or [])]:
+        for text in [*_texts(f.get("problems")), *_texts(f.get("notices"))]:
             console.print(Text(f"  {text}"), highlight=False)
 
 
+@commands.command("plan")
 @handle_errors
 def plan(
     inventory: InventoryOption = DEFAULT_INVENTORY,
@@ -168,7 +172,3 @@ def plan(
             )
     for warning in cluster_plan.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
-
-
-def register(main: typer.Typer) -> None:
-    main.command("plan")(plan)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -280,7 +281,7 @@ def clear(lane: int = LANE_OPTION) -> None:
     _run(lambda: faults.clear_sim_faults(_paths(lane)), "simulator faults cleared")
 
 
-def _run(action, message: str) -> None:
+def _run(action: Callable[[], object], message: str) -> None:
     try:
         result = action()
     except (LabError, ValueError) as exc:

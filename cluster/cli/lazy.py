@@ -2,8 +2,10 @@
 a TAB completion and `inventory check` import only what the chosen command needs (issue 30).
 
 A table row is ``name -> (target, short help)``; ``target`` is ``"module:attr"`` where ``attr`` is
-a ``typer.Typer`` (mounted as the group ``name``) or a ``register(app)`` function (which adds
-``name``, perhaps with siblings, to the app it is given). Listing the commands (root --help, TAB
+a ``typer.Typer``: ``app``, a group (mounted as ``name``), or ``commands``, a module's top-level
+commands (merged into the root: ``name`` is one of them). Either way every command is declared
+the one way: a decorator on its module's Typer (a group split over modules mounts its parts'
+Typers with ``add_typer``). Listing the commands (root --help, TAB
 on the command name) reads the short help from the table and imports nothing.
 
 Every resolved command is polished once (`help_text.polish`): an example appended, no `<bool>`
@@ -32,12 +34,13 @@ def _mount(target: str, name: str) -> dict[str, click.Command]:
     if target not in _RESOLVED:
         module, _, attr = target.partition(":")
         obj = getattr(importlib.import_module(module), attr)
+        assert isinstance(obj, typer.Typer), target
         holder = typer.Typer()
         holder.callback()(lambda: None)
-        if isinstance(obj, typer.Typer):
-            holder.add_typer(obj, name=name)
+        if attr == "commands":
+            holder.add_typer(obj)  # a module's top-level commands, merged
         else:
-            obj(holder)
+            holder.add_typer(obj, name=name)
         group = typer.main.get_command(holder)
         assert isinstance(group, TyperGroup)
         from tpwarden.cluster.cli.help_text import polish  # deferred: once a command resolves

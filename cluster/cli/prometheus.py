@@ -15,15 +15,9 @@ from typing import Annotated
 
 import typer
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import emit_json, err_console, handle_errors, load
+from tpwarden.cluster.cli.inputs import output_file
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.durable import atomic_write_text
 from tpwarden.watchdog.monitoring_files import rules_path
 from tpwarden.watchdog.prometheus_config import PromOptions, build_config, render_yaml
@@ -37,7 +31,10 @@ app = typer.Typer(help="Prometheus: the scrape config for this cluster.", no_arg
 def config(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     out: Annotated[
-        str, typer.Option("--out", "-o", help="Write the config here ('-': stdout).")
+        str,
+        typer.Option(
+            "--out", "-o", callback=output_file, help="Write the config here ('-': stdout)."
+        ),
     ] = "-",
     interval: Annotated[
         float, typer.Option("--interval", help="scrape_interval in seconds.", min=0.1)

@@ -1,6 +1,6 @@
 """`tpwarden provision`: prepare the nodes and install the agents, through ansible-runner.
 
-Mounted with ``register(app)``. This layer parses options, shows per-host progress and the
+Its ``commands`` (the one, ``provision``) are merged into the main app. This layer parses options, shows per-host progress and the
 summary table, and sets the exit code (0 ok, 1 a task failed or a host was unreachable, 2 bad
 input); the work is in ``tpwarden.cluster.provision.gateway``.
 """
@@ -14,21 +14,16 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
-from tpwarden.cluster.cli.flags import after_provision
+from rich.text import Text
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load, plain
+from tpwarden.cluster.cli.inputs import READABLE_FILE
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.operations.flags import after_provision
 from tpwarden.cluster.provision import gateway as prov
+from tpwarden.cluster.spec import ClusterSpec
 
 log = logging.getLogger("tpwarden.provision")
+commands = typer.Typer()
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red"}
 
@@ -41,7 +36,7 @@ class _Progress:
             h: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""} for h in hosts
         }
 
-    def update(self, event) -> None:  # cluster.provision.TaskEvent
+    def update(self, event: prov.TaskEvent) -> None:
         row = self.rows.setdefault(
             event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "task": ""}
         )
@@ -62,7 +57,7 @@ class _Progress:
         return t
 
 
-def _summary(result) -> Table:  # cluster.provision.ProvisionResult
+def _summary(result: prov.ProvisionResult) -> Table:
     mode = " --check" if result.check else ""
     t = Table(title=f"{result.playbook}{mode}: {result.status} · run {result.ident}")
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
@@ -76,6 +71,8 @@ def _summary(result) -> Table:  # cluster.provision.ProvisionResult
     return t
 
 
+@commands.command("provision")
+@handle_errors
 def provision(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     check: Annotated[
@@ -95,7 +92,8 @@ def provision(
         typer.Option("--extra-vars", "-e", help="YAML/JSON file of variables (repeatable)."),
     ] = None,
     vault_password_file: Annotated[
-        Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
+        Path | None,
+        typer.Option("--vault-password-file", **READABLE_FILE, help="Ansible Vault password file."),
     ] = None,
     verify_model: Annotated[
         str | None,
@@ -145,7 +143,7 @@ def provision(
     else:
         with Live(progress.table(), console=console, refresh_per_second=4, transient=True) as live:
 
-            def on_event(event) -> None:
+            def on_event(event: prov.TaskEvent) -> None:
                 progress.update(event)
                 if event.status in ("failed", "unreachable"):
                     live.console.print(
@@ -158,7 +156,7 @@ def provision(
     log.info("provision run %s: artifacts %s", result.ident, result.artifact_dir)
     # the image is on the head now: read its own flag table (plan checks argv against it)
     fetch = result.ok and not (check or remove) and (not request.tags or "image" in request.tags)
-    flags = after_provision(spec, quiet=as_json) if fetch else None
+    flags = flag_table(spec, quiet=as_json) if fetch else None
     if as_json:
         emit_json(
             "provision", {"dry_run": check, **result.to_json(), "flag_table": flags}, indent=2
@@ -184,5 +182,18 @@ def provision(
         raise typer.Exit(1)  # no flag table for this vLLM: plan could check nothing
 
 
-def register(app: typer.Typer) -> None:
-    app.command("provision")(handle_errors(provision))
+def flag_table(spec: ClusterSpec, quiet: bool) -> dict[str, Any]:
+    """Read the image's flag table on the head, saying so unless ``quiet`` (--json)."""
+    if not quiet:
+        where = f"{spec.serving.image} on {spec.head.name}"
+        console.print(Text(f"flag table: reading vLLM's parser in {where} ..."))
+    got = after_provision(spec)
+    if not quiet and got.result is None:
+        level = ("warning:", "yellow") if got.fallback else ("error:", "bold red")
+        tail = f"; plan uses the shipped {spec.serving.vllm_version} table" if got.fallback else ""
+        err_console.print(Text.assemble(level, f" flag table: {got.error}{tail}"), highlight=False)
+    elif not quiet and got.result is not None:
+        result = got.result
+        line = f"flag table: vLLM {result.vllm_version} from {result.image} -> {result.path}"
+        console.print(Text(line + (f" ({result.mismatch})" if result.mismatch else "")))
+    return got.to_json()

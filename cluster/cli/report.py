@@ -1,17 +1,15 @@
-"""`tpwarden report`: the morning report. Parses options, reads files, renders; the facts come
-from `tpwarden.cluster.reports.morning` (pure) and the thermal part from the one thermal report."""
+"""`tpwarden report`: the morning report. Parses options, calls the report's assembly
+(`tpwarden.cluster.operations.report`), renders; the facts come from
+`tpwarden.cluster.reports.morning` (pure) and the thermal part from the one thermal report."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from tpwarden.cluster.bench.runner import default_runs_dir
 from tpwarden.cluster.cli.common import (
     console,
     emit_failure,
@@ -19,24 +17,15 @@ from tpwarden.cluster.cli.common import (
     err_console,
     error_line,
     handle_errors,
-    load,
     plain,
 )
-from tpwarden.cluster.durable import JSONValue, default_state_dir
+from tpwarden.cluster.cli.inputs import check_output_path, zone_roles
+from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.operations.report import ReportInput, assemble
 from tpwarden.cluster.reports.morning import MorningReport, headline, morning_to_json
 from tpwarden.cluster.reports.morning_html import morning_html, text_lines
-from tpwarden.cluster.reports.morning_io import (
-    SAMPLE_HEAD,
-    SAMPLE_TZ,
-    SAMPLE_ZONE_ROLES,
-    Sources,
-    morning_from_files,
-    unpack_sample,
-)
-from tpwarden.cluster.reports.thermal import (
-    fetch as thermal_fetch,  # looked up per call: tests substitute it
-)
+from tpwarden.cluster.reports.morning_io import SAMPLE_HEAD, SAMPLE_TZ, SAMPLE_ZONE_ROLES
 from tpwarden.cluster.reports.thermal.localtime import (
     SINCE_HELP,
     TZ_HELP,
@@ -48,9 +37,10 @@ from tpwarden.cluster.reports.thermal.localtime import (
 )
 from tpwarden.cluster.reports.thermal.plot import figure_png, thermal_figure
 
-OptPath = Annotated[Path | None, typer.Option()]
+commands = typer.Typer()
 
 
+@commands.command("report")
 @handle_errors
 def report(
     inventory: Annotated[
@@ -114,38 +104,15 @@ def report(
         raise ConfigError(str(exc), key="--since/--until/--tz") from None
     if t_since is not None and t_until is None:
         t_until = now  # only --since: the window ends now
-    roles_map = _zone_roles(zone_role) or (dict(SAMPLE_ZONE_ROLES) if sample else {})
-    problems: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="tpwarden-report-") as tmp:
-        if sample:
-            from_dir = unpack_sample(Path(tmp) / "sample")
-        if from_dir is not None:
-            src = Sources.from_dir(from_dir)
-            roles = {head: "head"} if head else None  # others: the role their agent recorded
-        else:
-            assert inventory is not None
-            spec = load(inventory)
-            fetched = thermal_fetch.fetch_files(spec, t_since, t_until, tmp)
-            problems.update(fetched.unreachable)
-            roles = {n.name: n.role for n in spec.nodes}
-            roles_map = {**spec.thermal.zone_roles, **roles_map}
-
-            from tpwarden.watchdog.remote import watchdog_events  # deferred: SSH, -i only
-
-            (Path(tmp) / "watchdog").mkdir()
-            events, unread = watchdog_events(spec, Path(tmp) / "watchdog")
-            if unread:
-                problems["watchdog"] = unread
-            src = Sources(
-                events, Path(tmp), default_runs_dir(), default_state_dir() / "events.jsonl"
-            )
-        if runs_dir is not None:
-            src = Sources(src.events, src.thermal_dir, runs_dir, src.control_events)
-        if not src.events.is_file() and "watchdog" not in problems:
-            problems["watchdog"] = f"no event log at {src.events}"
-        rep, records = morning_from_files(
-            src, since=t_since, until=t_until, roles=roles, zone_roles=roles_map or None
-        )
+    roles = zone_roles(zone_role) or (dict(SAMPLE_ZONE_ROLES) if sample else {})
+    given = ReportInput(inventory, from_dir, sample, t_since, t_until, head, runs_dir, roles)
+    night = assemble(given)
+    rep, records, problems, roles_map = (
+        night.report,
+        night.records,
+        night.problems,
+        night.zone_roles,
+    )
     if _empty(rep, records):
         window = f"{since or 'the start'} - {until or 'now'}"
         message = f"no data for {window} in the event log, thermal files and runs"
@@ -193,29 +160,3 @@ def _empty(rep: MorningReport, records: Sequence[JSONValue]) -> bool:
     wd = rep.watchdog
     return not (records or wd.probes or wd.restarts or wd.alerts or wd.holds or rep.bench
                 or rep.evals or rep.tunes or rep.thermal.nodes)  # fmt: skip
-
-
-def check_output_path(path: Path, option: str) -> None:
-    """A file the command will write: its folder must exist and be writable (exit 2 up front,
-    not a traceback after the work is done)."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigError(f"{path}: no such directory {folder}", key=option)
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory", key=option, hint="give a file name")
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(f"{path}: cannot write in {folder}", key=option)
-
-
-def _zone_roles(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, role = item.partition("=")
-        if not sep or not key.strip() or not role.strip():
-            raise ConfigError(f"--zone-role {item!r}", key="--zone-role", hint="INDEX=ROLE")
-        out[key.strip()] = role.strip()
-    return out
-
-
-def register(app: typer.Typer) -> None:
-    app.command("report")(report)

@@ -12,107 +12,25 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Annotated
 
 import tpwarden.cluster.cli.completion_values as values
 import typer
 from rich.table import Table
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-    plain,
-)
-from tpwarden.cluster.durable import default_state_dir
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.rollout_view import progress, render_record
 from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.operator_lock import (
-    LeasedHolder,
-    cluster_lock_path,
-    one_actor,
-    operator_identity,
-)
-from tpwarden.cluster.rollout.edit import argv_diff, parse_guard, parse_set, text_diff
-from tpwarden.cluster.rollout.layout import Files, shown, spec_with
-from tpwarden.cluster.rollout.ports import ControllerCluster, WatchdogHolder, bench_measurer
-from tpwarden.cluster.rollout.sequence import (
-    TERMINAL,
-    Measurement,
-    Rollout,
-    RolloutPorts,
-    RolloutRecord,
-    RolloutStore,
-    rollback_to,
-)
-from tpwarden.cluster.spec import ClusterSpec
+from tpwarden.cluster.operations import rollout as operation
+from tpwarden.cluster.rollout.edit import parse_guard, parse_set
+from tpwarden.cluster.rollout.ports import bench_measurer
 
 app = typer.Typer(
     help="Change the serving config: plan, measure, restart, verify, keep or roll back.",
     subcommand_metavar="[history]",
 )
-
-
-@contextlib.contextmanager
-def rollout_locks(inventory: Path, what: str, via: str = "direct") -> Iterator[None]:
-    """One rollout at a time (the rollout lock), and for a direct one also the cluster lock
-    (no operator restart or watchdog restart meanwhile). `--via watchdog` leaves the cluster
-    lock free: the watchdog's own restart is what that rollout waits for."""
-    spec, who = load(inventory), operator_identity()
-    rollout_lock = os.path.join(str(rollout_store(inventory).root), "rollout.lock")
-    os.makedirs(os.path.dirname(rollout_lock), mode=0o700, exist_ok=True)
-    with one_actor(rollout_lock, f"{what} by {who}"):
-        if via == "watchdog":
-            yield
-            return
-        with one_actor(cluster_lock_path(spec), f"{what} by {who}"):
-            yield
-
-
-def rollout_store(inventory: Path) -> RolloutStore:
-    return RolloutStore(default_state_dir() / "rollout" / load(inventory).name)
-
-
-def _ports(inventory: Path, bench: str, via: str = "direct", as_json: bool = False) -> RolloutPorts:
-    return ports_for(inventory, bench_measurer(bench, str(inventory)), via, as_json)
-
-
-def ports_for(
-    inventory: Path,
-    measure: Callable[[ClusterSpec, str], Measurement] | None,
-    via: str = "direct",
-    as_json: bool = False,
-) -> RolloutPorts:
-    """The real ports (cluster control, the leased watchdog hold, `measure`), with progress on
-    stdout, or on stderr when stdout carries --json. Also `tune drafter --apply`'s."""
-    spec = load(inventory)
-
-    def on_event(kind: str, data: dict) -> None:
-        detail = (
-            f": {data['reason']}"
-            if data.get("reason") and kind in ("rolling_back", "rolled_back", "failed")
-            else ""
-        )
-        # with --json, stdout carries one document; progress goes to stderr
-        (err_console if as_json else console).print(
-            f"[bold]rollout[/] {kind}{detail}", highlight=False
-        )
-
-    return RolloutPorts(
-        ControllerCluster(),
-        LeasedHolder(WatchdogHolder(spec)),  # lapses within 10 min if this process dies
-        measure,
-        on_event=on_event,
-        via=via,
-    )
+commands = typer.Typer()  # `rollout` (the group above) and `rollback`, merged into the main app
+commands.add_typer(app, name="rollout")
 
 
 @app.callback(invoke_without_command=True)
@@ -170,21 +88,21 @@ def rollout(
         raise ConfigError(f"--via {via!r}", hint="direct or watchdog")
     if as_json and not (yes or dry_run or resume or abort):
         raise ConfigError("rollout --json asks nothing", key="--json", hint="add --yes")
-    with contextlib.ExitStack() as one_actor_at_a_time:
-        if not dry_run:
-            # Before reading current.json: a second rollout is refused naming the first,
-            # rather than mistaking a running rollout for an interrupted one.
-            one_actor_at_a_time.enter_context(rollout_locks(inventory, "tpwarden rollout", via))
-        store = rollout_store(inventory)
+    measure = bench_measurer(bench, str(inventory))
+    ops = operation.RolloutOperation(
+        inventory, measure=measure, via=via, on_event=progress(as_json), dry_run=dry_run
+    )
+    with ops:  # the locks first: a second rollout is refused naming the first
         guards = [parse_guard(g) for g in guard]
-        current = store.current()
+        current = ops.interrupted()
         if resume or abort:
-            if not current or current.step in TERMINAL:
+            if current is None:
                 raise ConfigError("no interrupted rollout to resume or abort")
-            ro = Rollout(store, _ports(inventory, bench, current.via, as_json))
-            result = ro.resume(current, guards) if resume else ro.abort(current, "operator aborted")
+            result = (
+                ops.resume(current, guards) if resume else ops.abort(current, "operator aborted")
+            )
             raise typer.Exit(render_record(result, as_json))
-        if current and current.step not in TERMINAL:
+        if current is not None:
             err_console.print(
                 f"[bold red]rollout {current.id} was interrupted at '{current.step}'[/] "
                 f"(changes: {current.changes}). Run with --resume to finish it or --abort to roll it back.",
@@ -196,40 +114,30 @@ def rollout(
                 "nothing to change",
                 hint="give --set KEY=VALUE, e.g. --set drafter.num_speculative_tokens=3",
             )
-        changes = [parse_set(s) for s in set_]
-        ports = (
-            _ports(inventory, bench, via, as_json)
-            if not dry_run
-            # A dry run only prepares the record: prepare() reads the clock and `via`, nothing else.
-            else RolloutPorts(None, None, None, via=via)  # type: ignore[arg-type]
-        )
-        ro = Rollout(store, ports)
-        record = ro.prepare(str(inventory), changes, guards)
-        old_files = store.revision_files(record.old_revision, str(inventory))
-        new_files = store.revision_files(record.new_revision, str(inventory))
-        diff = _files_diff(str(inventory), old_files, new_files)
-        argv = argv_diff(spec_with(str(inventory), old_files), spec_with(str(inventory), new_files))
+        record = ops.prepare([parse_set(s) for s in set_], guards)
+        preview = ops.preview(record)
         if as_json and dry_run:
             emit_json(
                 "rollout",
                 {
                     "ok": True,
                     "dry_run": True,
-                    "diff": diff,
-                    "files": [shown(str(inventory), rel) for rel in sorted(new_files)],
+                    "diff": preview.diff,
+                    "files": preview.files,
                     "argv_diff": {
-                        n: [ln for ln in lines if ln[:1] in "+-"] for n, lines in argv.items()
+                        n: [ln for ln in lines if ln[:1] in "+-"]
+                        for n, lines in preview.argv.items()
                     },
                     "record": record.__dict__,
                 },
             )
             raise typer.Exit(0)
         if as_json:
-            raise typer.Exit(render_record(ro.run(record, guards), as_json))
-        console.print(diff, highlight=False, markup=False)
+            raise typer.Exit(render_record(ops.run(record, guards), as_json))
+        console.print(preview.diff, highlight=False, markup=False)
         for line in record.summary:
             console.print(f"change: {line}", highlight=False, markup=False)
-        for node, lines in argv.items():
+        for node, lines in preview.argv.items():
             console.print(
                 f"[bold]{node}[/] argv: " + " ".join(line for line in lines if line[:1] in "+-"),
                 highlight=False,
@@ -241,16 +149,16 @@ def rollout(
             raise typer.Exit(0)
         if not yes and not typer.confirm("restart the whole server on the new config?"):
             raise typer.Exit(1)
-        raise typer.Exit(render_record(ro.run(record, guards)))
+        raise typer.Exit(render_record(ops.run(record, guards)))
 
 
 @app.command("history")
 @handle_errors
 def history(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False) -> None:
     """Every finished rollout and rollback, with its revision ids and outcome."""
-    entries = rollout_store(inventory).history()
+    entries = operation.rollout_store(inventory).history()
     if as_json:
-        print(json.dumps(entries, indent=1))
+        emit_json("rollout history", {"rollouts": entries}, indent=1)
         return
     table = Table(title="rollouts")
     for col in ("id", "changes", "outcome", "from -> to revision", "reason"):
@@ -267,6 +175,7 @@ def history(inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption 
     console.print(table)
 
 
+@commands.command("rollback")
 @handle_errors
 def rollback(
     revision: Annotated[
@@ -283,64 +192,9 @@ def rollback(
     """
     if as_json and not yes:
         raise ConfigError("rollback --json asks nothing", key="--json", hint="add --yes")
-    if revision is not None:
-        rollout_store(inventory).revision_files(
-            revision, str(inventory)
-        )  # an unknown name: refused before any lock
+    if revision is not None:  # an unknown name: refused before the question and any lock
+        operation.rollout_store(inventory).revision_files(revision, str(inventory))
     if not yes and not typer.confirm("restart the whole server on the previous config?"):
         raise typer.Exit(1)
-    ports = _ports(inventory, "none", as_json=as_json)
-    with rollout_locks(inventory, "tpwarden rollback"):
-        result = rollback_to(rollout_store(inventory), ports, str(inventory), revision)
+    result = operation.rollback(inventory, revision, progress(as_json))
     raise typer.Exit(render_record(result, as_json, "rollback"))
-
-
-def _files_diff(inventory: str, old: Files, new: Files) -> str:
-    """The unified diff of each edited file, named as the user named the inventory."""
-    return "".join(
-        text_diff(old[rel], new[rel], shown(inventory, rel)) for rel in sorted(new) if rel in old
-    )
-
-
-def render_record(record: RolloutRecord, as_json: bool = False, command: str = "rollout") -> int:
-    code = 0 if record.step == "done" else 1
-    if as_json:
-        emit_json(command, {"ok": code == 0, "dry_run": False, "record": record.__dict__})
-        return code
-    table = Table(title=f"rollout {record.id}: {record.step}")
-    table.add_column("concurrency")
-    table.add_column("metric")
-    table.add_column("before")
-    table.add_column("after")
-    table.add_column("change")
-    before = (record.baseline or {}).get("rows", {})
-    after = (record.after or {}).get("rows", {})
-    for c in sorted(set(before) | set(after), key=int):
-        for metric in sorted(set(before.get(c, {})) | set(after.get(c, {}))):
-            b, a = before.get(c, {}).get(metric), after.get(c, {}).get(metric)
-            change = f"{(a - b) / b * 100:+.1f}%" if a is not None and b else ""
-            table.add_row(str(c), metric, _f(b), _f(a), change)
-    if before or after:
-        console.print(table)
-    for v in record.verdicts:
-        console.print(
-            f"guard {plain(v['guard'])}: {'[green]ok[/]' if v['ok'] else '[red]failed[/]'} "
-            f"({plain(v['detail'])})"
-        )
-    for line in record.summary:
-        console.print(f"change: {line}", highlight=False, markup=False)
-    colour = {"done": "green", "rolled_back": "yellow"}.get(record.step, "red")
-    console.print(
-        f"[{colour}]{record.step}[/] config {record.old_hash} -> {record.new_hash}"
-        + (f": {plain(record.reason)}" if record.reason else "")
-    )
-    return code
-
-
-def _f(v: float | None) -> str:
-    return "" if v is None else f"{v:.4g}"
-
-
-def register(main: typer.Typer) -> None:
-    main.add_typer(app, name="rollout")
-    main.command("rollback")(rollback)

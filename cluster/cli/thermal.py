@@ -22,7 +22,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
-from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from tpwarden.cluster.cli.thermal_common import fmt_temp, print_unreachable
+from tpwarden.cluster.cli.thermal_report import commands as report_commands
+from tpwarden.cluster.cli.thermal_zones import commands as zones_commands
+from tpwarden.cluster.durable import (
+    THERMAL_BUDGET_MB,
+    THERMAL_DIR,
+    THERMAL_METRICS_HOST,
+    THERMAL_METRICS_PORT,
+)
 from tpwarden.cluster.node_zipapp import THERMAL_AGENT, build_node_zipapp
 from tpwarden.cluster.reports.thermal.remote import (
     LiveRow,
@@ -46,21 +54,29 @@ from tpwarden.node.thermal.app import AgentOptions, run_agent
 
 log = logging.getLogger("tpwarden.thermal")
 
-DEFAULT_DIR = "/var/log/tpwarden/thermal"
-_DEFAULT_DIR = Path(DEFAULT_DIR)
+app = typer.Typer(help="GPU and ACPI thermal logging: agent, report.", no_args_is_help=True)
+app.add_typer(report_commands)  # `thermal report`, declared in its own module
+app.add_typer(zones_commands)  # `thermal zones`, likewise
+
+_DEFAULT_DIR = Path(THERMAL_DIR)
 _SYS = Path("/sys")
 
 
 @app.command()
+@handle_errors
 def agent(
     node: str = typer.Option(..., "--node", help="This node's name (as in the inventory)."),
     directory: Annotated[
         Path, typer.Option("--dir", help="Where the JSON-lines files go.")
     ] = _DEFAULT_DIR,
     interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between samples."),
-    metrics_port: int = typer.Option(9411, "--metrics-port", help="Port for /metrics (-1: off)."),
+    metrics_port: int = typer.Option(
+        THERMAL_METRICS_PORT, "--metrics-port", help="Port for /metrics (-1: off)."
+    ),
     metrics_host: str = typer.Option(
-        "127.0.0.1", "--metrics-host", help="Listen address of /metrics (loopback by default)."
+        THERMAL_METRICS_HOST,
+        "--metrics-host",
+        help="Listen address of /metrics (loopback by default).",
     ),
     sysfs_root: Annotated[
         Path, typer.Option("--sysfs-root", help="Root of sysfs (a fake tree in the lab).")
@@ -75,7 +91,10 @@ def agent(
         64.0, "--max-file-mb", min=0.01, help="Rotate files at this size."
     ),
     budget_mb: float = typer.Option(
-        512.0, "--budget-mb", min=1, help="Delete the oldest files beyond this total."
+        float(THERMAL_BUDGET_MB),
+        "--budget-mb",
+        min=1,
+        help="Delete the oldest files beyond this total.",
     ),
     zone_role: Annotated[
         list[str], typer.Option("--zone-role", help="INDEX=ROLE for /metrics (repeatable).")
@@ -135,7 +154,7 @@ def _run_plans(spec: ClusterSpec, make: MakePlan, dry_run: bool, as_json: bool, 
                     console.print(f"[bold]{plain(n)}[/]" + ("" if steps else ": nothing to do"))
                     for line in steps:
                         console.print(f"  {line}", highlight=False, markup=False)
-                _print_unreachable(console, failed)
+                print_unreachable(console, failed)
             raise typer.Exit(1 if failed else 0)
         zipapp = build_node_zipapp(THERMAL_AGENT, Path(tmp) / "thermal-agent.pyz").path
         by_name = {n.name: n for n in spec.nodes}
@@ -255,6 +274,7 @@ def status(
 
 
 @app.command()
+@handle_errors
 def watch(
     inventory: InvOpt = _INV,
     count: int = typer.Option(
@@ -263,7 +283,7 @@ def watch(
     every: float | None = typer.Option(None, "--every", min=0.5, help="Seconds between refreshes."),
 ) -> None:
     """Live table of every node's latest sample (tail of its newest file over SFTP)."""
-    spec = _load_or_exit(inventory, load)
+    spec = load(inventory)
     t = _node_timeout(spec)
     period = max(0.5, every or spec.thermal.interval_s)
 
@@ -284,8 +304,8 @@ def watch(
             )
             tb.add_row(
                 o.node, "-" if r.age_s is None else f"{r.age_s:g} s",
-                _fmt(r.gpu_temp_c), f"{_fmt(r.hottest_zone_c)} {r.hottest_zone or ''}",
-                _fmt(r.margin_c), ", ".join(r.reasons) or "none",
+                fmt_temp(r.gpu_temp_c), f"{fmt_temp(r.hottest_zone_c)} {r.hottest_zone or ''}",
+                fmt_temp(r.margin_c), ", ".join(r.reasons) or "none",
                 f"[red]{r.note}[/]" if not o.ok else (r.note or ""),
             )  # fmt: skip
         return tb
@@ -303,9 +323,3 @@ def watch(
                 live.update(table(), refresh=True)
         except KeyboardInterrupt:
             pass
-
-
-from tpwarden.cluster.cli import (  # noqa: E402, F401  (register `thermal report` and `zones`)
-    thermal_report,
-    thermal_zones,
-)

@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from tpwarden.cluster.cli.common import emit_json, load, plain
-from tpwarden.cluster.cli.report import _zone_roles
-from tpwarden.cluster.cli.thermal_common import _fmt, _load_or_exit, _print_unreachable, app
+from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain
+from tpwarden.cluster.cli.inputs import output_dir, output_file
+from tpwarden.cluster.cli.inputs import zone_roles as parse_zone_roles
+from tpwarden.cluster.cli.thermal_common import fmt_temp, print_unreachable
 from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
 )
@@ -32,8 +33,11 @@ from tpwarden.cluster.reports.thermal.localtime import (
 )
 from tpwarden.cluster.reports.thermal.report import FieldReport, report_to_json
 
+commands = typer.Typer()  # `thermal report`, mounted by `cli.thermal`
 
-@app.command()
+
+@commands.command("report")
+@handle_errors
 def report(
     inventory: Annotated[
         Path | None,
@@ -49,12 +53,16 @@ def report(
     until: str | None = typer.Option(None, "--until", help=UNTIL_HELP),
     head: str | None = typer.Option(None, "--head", help="The head node (others are workers)."),
     keep: Annotated[
-        Path | None, typer.Option("--keep", help="With -i: keep the pulled files here.")
+        Path | None,
+        typer.Option("--keep", callback=output_dir, help="With -i: keep the pulled files here."),
     ] = None,
     csv_path: Annotated[
-        Path | None, typer.Option("--csv", help="Write every sample as CSV here.")
+        Path | None,
+        typer.Option("--csv", callback=output_file, help="Write every sample as CSV here."),
     ] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", callback=output_file, help="Write a PNG plot here.")
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     tz: str | None = typer.Option(None, "--tz", help=TZ_HELP),
     zone_role: Annotated[
@@ -71,13 +79,13 @@ def report(
         t_since, t_until = parse_window(since, until, zone, time.time())
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--since/--until/--tz") from None
-    zone_roles = _zone_roles(zone_role)
+    zone_roles = parse_zone_roles(zone_role)
     roles: dict[str, str] | None = None
     unreachable: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="tpwarden-thermal-") as tmp:
         directory = from_dir
         if inventory is not None:
-            spec = _load_or_exit(inventory, load)
+            spec = load(inventory)
             directory = keep or Path(tmp)
             fetched = thermal_fetch.fetch_files(spec, t_since, t_until, directory)
             unreachable = fetched.unreachable
@@ -114,14 +122,14 @@ def report(
     console = Console()
     if not rep.nodes or not records:
         console.print(f"no samples in {plain(directory or from_dir)} for this window")
-        _print_unreachable(console, unreachable)
+        print_unreachable(console, unreachable)
         raise typer.Exit(1)
     _render(console, rep, zone)
     if stats.bad_lines:
         console.print(
             f"[yellow]skipped {stats.bad_lines} unreadable line(s) ({stats.truncated_tail} truncated at a file end)[/]"
         )
-    _print_unreachable(console, unreachable)
+    print_unreachable(console, unreachable)
     for p in (csv_path, plot_path):
         if p:
             console.print(f"wrote {plain(p)}")
@@ -146,9 +154,9 @@ def _render(console: Console, rep: FieldReport, zone: tzinfo = UTC) -> None:
         hz = n.hottest_zone
         t.add_row(
             n.node, n.role, f"{n.samples_received}/{n.samples_expected}",
-            _fmt(n.gpu_peak_c) if n.gpu_peak_c is not None else f"- ({n.null_reasons.get('gpu_peak_c', '')})",
-            f"{_fmt(hz.peak_c)} {hz.role or hz.zone}" if hz else "-",
-            _fmt(n.min_margin_c),
+            fmt_temp(n.gpu_peak_c) if n.gpu_peak_c is not None else f"- ({n.null_reasons.get('gpu_peak_c', '')})",
+            f"{fmt_temp(hz.peak_c)} {hz.role or hz.zone}" if hz else "-",
+            fmt_temp(n.min_margin_c),
             f"{n.throttle.episodes} ({n.throttle.duration_s:g} s)" if n.throttle.episodes else "none",
             str(len(n.gaps)) if n.gaps else "none",
         )  # fmt: skip
@@ -161,12 +169,14 @@ def _render(console: Console, rep: FieldReport, zone: tzinfo = UTC) -> None:
     for n in rep.nodes:
         zt.add_column(n.node, no_wrap=True)
     for label in labels:
-        zt.add_row(label, *(_fmt((n.role_peaks.get(label) or {}).get("peak_c")) for n in rep.nodes))
+        zt.add_row(
+            label, *(fmt_temp((n.role_peaks.get(label) or {}).get("peak_c")) for n in rep.nodes)
+        )
     console.print(zt)
     hv = rep.head_vs_workers
     if hv:
         line = ", ".join(
-            f"{k} {_fmt(v['head'])} vs {_fmt(v['workers_min'])}-{_fmt(v['workers_max'])}"
+            f"{k} {fmt_temp(v['head'])} vs {fmt_temp(v['workers_min'])}-{fmt_temp(v['workers_max'])}"
             for k, v in hv.items()
             if k in ("gpu_peak_c", "hottest_zone_c")
         )

@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from tpwarden.cluster.cli.common import emit_json, handle_errors, load, plain, positive
-from tpwarden.cluster.cli.thermal_common import app
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.reports.thermal import (
     fetch as thermal_fetch,  # looked up per call: tests substitute it
@@ -29,7 +28,10 @@ def _c(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-@app.command("zones")
+commands = typer.Typer()  # `thermal zones`, mounted by `cli.thermal`
+
+
+@commands.command("zones")
 @handle_errors
 def zones(
     inventory: Annotated[

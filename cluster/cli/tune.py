@@ -20,16 +20,9 @@ import typer
 from tpwarden.cluster.bench.dataset import read_prompts
 from tpwarden.cluster.bench.plan import DEFAULT_PROMPTS, BenchError, BenchOptions, client_plan
 from tpwarden.cluster.bench.runner import default_runs_dir, load_run
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    err_console,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, load
+from tpwarden.cluster.cli.inputs import check_output_path
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.tune_apply import (
     OK_STEPS,
     ApplyInput,
@@ -46,6 +39,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.rollout.edit import Guard, parse_guard
+from tpwarden.cluster.settings import BENCH_OUTPUT_LEN
 from tpwarden.cluster.spec import ClusterSpec
 from tpwarden.cluster.tune.acceptance import DraftCounts
 from tpwarden.cluster.tune.history import history_points, last_applied
@@ -264,7 +258,8 @@ def drafter(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --apply: do not ask.")] = False,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="Write a PNG of the predictions here.")
+        Path | None,
+        typer.Option("--plot", help="Write a PNG of the predictions here."),
     ] = None,
     dataset: Annotated[
         Path | None,
@@ -276,7 +271,9 @@ def drafter(
         ),
     ] = None,
     num_prompts: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 20,
-    output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 512,
+    output_len: Annotated[
+        int, typer.Option(min=1, help="Output tokens per request.")
+    ] = BENCH_OUTPUT_LEN,
     client_image: Annotated[str | None, typer.Option(help="Bench client image.")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run none.")] = False,
@@ -322,6 +319,8 @@ def drafter(
         num_prompts=num_prompts,
         client_image=client_image,
     )
+    if plot is not None:  # before the sweep: a plot that cannot be written is refused first
+        check_output_path(plot, "--plot")
     spec = load(inventory)
     if spec.serving.drafter is not None:  # refused before the sweep, not after it
         _check_k_max(k_max, spec.serving.drafter.num_speculative_tokens)

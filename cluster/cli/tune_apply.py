@@ -17,9 +17,10 @@ import typer
 from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRun
 from tpwarden.cluster.cli.common import console, err_console
-from tpwarden.cluster.cli.rollout import ports_for, render_record, rollout_locks, rollout_store
+from tpwarden.cluster.cli.rollout_view import progress, render_record
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.operations.rollout import ports_for, rollout_locks, rollout_store
 from tpwarden.cluster.rollout.edit import Guard, parse_set
 from tpwarden.cluster.rollout.sequence import TERMINAL, Rollout
 from tpwarden.cluster.spec import ClusterSpec
@@ -147,7 +148,8 @@ def apply_recommendation(a: ApplyInput) -> JSONObject:
         return not_applied(a.rec, "not_needed", "the recommendation is the current k")
     guards = list(a.guards) or default_guards(a.preds, a.rec, a.profile)
     measurer = SweepMeasurer(a.opts, a.runs_dir, on_progress=lambda m: err_console.print(m))
-    ro = Rollout(rollout_store(a.inventory), ports_for(a.inventory, measurer, "direct", a.as_json))
+    ports = ports_for(a.inventory, measurer, "direct", progress(a.as_json))
+    ro = Rollout(rollout_store(a.inventory), ports)
     record = ro.prepare(str(a.inventory), [parse_set(change_for(a.rec.k))], guards)
     for line in record.summary:
         out.print(f"change: {line}", highlight=False, markup=False)

@@ -1,7 +1,8 @@
 """`tpwarden watchdog ...`: run the probe watchdog, show its state, hold and release it.
 
 A thin layer: options, rendering (rich), exit codes. The work lives in `watchdog.*`; the daemon
-owns `state.json`, the CLI only writes `hold.json` (atomic) and appends to `events.jsonl`.
+owns `state.json`; the hold (`hold.json` and its event) is written by
+`tpwarden.cluster.operations.watchdog_hold`, where the watchdog runs.
 
 Examples:
     tpwarden watchdog run -i inventory.yml
@@ -14,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import time
@@ -24,35 +24,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 from rich.text import Text
-from tpwarden.cluster.cli.common import (
-    DEFAULT_INVENTORY,
-    InventoryOption,
-    JsonOption,
-    console,
-    emit_json,
-    handle_errors,
-    load,
-)
+from tpwarden.cluster.cli.common import console, emit_json, handle_errors, load
 from tpwarden.cluster.cli.narrow import pairs, table_lines
-from tpwarden.cluster.cli.watchdog_view import iso, run_where_the_watchdog_is
-from tpwarden.cluster.errors import ConfigError
-from tpwarden.cluster.event_log import EventLog, read_events
-from tpwarden.cluster.hold import MAX_HOLD_S, hold_path, write_hold, write_release
-from tpwarden.cluster.operator_lock import operator_identity
-from tpwarden.watchdog.state_doc import state_document
+from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.watchdog_view import StateDirOption, at_the_watchdog, iso, passed_on
+from tpwarden.cluster.operations.watchdog_hold import (
+    HoldKind,
+    WatchdogHold,
+    check_duration,
+)
+from tpwarden.watchdog.state_doc import events_document, state_document
 
 app = typer.Typer(
     help="The probe watchdog: run it, see its state, hold or release it.", no_args_is_help=True
 )
 
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir",
-        help="Watchdog state dir on this machine. Without it the command runs where the "
-        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
-    ),
-]
 ByOption = Annotated[
     str | None,
     typer.Option("--by", help="Who, for the event log (default: you, at this machine)."),
@@ -78,22 +64,11 @@ def _state_dir(state_dir: Path | None, inventory: Path) -> str:
     return load(inventory).watchdog.state_dir
 
 
-def _existing_state_dir(state_dir: Path | None, inventory: Path) -> str:
-    """The state directory a hold or release writes to: it must exist already (the watchdog
-    creates it), so a mistyped path is refused instead of created."""
-    sd = _state_dir(state_dir, inventory)
-    if not os.path.isdir(sd):
-        raise ConfigError(
-            f"{sd}: no watchdog state directory here",
-            key="--state-dir",
-            hint="run this where the watchdog runs (the head, as provisioned), or give its "
-            "--state-dir",
-        )
-    return sd
-
-
-def _who(by: str | None) -> str:
-    return by or operator_identity()
+def _hold(state_dir: Path | None, inventory: Path, by: str | None) -> WatchdogHold:
+    """The watchdog's hold: in --state-dir here, else where the inventory's watchdog runs."""
+    if state_dir is not None:
+        return WatchdogHold.here(str(state_dir), by)
+    return WatchdogHold.of(load(inventory), by)
 
 
 # ---- commands ----------------------------------------------------------------------------------
@@ -173,9 +148,9 @@ def status(
 ) -> None:
     """State, consecutive failures, last probe, restarts used of the budget, hold. Runs where
     the watchdog runs (see --state-dir)."""
-    run_where_the_watchdog_is(
-        state_dir, inventory, ("watchdog", "status"), ["--json"] if as_json else []
-    )
+    code = at_the_watchdog(state_dir, inventory, ("watchdog", "status"), ["--json"] * as_json)
+    if code is not None:
+        raise typer.Exit(code)
     sd = _state_dir(state_dir, inventory)
     doc = state_document(sd, time.time())
     if as_json:
@@ -231,21 +206,19 @@ def hold(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     state_dir: StateDirOption = None,
     by: ByOption = None,
+    kind: Annotated[
+        HoldKind,
+        typer.Option("--kind", hidden=True, help="down: an intentional stop (`tpwarden down`)."),
+    ] = HoldKind.HOLD,
 ) -> None:
     """Suppress automatic restarts for a limited time (probing and recording continue), on the
     machine where the watchdog runs (see --state-dir)."""
     seconds = parse_duration(duration)
-    if not 0 < seconds <= MAX_HOLD_S:
-        raise ConfigError(f"hold of {duration} is out of range (max 7d)", key="--for")
-    args = ["--for", duration, "--reason", reason, "--by", _who(by)]
-    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "hold"), args)
-    sd = _existing_state_dir(state_dir, inventory)
-    now, who = time.time(), _who(by)
-    write_hold(hold_path(sd), until=now + seconds, reason=reason, by=who, now=now)
-    EventLog(os.path.join(sd, "events.jsonl"), time.time).append(
-        "hold_set", until=now + seconds, reason=reason, by=who
-    )
-    console.print(Text(f"restarts held until {iso(now + seconds)}: {reason}"))
+    check_duration(seconds, duration)
+    done = _hold(state_dir, inventory, by).set(reason, seconds, kind, duration=duration)
+    if (code := passed_on(done.relayed)) is not None:
+        raise typer.Exit(code)
+    console.print(Text(f"restarts held until {iso(done.until)}: {reason}"))
 
 
 @app.command("release")
@@ -257,11 +230,8 @@ def release(
 ) -> None:
     """End an operator hold, and re-arm restarts after an automatic hold or give-up, where the
     watchdog runs (see --state-dir)."""
-    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "release"), ["--by", _who(by)])
-    sd = _existing_state_dir(state_dir, inventory)
-    now, who = time.time(), _who(by)
-    write_release(hold_path(sd), by=who, now=now)
-    EventLog(os.path.join(sd, "events.jsonl"), time.time).append("hold_released", by=who)
+    if (code := passed_on(_hold(state_dir, inventory, by).lift().relayed)) is not None:
+        raise typer.Exit(code)
     console.print("released: automatic restarts re-armed (takes effect at the next probe)")
 
 
@@ -282,21 +252,22 @@ def history(
         *(["--probes"] if probes else []),
         *(["--json"] if as_json else []),
     ]
-    run_where_the_watchdog_is(state_dir, inventory, ("watchdog", "history"), args)
-    sd = _state_dir(state_dir, inventory)
-    got = read_events(os.path.join(sd, "events.jsonl"))
-    events = [e for e in got.events if probes or e.get("kind") != "probe"][-limit:]
+    code = at_the_watchdog(state_dir, inventory, ("watchdog", "history"), args)
+    if code is not None:
+        raise typer.Exit(code)
+    doc = events_document(_state_dir(state_dir, inventory), limit, probes)
     if as_json:
-        emit_json("watchdog history", {"events": events, "skipped_lines": got.skipped_lines})
+        emit_json("watchdog history", doc)
         return
     # one line per event at any width: the detail as key=value pairs, long values shortened
     # (--json and events.jsonl keep them whole; evidence and metrics are in --json only)
+    events, skipped = doc["events"], doc["skipped_lines"]
     values = max(40, console.width - 40)
     rows = [(iso(e.get("ts")), str(e.get("kind")), pairs(_detail(e), values)) for e in events]
     for i, line in enumerate(table_lines(("time", "event", "detail"), rows, console.width)):
         console.print(Text(line, style="bold" if i == 0 else ""), no_wrap=True, overflow="crop")
-    if got.skipped_lines:
-        console.print(f"[yellow]{got.skipped_lines} unreadable line(s) skipped[/]")
+    if skipped:
+        console.print(f"[yellow]{skipped} unreadable line(s) skipped[/]")
 
 
 def _detail(event: dict[str, object]) -> dict[str, object]:

@@ -1,7 +1,8 @@
 """Rendering of the watchdog's state document (`tpwarden.watchdog.state_doc`) for the CLI.
 
 Shared by `tpwarden watchdog status` and the watchdog line of `tpwarden status`; and
-`run_where_the_watchdog_is`, which sends `watchdog`/`incident` commands to the watchdog's host.
+`at_the_watchdog` and `--state-dir`, which `watchdog` and `incident` commands run on the
+watchdog's host with.
 """
 
 from __future__ import annotations
@@ -10,14 +11,29 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from tpwarden.cluster.cli.common import load
 from tpwarden.cluster.durable import JSONObject
-from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.errors import TpwardenError
 from tpwarden.watchdog.incidents import IncidentStore
 from tpwarden.watchdog.state_doc import state_document
+
+if TYPE_CHECKING:  # the relay's SSH is imported only when a command runs remotely
+    from tpwarden.cluster.operations.watchdog_host import Relayed
+
+
+# `--state-dir` of the commands that act on the watchdog's state (`watchdog ...`, `incident ...`)
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Watchdog state dir on this machine. Without it the command runs where the "
+        "inventory's watchdog runs (tpwarden_watchdog_host: the head by default), over SSH.",
+    ),
+]
 
 
 def iso(ts: float | None) -> str:
@@ -65,29 +81,23 @@ def _last_incident(doc: JSONObject, state_dir: str) -> str:
     return escape(f", last incident {last['id']} ({iso(last.get('taken_at_unix_s'))}): {who}")
 
 
-def run_where_the_watchdog_is(
+def at_the_watchdog(
     state_dir: Path | None, inventory: Path, command: tuple[str, ...], args: list[str]
-) -> None:
-    """With no --state-dir, a watchdog on another machine gets the command (its output relayed,
-    its exit code ours); returns only when the watchdog runs here."""
+) -> int | None:
+    """With no --state-dir, where the inventory's watchdog runs on another machine, the command
+    runs there: its output is passed on here and its exit code returned, for the command to
+    exit with. None when the watchdog runs here (the command acts in-process)."""
     if state_dir is not None:
-        return
-    from tpwarden.watchdog.remote import (  # deferred: SSH only when remote
-        NODE_TPWARDEN,
-        run_on_watchdog_host,
-        watchdog_place,
-    )
+        return None
+    from tpwarden.cluster.operations.watchdog_host import relay  # deferred: SSH only when remote
 
-    spec = load(inventory)
-    place = watchdog_place(spec)
-    if place.node is None:
-        return
-    rc, out, err = run_on_watchdog_host(spec, place.node, command, args)
-    if rc == 127:  # the shell's "command not found"
-        raise ConfigError(
-            f"{place.host}: {NODE_TPWARDEN} not found (the watchdog runs there)",
-            hint="provision the nodes first (`tpwarden provision`)",
-        )
-    sys.stdout.write(out)
-    sys.stderr.write(err)
-    raise typer.Exit(rc if rc in (0, 1, 2) else 1)
+    return passed_on(relay(load(inventory), command, args))
+
+
+def passed_on(relayed: Relayed | None) -> int | None:
+    """The watchdog host's answer printed as ours; its exit code (None: nothing was relayed)."""
+    if relayed is None:
+        return None
+    sys.stdout.write(relayed.stdout)
+    sys.stderr.write(relayed.stderr)
+    return relayed.exit_code

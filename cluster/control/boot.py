@@ -20,7 +20,7 @@ from tpwarden.cluster.containers.gateway import LogStream
 from tpwarden.cluster.containers.info import ContainerInfo
 from tpwarden.cluster.control.logs import last_log_lines
 from tpwarden.cluster.control.nodes import Nodes
-from tpwarden.cluster.control.results import BootResult, Emit
+from tpwarden.cluster.control.results import BootResult, Emit, ServerProbe
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.signals import container_exit
@@ -31,9 +31,9 @@ LAST_LINES = 20  # a failed boot's report shows each node's last lines
 
 
 class Probe(Protocol):
-    """The 1-token probe: (answered, latency in s, why not)."""
+    """The 1-token probe (`Controller.probe`)."""
 
-    def __call__(self, *, timeout: float) -> tuple[bool, float | None, str | None]: ...
+    def __call__(self, *, timeout: float) -> ServerProbe: ...
 
 
 def dead_containers(observed: Observed) -> list[str]:
@@ -154,7 +154,7 @@ class BootFollower:
                     # a log line we know was missed
                     late = progress.phase.order >= BootPhase.API_STARTING.order
                     next_probe = mono + (1.0 if late else 5.0)
-                    ok, _, _ = self.probe(timeout=10)
+                    ok = self.probe(timeout=10).ok
                     if ok:
                         progress = tracker.mark_ready(now)
                         ended = self.clock()

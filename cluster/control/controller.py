@@ -46,6 +46,7 @@ from tpwarden.cluster.control.results import (
     EventCallback,
     NodeOutcome,
     PreflightReport,
+    ServerProbe,
     emitter,
 )
 from tpwarden.cluster.control.server import ServerEndpoint
@@ -267,6 +268,10 @@ class Controller:
             plan=plan, wait_ready=wait_ready, timeout_s=timeout_s, action="restart", who=who
         )
 
+    def record_stop(self, why: str, who: str) -> None:
+        """A stop the watchdog is meant to restart (`rollout --via watchdog`), in the event log."""
+        self.events.append({"ts": self._clock(), "event": "stop", "who": who, "why": why})
+
     def record_applied(self, action: str, who: str | None = None) -> AppliedPlan | None:
         """Record the plan just applied where every actor reads it (this machine, head node)."""
         plan = self._applied_record(action, who)
@@ -316,9 +321,9 @@ class Controller:
             write_head(plan, self.session(self.spec.head), self.spec.watchdog.state_dir)
 
     # -- boot ------------------------------------------------------------------------------------
-    def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:
+    def probe(self, timeout: float = 30.0) -> ServerProbe:
         """The watchdog's 1-token probe (`probe_completion`), judged by the same `is_healthy`:
-        (ok, latency ms when the server answered, error)."""
+        healthy or not, the latency when the server answered, why not."""
         return self.server.probe(timeout=timeout)
 
     def metrics_page(self, timeout_s: float = 5.0) -> tuple[int, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tpwarden.cluster.boot.progress import BootProgress
 from tpwarden.cluster.control.plan import ControlPlan
@@ -52,6 +52,22 @@ def emitter(on_event: EventCallback | None) -> Emit:
             log.exception("event callback failed")
 
     return emit
+
+
+class ServerProbe(NamedTuple):
+    """The 1-token probe as cluster control reports it (`status`, `up`, a rollout's verify):
+    healthy or not, the latency when the server answered, and why not. A named tuple: code that
+    unpacks ``(ok, latency_ms, error)`` reads it as before."""
+
+    ok: bool
+    latency_ms: float | None = None
+    error: str | None = None
+
+    def describe(self) -> str:
+        """ "12 ms" when healthy, else why not."""
+        if self.ok and self.latency_ms is not None:
+            return f"{self.latency_ms:.0f} ms"
+        return str(self.error)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import httpx
 from tpwarden.cluster.control.nodes import Nodes
+from tpwarden.cluster.control.results import ServerProbe
 from tpwarden.cluster.control.status_model import ServerStatus, server_gauges
 from tpwarden.cluster.errors import ProbeError, TpwardenError
 from tpwarden.cluster.secrets import resolve_secret
@@ -34,9 +35,8 @@ class ServerEndpoint:
         self.http = http
         self.environ = environ
 
-    def probe(self, timeout: float = 30.0) -> tuple[bool, float | None, str | None]:
-        """The watchdog's 1-token probe (`probe_completion`), judged by the same `is_healthy`:
-        (ok, latency ms when the server answered, error)."""
+    def probe(self, timeout: float = 30.0) -> ServerProbe:
+        """The watchdog's 1-token probe (`probe_completion`), judged by the same `is_healthy`."""
         key = self.api_key()
         result = probe_completion(
             self.http,
@@ -47,8 +47,8 @@ class ServerEndpoint:
         )
         ms = None if result.status_code is None else result.latency_s * 1000
         if is_healthy(result):
-            return True, ms, None
-        return False, ms, f"{result.outcome.value}: {result.detail}"
+            return ServerProbe(True, ms)
+        return ServerProbe(False, ms, f"{result.outcome.value}: {result.detail}")
 
     def metrics_page(self, timeout_s: float = 5.0) -> tuple[int, str]:
         """The server's `GET /metrics` as (HTTP status, text); ProbeError when no answer."""
@@ -106,16 +106,17 @@ class ServerEndpoint:
             )
         except (httpx.HTTPError, ValueError):  # no page, or not exposition format: no gauges
             pass
-        ok, ms, err = self.probe(timeout=left())
+        probe = self.probe(timeout=left())
+        ms = probe.latency_ms
         return ServerStatus(
             base,
             health.status_code,
             None,
             model,
             max_len,
-            ok,
+            probe.ok,
             None if ms is None else round(ms, 1),
-            err,
+            probe.error,
             gauges.get("requests_running"),
             gauges.get("requests_waiting"),
             gauges.get("kv_cache_usage_pct"),

@@ -1,7 +1,7 @@
 """PNG figures: the reliability diagram and the selective-prediction curve.
 
-matplotlib is a control-machine dependency (`tpwarden[control]`); it is imported here only, with
-the non-interactive Agg backend, so the rest of `decide` works on a node without it.
+matplotlib is a control-machine dependency (`tpwarden[control]`); it is imported when a plot is
+drawn (`cluster/plotting.py`, the Agg backend), so the rest of `decide` works on a node without it.
 """
 
 from __future__ import annotations
@@ -11,25 +11,15 @@ from pathlib import Path
 
 from tpwarden.cluster.decide.calibrate import Bin, CurvePoint
 from tpwarden.cluster.decide.labels import DecideError
+from tpwarden.cluster.plotting import pyplot
 
-
-def _plt():
-    try:
-        # deferred: matplotlib comes with tpwarden[control]; the rest of decide works without it
-        import matplotlib
-    except ModuleNotFoundError:
-        raise DecideError("plots need matplotlib: pip install 'tpwarden[control]'") from None
-    matplotlib.use("Agg")
-    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
-    import matplotlib.pyplot as plt
-
-    return plt
+NO_MATPLOTLIB = "plots need matplotlib: pip install 'tpwarden[control]'"
 
 
 def reliability_png(
     path: Path, before: Sequence[Bin], after: Sequence[Bin], temperature: float
 ) -> Path:
-    plt = _plt()
+    plt = pyplot(DecideError, NO_MATPLOTLIB)
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
     for bins, name, colour in (
@@ -56,7 +46,7 @@ def reliability_png(
 def selective_png(
     path: Path, curve: Sequence[CurvePoint], gate: float | None, target: float | None
 ) -> Path:
-    plt = _plt()
+    plt = pyplot(DecideError, NO_MATPLOTLIB)
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = [p for p in curve if p.accuracy is not None]
     ax.plot([p.coverage for p in pts], [p.accuracy for p in pts], "-o", ms=3)

@@ -350,7 +350,8 @@ def _row(tp: TaskPlan, results: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return doc
 
 
 def bm_load(run_dir: Path) -> dict[str, Any]:

@@ -1,10 +1,9 @@
-"""The real ports of a rollout: the cluster through `Controller`, the watchdog hold where the
-watchdog keeps its state (this machine and/or the head node), and the benchmark."""
+"""What a rollout measures and how it tells a failed restart: the benchmark sweep (`measure`) and
+the cluster's own words for a restart that did not come up. The ports that restart and hold are
+the rollout operation's (`tpwarden.cluster.operations.rollout`)."""
 
 from __future__ import annotations
 
-import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -12,109 +11,10 @@ from tpwarden.cluster.bench.plan import BenchOptions
 from tpwarden.cluster.bench.runner import BenchRunner
 from tpwarden.cluster.boot.phase import BootPhase
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.control.results import ApplyResult, ControlEvent
-from tpwarden.cluster.durable import JSONObject, atomic_write_json, json_bytes
-from tpwarden.cluster.errors import TpwardenError
-from tpwarden.cluster.hold import hold_document, hold_path, release_document
-from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
+from tpwarden.cluster.control.results import ApplyResult
+from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.rollout.sequence import Measurement
 from tpwarden.cluster.spec import ClusterSpec
-
-log = logging.getLogger(__name__)
-
-
-class ControllerCluster:
-    """Restart and probe through cluster control: the same plan and event log as an operator's
-    `tpwarden restart`, so a rollout restart looks the same in the history."""
-
-    def __init__(
-        self, on_event: Callable[[ControlEvent], None] | None = None, who: str = "tpwarden-rollout"
-    ):
-        self.on_event = on_event
-        self.who = who
-
-    def preflight(self, spec: ClusterSpec) -> list[str]:
-        """The restart's own pre-flight on `spec` (images, model/drafter paths, GPUs, ports),
-        run before the rollout writes the inventory."""
-        with Controller(spec) as ctl:
-            return list(ctl.preflight(ctl.plan_restart()).problems)
-
-    def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> RestartOutcome:
-        with Controller(spec, on_event=self.on_event) as ctl:
-            result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
-        return RestartOutcome(result.ok, "" if result.ok else restart_failure(result, timeout_s))
-
-    def probe(self, spec: ClusterSpec) -> tuple[bool, str]:
-        with Controller(spec) as ctl:
-            ok, latency_ms, error = ctl.probe()
-        return ok, f"{latency_ms:.0f} ms" if ok and latency_ms is not None else str(error)
-
-    def stop(self, spec: ClusterSpec, why: str) -> None:
-        """`--via watchdog`: take the server down; the watchdog sees it and restarts it."""
-        with Controller(spec, on_event=self.on_event) as ctl:
-            ctl.events.append({"ts": time.time(), "event": "stop", "who": self.who, "why": why})
-            # The watchdog restarts the applied plan: make the new config the one it replays.
-            ctl.record_applied("rollout", self.who)
-            ctl.down()
-
-    def wait_running(self, spec: ClusterSpec, timeout_s: float, poll_s: float = 2.0) -> bool:
-        """Until every node runs `spec`'s config hash and a 1-token completion answers."""
-        want = spec.config_hash()
-        deadline = time.monotonic() + timeout_s
-        with Controller(spec) as ctl:
-            while time.monotonic() < deadline:
-                st = ctl.status(with_gpus=False)
-                if st.ok and all(n.config_hash == want for n in st.nodes):
-                    return True
-                time.sleep(poll_s)
-        return False
-
-
-class WatchdogHolder:
-    """Time-limited hold of the watchdog for the rollout's duration, written where a watchdog
-    reads it (`hold.hold_path`, in `hold.hold_document`'s format) on this machine and on the
-    head node, wherever the watchdog's state directory exists. Released at the end (or it
-    expires on its own)."""
-
-    def __init__(
-        self,
-        spec: ClusterSpec,
-        by: str = "tpwarden-rollout",
-        *,
-        controller: Callable[[ClusterSpec], Controller] = Controller,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.spec = spec
-        self.by = by
-        self.path = hold_path(spec.watchdog.state_dir)
-        self._controller = controller  # cluster control, to reach the head (tests inject)
-        self._clock = clock
-
-    def _write(self, doc: JSONObject) -> None:
-        wrote = False
-        if os.path.isdir(self.spec.watchdog.state_dir):
-            atomic_write_json(self.path, doc)
-            wrote = True
-        try:
-            with self._controller(self.spec) as ctl:
-                session = ctl.session(self.spec.head)
-                if session.run(["test", "-d", self.spec.watchdog.state_dir]).rc == 0:
-                    session.put_atomic(json_bytes(doc), self.path)
-                    wrote = True
-        except TpwardenError as exc:
-            log.warning("could not write the watchdog hold on %s: %s", self.spec.head.name, exc)
-        if not wrote:
-            log.info(
-                "no watchdog state dir %s found; nothing to hold", self.spec.watchdog.state_dir
-            )
-
-    def hold(self, reason: str, until: float, kind: str = "hold") -> None:
-        self._write(
-            hold_document(until=until, reason=reason, by=self.by, now=self._clock(), kind=kind)
-        )
-
-    def release(self) -> None:
-        self._write(release_document(by=self.by, now=self._clock()))
-
 
 QUICK_LEVELS = (1, 8, 32)
 FULL_LEVELS = (1, 4, 8, 16, 32)

@@ -246,7 +246,14 @@ class Rollout:
         finally:
             self.ports.holder.release()
 
-    def _apply(self, record, old_spec, new_spec, guards, deadline_s) -> RolloutRecord:
+    def _apply(
+        self,
+        record: RolloutRecord,
+        old_spec: ClusterSpec,
+        new_spec: ClusterSpec,
+        guards: list[Guard],
+        deadline_s: float,
+    ) -> RolloutRecord:
         write_files(
             record.inventory, self.store.revision_files(record.new_revision, record.inventory)
         )

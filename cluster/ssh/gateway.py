@@ -12,6 +12,7 @@ Rules this module enforces (design principle 4, "remote execution is safe"):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
@@ -290,12 +291,15 @@ class NodeSession:
         with open(local, "rb") as f:
             self.put_bytes(f.read(), remote, mode)
 
-    def put_bytes(self, data: bytes, remote: str, mode: int = 0o600) -> None:
+    @contextlib.contextmanager
+    def _sftp_put(self, remote: str, mode: int) -> Iterator[paramiko.SFTPFile]:
+        """`remote` opened for writing with its mode set before any data, SFTP's errors as ours
+        (no answer in time, refused by the node, the connection lost)."""
         sftp = self.sftp()
         try:
             with sftp.open(remote, "wb") as f:
                 f.chmod(mode)
-                f.write(data)
+                yield f
         except TimeoutError:
             raise self._sftp_timed_out("put", remote) from None
         except OSError as e:
@@ -303,22 +307,17 @@ class NodeSession:
         except (paramiko.SSHException, EOFError) as e:
             raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
 
+    def put_bytes(self, data: bytes, remote: str, mode: int = 0o600) -> None:
+        with self._sftp_put(remote, mode) as f:
+            f.write(data)
+
     def put_file(self, local: str, remote: str, mode: int = 0o600) -> None:
         """Stream a large local file to the node (in SFTP's chunks, never whole in memory)."""
-        sftp = self.sftp()
         with open(local, "rb") as src:  # a local OSError is the caller's, not the node's
-            try:
-                with sftp.open(remote, "wb") as f:
-                    f.chmod(mode)
-                    f.set_pipelined(True)
-                    while chunk := src.read(1 << 20):
-                        f.write(chunk)
-            except TimeoutError:
-                raise self._sftp_timed_out("put", remote) from None
-            except OSError as e:
-                raise CommandFailed(self.node, ["sftp-put", remote], 1, str(e)) from None
-            except (paramiko.SSHException, EOFError) as e:
-                raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
+            with self._sftp_put(remote, mode) as f:
+                f.set_pipelined(True)
+                while chunk := src.read(1 << 20):
+                    f.write(chunk)
 
     def put_atomic(
         self, data: bytes, remote: str, mode: int = 0o600, timeout: float = DEFAULT_TIMEOUT_S

@@ -9,7 +9,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.plotting import pyplot
 from tpwarden.cluster.tune.model import Prediction
 
 # gids, so tests (and anyone post-processing the figure) find each layer
@@ -20,19 +20,6 @@ MEASURED_GID = "measured"
 APPLIED_GID = "applied"
 
 Point = tuple[int, int, float]  # (k, concurrency, aggregate tok/s)
-
-
-def _pyplot() -> Any:
-    try:
-        # deferred: an optional dependency (the control machine's extras)
-        import matplotlib
-    except ImportError:
-        raise TpwardenError("the plot needs matplotlib: pip install 'tpwarden[control]'") from None
-    matplotlib.use("Agg")
-    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _panel(
@@ -70,7 +57,7 @@ def tune_figure(
     title: str = "",
 ) -> Any:
     """The matplotlib Figure (`tune_png` closes it): one panel per level, left to right."""
-    plt = _pyplot()
+    plt = pyplot()
     levels = sorted({p.concurrency for p in preds})
     if not levels:
         raise ValueError("no prediction to plot")
@@ -97,7 +84,7 @@ def tune_png(
     title: str = "",
     dpi: int = 100,
 ) -> bytes:
-    plt = _pyplot()
+    plt = pyplot()
     fig = tune_figure(preds, measured, applied, title)
     buf = io.BytesIO()
     try:

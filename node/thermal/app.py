@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from tpwarden.cluster.durable import JSONObject
+from tpwarden.cluster.durable import (
+    THERMAL_BUDGET_MB,
+    THERMAL_DIR,
+    THERMAL_METRICS_HOST,
+    THERMAL_METRICS_PORT,
+    JSONObject,
+)
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.node.gpu_access import find_denial
 from tpwarden.node.memory import memory_reader
@@ -36,10 +42,6 @@ from tpwarden.node.thermal.zones import SysfsZoneReader
 
 log = logging.getLogger("tpwarden.thermal")
 
-DEFAULT_DIR = "/var/log/tpwarden/thermal"
-DEFAULT_METRICS_PORT = 9411
-DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback unless the inventory opens it to a scraper
-DEFAULT_BUDGET_MB = 512  # the spec's thermal.disk_budget_mb default
 TAIL_BYTES = 64 * 1024
 
 
@@ -48,13 +50,13 @@ class AgentOptions:
     node: str
     directory: Path
     interval_s: float = 10.0
-    metrics_port: int = DEFAULT_METRICS_PORT  # -1: off
-    metrics_host: str = DEFAULT_METRICS_HOST
+    metrics_port: int = THERMAL_METRICS_PORT  # -1: off
+    metrics_host: str = THERMAL_METRICS_HOST
     sysfs_root: Path = Path("/sys")
     role: str | None = None
     alert_margin_c: float | None = None
     max_file_bytes: int = 64 * 2**20
-    budget_bytes: int = DEFAULT_BUDGET_MB * 2**20
+    budget_bytes: int = THERMAL_BUDGET_MB * 2**20
     zone_roles: dict[str, str] | None = None  # zone index/name/type -> role (metrics label)
 
 
@@ -201,19 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="action", required=True)
     a = sub.add_parser("agent", help="sample until SIGTERM")
     a.add_argument("--node", required=True)
-    a.add_argument("--dir", default=DEFAULT_DIR)
+    a.add_argument("--dir", default=THERMAL_DIR)
     a.add_argument("--interval", type=float, default=10.0)
-    a.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT)
-    a.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST)
+    a.add_argument("--metrics-port", type=int, default=THERMAL_METRICS_PORT)
+    a.add_argument("--metrics-host", default=THERMAL_METRICS_HOST)
     a.add_argument("--sysfs-root", default="/sys")
     a.add_argument("--role", choices=("head", "worker"))
     a.add_argument("--alert-margin", type=float)
     a.add_argument("--max-file-mb", type=float, default=64.0)
-    a.add_argument("--budget-mb", type=float, default=float(DEFAULT_BUDGET_MB))
+    a.add_argument("--budget-mb", type=float, default=float(THERMAL_BUDGET_MB))
     a.add_argument("--zone-role", action="append", default=[], help="INDEX=ROLE (repeatable)")
     s = sub.add_parser("status", help="print this node's file facts as JSON")
     s.add_argument("--node", required=True)
-    s.add_argument("--dir", default=DEFAULT_DIR)
+    s.add_argument("--dir", default=THERMAL_DIR)
     args = ap.parse_args(argv)
     if args.action == "status":
         json.dump(node_status(args.node, Path(args.dir), time.time()), sys.stdout)

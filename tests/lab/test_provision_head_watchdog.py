@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.operations.watchdog_host import NODE_TPWARDEN
 from tpwarden.lab import faults
 from tpwarden.lab.paths import HEAD, NODE_NAMES
 from tpwarden.watchdog.actuator import WATCHDOG_WHO
-from tpwarden.watchdog.remote import NODE_TPWARDEN
 
 from tests.lab.lane import node_ip
 from tests.lab.provisioning import TPWARDEN, WATCHDOG_UNIT, stop_head_watchdog

@@ -65,7 +65,8 @@ def test_boot_crash_rolls_back_to_the_old_revision(lab, inv, tmp_path):
     assert inv.read_text() == before
     ok, hashes = _healthy_hash(inv)
     assert ok and hashes == {old_hash}
-    history = json.loads(_tpwarden("rollout", "history", "-i", str(inv), "--json").stdout)
+    done = _tpwarden("rollout", "history", "-i", str(inv), "--json")
+    history = json.loads(done.stdout)["rollouts"]  # under the one envelope (issue 51 item 6)
     assert len(history) == 1 and history[0]["step"] == "rolled_back"
     # the boot's own verdict, not a timeout (issue 30 item 5)
     assert "new config failed at boot after" in history[0]["reason"], history[0]["reason"]

@@ -18,6 +18,8 @@ from tpwarden.cluster.cli.lazy import walk
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from tests.unit import test_cli_wrong_usage as wrong_usage
+
 GOOD = str(Path(__file__).parent / "inventories" / "good.yml")
 MISSING = "/nonexistent/tpwarden/inventory.yml"
 SCHEMA = json.loads(
@@ -125,3 +127,52 @@ def test_watchdog_views_are_enveloped(tmp_path):
         result = CliRunner().invoke(app, ["watchdog", sub, "--state-dir", str(tmp_path), "--json"])
         assert result.exit_code == 0, result.output
         assert _one_document(result)["command"] == f"watchdog {sub}"
+
+
+# --- issue 52 item 10: a cluster that does not answer ---------------------------------------
+inv = wrong_usage.inv  # the example inventory, every node on a closed loopback port
+
+
+def _unreachable_argv(path, cmd, inventory: Path) -> list[str]:
+    argv = [*path, "--json"]
+    for param in cmd.params:
+        opts = getattr(param, "opts", [])
+        if "--inventory" in opts:
+            argv += ["-i", str(inventory)]
+        elif param.required and param.param_type_name == "argument":
+            argv.append("x")
+        elif param.required:
+            argv += [opts[0], "x"]
+    if path in {("restart",), ("rollback",), ("rollout",)}:
+        argv.append("--yes")
+    if path == ("rollout",):
+        argv += ["--set", "drafter.num_speculative_tokens=2"]
+    if path == ("status",):
+        argv += ["--timeout", "1"]
+    return argv
+
+
+def test_schema_requires_the_error_of_a_failure():
+    doc = {"schema_version": 1, "command": "status", "ok": False, "dry_run": False}
+    with pytest.raises(jsonschema.ValidationError, match="'error' is a required property"):
+        jsonschema.validate(doc, SCHEMA)
+    jsonschema.validate({**doc, "ok": True}, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("path", "cmd"), JSON_COMMANDS, ids=[" ".join(p) for p, _ in JSON_COMMANDS]
+)
+def test_against_an_unreachable_cluster_every_failure_says_why(
+    path, cmd, inv, tmp_path, monkeypatch
+):
+    """Every command's document against a cluster whose nodes refuse the connection: a failure
+    carries its `error` (17 commands printed "ok": false with none), valid against the schema."""
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
+    argv = _unreachable_argv(path, cmd, inv)
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code in (0, 1, 2), (argv, result.output)
+    doc = _one_document(result)
+    assert doc["ok"] is (result.exit_code == 0), (argv, doc)
+    if not doc["ok"]:
+        assert doc["error"]["message"] and doc["error"]["exit_code"] == result.exit_code, doc

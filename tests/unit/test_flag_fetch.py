@@ -16,11 +16,12 @@ import docker.errors
 import pytest
 from tpwarden.cluster import flag_tables
 from tpwarden.cluster.cli import app
-from tpwarden.cluster.cli import flags as flags_cli
+from tpwarden.cluster.cli import provision as provision_cli
 from tpwarden.cluster.containers.gateway import DockerGateway
 from tpwarden.cluster.containers.job import OneShot, OneShotResult
 from tpwarden.cluster.errors import DockerError
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.operations import flags as flags_op
 from tpwarden.cluster.vllm.flag_fetch import (
     DUMP_SCRIPT,
     SCRIPT_IN_CONTAINER,
@@ -135,7 +136,7 @@ class FakeConnector:
 
 def test_cli_fetch_then_plan_checks_argv_against_the_image(tmp_path, monkeypatch):
     monkeypatch.setattr(FakeConnector, "engine", FakeEngine())
-    monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
+    monkeypatch.setattr(flags_op, "NodeConnector", FakeConnector)
     inv = inventory(tmp_path, "0.33.0+sm121", '["--max-num-seqs", "8"]')
     assert runner.invoke(app, ["plan", "-i", str(inv)]).exit_code == 2
     result = runner.invoke(app, ["flags", "fetch", "-i", str(inv), "--json"])
@@ -150,7 +151,7 @@ def test_cli_fetch_then_plan_checks_argv_against_the_image(tmp_path, monkeypatch
 def test_cli_fetch_exits_2_when_the_image_reports_another_version(tmp_path, monkeypatch):
     result = OneShotResult(0, json.dumps(table_doc("0.33.1")), "")
     monkeypatch.setattr(FakeConnector, "engine", FakeEngine(result=result))
-    monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
+    monkeypatch.setattr(flags_op, "NodeConnector", FakeConnector)
     inv = inventory(tmp_path, "0.33.0+sm121")
     done = runner.invoke(app, ["flags", "fetch", "-i", str(inv)])
     assert done.exit_code == 2
@@ -163,9 +164,9 @@ def test_provision_fetch_failure_is_fatal_only_without_a_shipped_table(
 ):
     broken = OneShotResult(1, "", "ModuleNotFoundError: No module named 'vllm'")
     monkeypatch.setattr(FakeConnector, "engine", FakeEngine(result=broken))
-    monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
+    monkeypatch.setattr(flags_op, "NodeConnector", FakeConnector)
     inv = inventory(tmp_path, version)
-    doc = flags_cli.after_provision(load_inventory(inv), quiet=True)
+    doc = provision_cli.flag_table(load_inventory(inv), quiet=True)
     assert doc["ok"] is ok and "No module named 'vllm'" in doc["error"]
 
 
@@ -318,7 +319,7 @@ def _provision(tmp_path, monkeypatch, engine: FakeEngine, version: str, *args: s
     monkeypatch.setattr(provision_cli.prov, "prepare", lambda request: None)
     monkeypatch.setattr(provision_cli.prov, "run", run)
     monkeypatch.setattr(FakeConnector, "engine", engine)
-    monkeypatch.setattr(flags_cli, "NodeConnector", FakeConnector)
+    monkeypatch.setattr(flags_op, "NodeConnector", FakeConnector)
     inv = inventory(tmp_path, version)
     result = runner.invoke(app, ["provision", "-i", str(inv), "--json", *args])
     return result.exit_code, json.loads(result.stdout)

@@ -1,51 +1,36 @@
-"""hold.json has one owner: `hold.hold_path` names it, `hold.hold_document` shapes it, and
-every writer (the CLI's `write_hold`, a rollout's `WatchdogHolder`, here and on the head node)
-writes the same bytes through `durable`."""
+"""hold.json has one owner: `hold.hold_path` names it, `hold.hold_document` shapes it, and one
+writer, `operations.watchdog_hold.WatchdogHold` (the CLI's `watchdog hold`, a rollout's or a
+restart's lease, `down`), writes the same bytes through `durable`, here, or on the watchdog's
+host by running the same command there."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from pathlib import Path
 from typing import Any
 
+from tpwarden.cluster.cli import app
 from tpwarden.cluster.durable import json_bytes
 from tpwarden.cluster.hold import hold_path, read_hold, write_hold, write_release
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.rollout.ports import WatchdogHolder
+from tpwarden.cluster.operations import watchdog_host
+from tpwarden.cluster.operations.watchdog_hold import WatchdogHold
 from tpwarden.cluster.ssh.gateway import NodeSession
-
-from .fake_controller import FakeController
+from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class FakeSession:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-
-    def run(self, argv: list[str], **_: Any) -> Any:
-        return type("Result", (), {"rc": 0})()
-
-    def put_atomic(self, data: bytes, remote: str, mode: int = 0o600, **_: Any) -> None:
-        self.files[remote] = data
-
-
-def test_rollout_hold_writes_what_the_cli_writes_here_and_on_the_head(tmp_path: Path) -> None:
-    spec = load_inventory(ROOT / "inventory.example.yml")
+def test_rollout_hold_writes_what_the_cli_writes(tmp_path: Path) -> None:
     wd_dir = tmp_path / "wd"
     wd_dir.mkdir()
-    spec = dataclasses.replace(
-        spec, watchdog=spec.watchdog.model_copy(update={"state_dir": str(wd_dir)})
-    )
-    head = FakeSession()
-    control = FakeController.factory(head=head)
-    holder = WatchdogHolder(spec, by="ops", controller=control, clock=lambda: 100.0)
+    holder = WatchdogHold.here(str(wd_dir), by="ops", clock=lambda: 100.0)
     assert holder.path == hold_path(str(wd_dir)) == str(wd_dir / "hold.json")
 
     holder.hold("k=3 rollout", until=700.0, kind="down")
     here = (wd_dir / "hold.json").read_bytes()
-    assert head.files[holder.path] == here
     cli = tmp_path / "cli-hold.json"
     write_hold(str(cli), until=700.0, reason="k=3 rollout", by="ops", now=100.0, kind="down")
     assert cli.read_bytes() == here
@@ -59,6 +44,50 @@ def test_rollout_hold_writes_what_the_cli_writes_here_and_on_the_head(tmp_path: 
         json_bytes({"hold": None, "released_at": 100.0, "released_by": "ops"}) == cli.read_bytes()
     )
     assert read_hold(holder.path) == (None, 100.0)
+    events = [json.loads(x) for x in (wd_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["by"], e.get("hold_kind")) for e in events] == [
+        ("hold_set", "ops", "down"),
+        ("hold_released", "ops", None),
+    ]
+
+
+def test_a_renewal_extends_the_hold_without_a_second_event(tmp_path: Path) -> None:
+    now = [100.0]
+    holder = WatchdogHold.here(str(tmp_path), by="ops", clock=lambda: now[0])
+    holder.hold("rollout 1", until=700.0)
+    now[0] = 300.0
+    holder.hold("rollout 1", until=900.0)  # the lease renewed
+    assert read_hold(holder.path)[0].until == 900.0
+    holder.hold("rollout 2", until=950.0)  # another hold: its own event
+    kinds = [json.loads(x)["reason"] for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert kinds == ["rollout 1", "rollout 2"]
+
+
+def test_on_the_head_the_same_command_writes_it_there(tmp_path: Path, monkeypatch) -> None:
+    """The watchdog on the head: the hold is the `watchdog hold` command run there, which
+    writes through the same writer (here: run against another directory as the head's)."""
+    spec = load_inventory(ROOT / "inventory.example.yml")
+    spec = dataclasses.replace(spec, watchdog_host=spec.head.name)
+    sent: list[tuple[str, tuple[str, ...], list[str]]] = []
+    head_dir = tmp_path / "head"
+    head_dir.mkdir()
+
+    def run(spec: Any, node: Any, command: tuple[str, ...], args: list[str]):
+        sent.append((node.name, tuple(command), list(args)))
+        done = CliRunner().invoke(app, [*command, "--state-dir", str(head_dir), *args])
+        return done.exit_code, done.stdout, done.stderr
+
+    monkeypatch.setattr(watchdog_host, "run_on_watchdog_host", run)
+    holder = WatchdogHold.of(spec, by="ops", clock=lambda: 100.0)
+    holder.hold("k=3 rollout", until=700.0, kind="down")
+    assert sent == [(spec.head.name, ("watchdog", "hold"),
+                     ["--for", "600s", "--reason", "k=3 rollout", "--by", "ops", "--kind", "down"])]  # fmt: skip
+    hold, _ = read_hold(str(head_dir / "hold.json"))
+    assert hold is not None and (hold.reason, hold.kind, hold.by) == ("k=3 rollout", "down", "ops")
+    holder.release()
+    assert sent[-1] == (spec.head.name, ("watchdog", "release"), ["--by", "ops"])
+    assert read_hold(str(head_dir / "hold.json"))[0] is None
+    assert not (tmp_path / "hold.json").exists()  # nothing written on this machine
 
 
 def test_put_atomic_renames_a_unique_hidden_temp_into_place() -> None:

@@ -16,8 +16,8 @@ import pytest
 from tpwarden.cluster.cli import app
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.watchdog import remote as watchdog_remote
-from tpwarden.watchdog.remote import NODE_TPWARDEN, remote_argv, watchdog_place
+from tpwarden.cluster.operations import watchdog_host as watchdog_remote
+from tpwarden.cluster.operations.watchdog_host import NODE_TPWARDEN, remote_argv, watchdog_place
 from typer.testing import CliRunner
 
 GOOD = Path(__file__).parent / "inventories" / "good.yml"

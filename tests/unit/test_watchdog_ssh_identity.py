@@ -11,8 +11,8 @@ from typing import Any
 
 import paramiko
 import pytest
-from tpwarden.cluster.cli import watchdog as wd_cli
 from tpwarden.cluster.control.applied import AppliedPlan, plan_for, write_local
+from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.ssh.connect import SshOptions, SshTarget, connect
 from tpwarden.cluster.ssh.identity import SshIdentity, with_ssh_identity
@@ -173,7 +173,7 @@ def test_run_options_reach_watched_plan(tmp_path: Path, monkeypatch) -> None:
 
     def stop(inventory: Any, applied: Any, state_dir: Any, identity: SshIdentity) -> Any:
         seen.update(applied=applied, state_dir=state_dir, identity=identity)
-        raise wd_cli.ConfigError("stop here")
+        raise ConfigError("stop here")
 
     # `watchdog run` imports watched_plan when it runs (not at the CLI's start: issue 30)
     monkeypatch.setattr("tpwarden.watchdog.wiring.watched_plan", stop)

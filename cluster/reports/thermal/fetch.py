@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tpwarden.cluster.durable import THERMAL_DIR
 from tpwarden.cluster.errors import NodeUnreachable
 from tpwarden.cluster.reports.thermal.remote import call_each_node
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
 from tpwarden.cluster.ssh.gateway import SshPool
-
-REMOTE_DIR = "/var/log/tpwarden/thermal"
 
 
 @dataclass
@@ -60,7 +59,7 @@ def fetch_files(
     (``spec`` is a cluster.spec.ClusterSpec), all nodes in parallel."""
 
     thermal = getattr(spec, "thermal", None)
-    directory: str = remote_dir if remote_dir else getattr(thermal, "dir", REMOTE_DIR)
+    directory: str = remote_dir if remote_dir else getattr(thermal, "dir", THERMAL_DIR)
     days = _days(since, until)
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)

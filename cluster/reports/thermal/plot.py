@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from tpwarden.cluster.errors import TpwardenError
+from tpwarden.cluster.plotting import pyplot
 from tpwarden.cluster.reports.thermal.localtime import span_text, tz_name
 from tpwarden.cluster.reports.thermal.report import GAP_FACTOR, FieldReport, NodeReport
 from tpwarden.node.thermal.roles import zone_role
@@ -21,20 +21,9 @@ MARK_GID = "event"
 OTHER = "other zones (max)"  # zones the role map does not name, as one line
 
 
-def _pyplot() -> Any:
-    try:
-        # deferred: an optional dependency (see below)
-        import matplotlib
-    except ImportError:  # nodes install tpwarden without the control machine's extras
-        raise TpwardenError("the plot needs matplotlib: pip install 'tpwarden[control]'") from None
-    matplotlib.use("Agg")
-    # deferred: pyplot after choosing the Agg backend (matplotlib.use)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _series(rs: list[Mapping[str, Any]], value_of: Any, interval: float, tz: tzinfo):
+def _series(
+    rs: list[Mapping[str, Any]], value_of: Any, interval: float, tz: tzinfo
+) -> tuple[list[datetime], list[float]]:
     """Times and values with a NaN at each gap, so lines break where data is missing."""
     xs: list[datetime] = []
     ys: list[float] = []
@@ -67,7 +56,7 @@ def _zone_lines(
          for r in rs for z in r.get("zones") or []}
     )  # fmt: skip
 
-    def value(label: str):
+    def value(label: str) -> Any:
         return lambda r: _max(
             z.get("temp_c")
             for z in r.get("zones") or []
@@ -101,7 +90,7 @@ def thermal_figure(
 ) -> Any:
     """The matplotlib Figure (caller closes it). ``marks``: (time, label) drawn on every panel,
     e.g. the watchdog's restarts."""
-    plt = _pyplot()
+    plt = pyplot()
     # deferred: matplotlib after choosing the Agg backend
     import matplotlib.dates as mdates
 
@@ -138,7 +127,7 @@ def thermal_figure(
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small")
     bottom = axes[-1, 0]
-    locator = mdates.AutoDateLocator(tz=tz, minticks=4, maxticks=12)
+    locator = mdates.AutoDateLocator(tz=tz, minticks=4, maxticks=12)  # type: ignore[no-untyped-call]
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(_time_formatter(tz))
     bottom.set_xlim(
@@ -180,16 +169,16 @@ def _time_formatter(tz: tzinfo) -> Any:
 
     class TimeTicks(mticker.Formatter):
         def format_ticks(self, values: list[float]) -> list[str]:
-            return tick_labels([mdates.num2date(v, tz) for v in values])
+            return tick_labels([mdates.num2date(v, tz) for v in values])  # type: ignore[no-untyped-call]
 
         def __call__(self, x: float, pos: int | None = None) -> str:
-            return tick_labels([mdates.num2date(x, tz)])[0]
+            return tick_labels([mdates.num2date(x, tz)])[0]  # type: ignore[no-untyped-call]
 
     return TimeTicks()
 
 
 def figure_png(fig: Any, dpi: int = 100) -> bytes:
-    plt = _pyplot()
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)

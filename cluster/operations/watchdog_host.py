@@ -1,12 +1,16 @@
-"""Where the watchdog runs, and running its operator commands there (issue 30, item 4).
+"""Where the watchdog runs, and the two connectors that reach it there (issue 30 item 4, 51).
 
-`watchdog hold/release/status/history -i INV` act on the watchdog's own state directory. The
-watchdog runs on `tpwarden_watchdog_host` (the head by default): a hold written on the control
-machine would say "restarts held" while the watchdog on the head goes on restarting. So the
-commands run where the watchdog is: here when that is this machine, else on that node with the
-tpwarden that provisioning installed there, over the verified SSH connection (`cluster.ssh`);
-a watchdog host that is neither this machine nor a node of the inventory is refused. `report -i`
-reads the watchdog's event log from there the same way (`watchdog_events`).
+The watchdog runs on `tpwarden_watchdog_host` (the head by default) and keeps its state (the
+hold, its events, its dossiers) in its own state directory there: a hold written on the control
+machine would say "restarts held" while the watchdog on the head goes on restarting. So what
+acts on that state is chosen as pyinfra's connectors choose: here when the watchdog is on this
+machine (in-process), else the same tpwarden command on that node, with the tpwarden that
+provisioning installed there, over the verified SSH connection (`cluster.ssh`, as root: the
+state dir is root's). A watchdog host that is neither this machine nor a node of the inventory
+is refused. `report -i` reads the watchdog's event log from there (`watchdog_events`).
+
+Nothing here prints or exits: `relay` returns what the node answered (`Relayed`), the command
+renders it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tpwarden.cluster.control.nodes import is_local
 from tpwarden.cluster.errors import ConfigError, TpwardenError
 from tpwarden.cluster.settings import SshSpec
 from tpwarden.cluster.spec import ClusterSpec, NodeSpec
@@ -61,6 +64,8 @@ class WatchdogPlace:
 
 def watchdog_place(spec: ClusterSpec, hostname: str | None = None) -> WatchdogPlace:
     """The watchdog's host from the inventory; ConfigError when it cannot be reached from here."""
+    from tpwarden.cluster.control.nodes import is_local  # deferred: Docker, not for --help
+
     host = spec.watchdog_host or spec.head.name
     node = next((n for n in spec.nodes if n.name == host), None)
     if node is not None:
@@ -79,6 +84,37 @@ def remote_argv(spec: ClusterSpec, command: Sequence[str], args: Sequence[str]) 
     """The node-side command line: the same command (``["watchdog", "hold"]``, ``["incident",
     "list"]``) on the watchdog's state dir."""
     return [NODE_TPWARDEN, *command, "--state-dir", spec.watchdog.state_dir, *args]
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """What the watchdog host answered to a command run there: its exit code and its output,
+    for the command here to pass on as its own."""
+
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def exit_code(self) -> int:
+        """The node's exit code as tpwarden's (0, 1 or 2; anything else is a failure)."""
+        return self.rc if self.rc in (0, 1, 2) else 1
+
+
+def relay(spec: ClusterSpec, command: Sequence[str], args: Sequence[str]) -> Relayed | None:
+    """Run ``command`` (``("watchdog", "status")``, ``("incident", "list")``...) where the
+    inventory's watchdog runs, when that is another machine: its answer. None when the watchdog
+    runs here (the caller acts in-process). ConfigError when tpwarden is not installed there."""
+    place = watchdog_place(spec)
+    if place.node is None:
+        return None
+    rc, out, err = run_on_watchdog_host(spec, place.node, command, args)
+    if rc == 127:  # the shell's "command not found"
+        raise ConfigError(
+            f"{place.host}: {NODE_TPWARDEN} not found (the watchdog runs there)",
+            hint="provision the nodes first (`tpwarden provision`)",
+        )
+    return Relayed(rc, out, err)
 
 
 def run_on_watchdog_host(
