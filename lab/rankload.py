@@ -8,9 +8,10 @@ What a GPU of a tensor-parallel server does follows from two facts the lab can r
 - each node's serving container, from the host's Docker engine: running, paused (frozen: its
   GPU idles), gone (removed by a restart, or exited).
 
-A running rank carries the server's load. While the server is hung on a lost rank its requests
-stay running, so the live ranks stay busy (on real GPUs they spin in the collective that waits for
-the lost rank) and the frozen one cools: the plot shows the hang. A rank whose server does not
+A running rank carries the server's load. While the server is hung on a lost rank, the live ranks
+spin in the collective that waits for it (on real GPUs NCCL's kernels busy-wait, at full clocks)
+whatever ``/metrics`` says (the simulator keeps the hung request running; real vLLM reports 0
+running), and the frozen one cools: the plot shows the hang. A rank whose server does not
 answer ``/metrics`` (loading weights, or the API not up yet) carries a little load; without a
 container, none: the plot shows the restart.
 
@@ -30,6 +31,7 @@ from tpwarden.cluster.labels import LABEL_COMPONENT
 from tpwarden.lab.paths import CLUSTER_LABEL, CLUSTER_NAME, NODE_LABEL, SERVER_COMPONENT
 
 BOOT_LOAD = 0.2  # a rank whose server does not answer yet: loading weights, compiling
+SPIN_LOAD = 0.7  # a live rank waiting in a collective for a frozen one: kernels spinning
 LATE_HOLD_S = 30.0  # a /metrics answer stands in for this long when the next ones time out
 
 
@@ -59,13 +61,16 @@ def rank_loads(
     server: float | None, containers: Mapping[str, str], nodes: Sequence[str]
 ) -> dict[str, float]:
     """Per node: the server's load (0..1; None when ``/metrics`` does not answer) where the
-    node's serving container is running, else nothing. Pure."""
+    node's serving container is running, at least ``SPIN_LOAD`` while another rank is frozen
+    (paused), else nothing. Pure."""
+    hung = any(containers.get(node) == "paused" for node in nodes)
     out = {}
     for node in nodes:
         if containers.get(node) != "running":
             out[node] = 0.0  # paused (frozen), exited, removed or never started
         else:
-            out[node] = BOOT_LOAD if server is None else server
+            load = BOOT_LOAD if server is None else server
+            out[node] = max(load, SPIN_LOAD) if hung else load
     return out
 
 

@@ -35,6 +35,17 @@ def test_a_running_rank_carries_the_servers_load_a_frozen_or_removed_one_none():
     assert rl.rank_loads(0.7, {"node1": "exited"}, ["node1"]) == {"node1": 0.0}
 
 
+def test_live_ranks_spin_while_one_is_frozen_whatever_metrics_say():
+    """Real vLLM reports 0 requests running while a lost rank hangs it; the live ranks still
+    wait in the collective (on GPUs, kernels spinning): they stay warm, the frozen one cools."""
+    paused = {**dict.fromkeys(NODES, "running"), "node3": "paused"}
+    hung = rl.rank_loads(0.0, paused, NODES)
+    assert hung["node3"] == 0.0
+    assert all(hung[n] == rl.SPIN_LOAD for n in NODES if n != "node3")
+    assert rl.rank_loads(0.9, paused, NODES)["node1"] == 0.9  # busier than spinning: as busy
+    assert rl.rank_loads(None, paused, NODES)["node1"] == rl.SPIN_LOAD
+
+
 def test_server_load_holds_a_late_answer_for_a_while_and_nothing_answering_is_no_server():
     now = [0.0]
     answers: list[Any] = [3.0]
