@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -122,9 +123,11 @@ def print_crash(crash: Crash | None) -> None:
 
 def _report_log_verdict(p: BootProgress, source: str) -> None:
     colour = {"ready": "green", "failed": "red"}.get(p.verdict, "yellow")
-    console.print(
-        f"[{colour}]{p.verdict}[/] ({plain(source)}): {plain(p.describe())}", highlight=False
-    )
+    verdict = p.verdict
+    if p.ready and p.crash is not None:  # the boot was ready; the server died after (issue 49)
+        colour, verdict = "red", "ready, then a rank died"
+    name = source if source == "-" else Path(source).name  # --json keeps the path as given
+    console.print(f"[{colour}]{verdict}[/] ({plain(name)}): {plain(p.describe())}", highlight=False)
     print_crash(p.crash)
     facts = []
     if p.version:
