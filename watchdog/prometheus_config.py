@@ -105,44 +105,35 @@ def _dial(
     job: str, who: str, listen: str, port: int, reach: str | None, setting: str
 ) -> tuple[str, list[Finding]]:
     """The address Prometheus dials for an exporter listening on ``listen``:``port`` on a node
-    reached at ``reach`` (None: a machine outside the inventory)."""
+    reached at ``reach`` (None: a machine outside the inventory), and what may keep it from
+    working: at most one finding, about the dialled address (the machine, for a wildcard)."""
     if listen in WILDCARDS:
+        if reach is not None:
+            return _hostport(reach, port), []
+        addr, target, level = _hostport(who, port), who, "warning"
+        message = (
+            f"listens on every address ({listen or '*'}) of {who}, which has no address in the "
+            f"inventory; dialling {who!r}"
+        )
+        fix = f"set {setting} to the address Prometheus can reach"
+    elif _is_loopback(listen) and listen != reach:
+        addr = target = _hostport(listen, port)
         if reach is None:
-            return _hostport(who, port), [
-                Finding(
-                    level="warning",
-                    job=job,
-                    target=who,
-                    message=f"listens on every address ({listen or '*'}) of "
-                    f"{who}, which has no address in the inventory; dialling {who!r}",
-                    fix=f"set {setting} to the address Prometheus can reach",
-                )  # fmt: skip
-            ]
-        return _hostport(reach, port), []
-    if _is_loopback(listen) and listen != reach:
-        addr = _hostport(listen, port)
-        if reach is None:
-            return addr, [
-                Finding(
-                    level="warning",
-                    job=job,
-                    target=addr,
-                    message=f"{who} listens on loopback only: only a "
-                    f"Prometheus on {who} itself can scrape it",
-                    fix=f"run Prometheus on {who}, or set {setting} to an address it can reach",
-                )  # fmt: skip
-            ]
-        return addr, [
-            Finding(
-                level="error",
-                job=job,
-                target=addr,
-                message=f"{who} listens on loopback only, so a Prometheus on "
-                f"another machine cannot scrape it (it would dial its own {listen})",
-                fix=f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a firewall",
-            )  # fmt: skip
-        ]
-    return _hostport(listen, port), []
+            level = "warning"
+            message = (
+                f"{who} listens on loopback only: only a Prometheus on {who} itself can scrape it"
+            )
+            fix = f"run Prometheus on {who}, or set {setting} to an address it can reach"
+        else:
+            level = "error"
+            message = (
+                f"{who} listens on loopback only, so a Prometheus on another machine cannot "
+                f"scrape it (it would dial its own {listen})"
+            )
+            fix = f"set {setting} to {who}'s address ({reach}), or 0.0.0.0 behind a firewall"
+    else:
+        return _hostport(listen, port), []
+    return addr, [Finding(level=level, job=job, target=target, message=message, fix=fix)]
 
 
 def _job(name: str, groups: list[JSONObject], **extra: JSONValue) -> JSONObject:

@@ -30,6 +30,22 @@ def _read_text(path: str) -> str:
     return Path(path).read_text()
 
 
+def _read_here(
+    ref: SecretRef, what: str, key: str, hint: str, environ: Mapping[str, str] | None
+) -> str:
+    """A secret read where the watchdog runs: from its environment (`environ`, default the
+    process's) or a file on its host; ConfigError naming `what`, the setting `key` and the fix."""
+    return resolve_secret(
+        ref,
+        read_file=_read_text,
+        environ=os.environ if environ is None else environ,
+        what=what,
+        where="where the watchdog runs",
+        key=key,
+        hint=hint,
+    )
+
+
 def resolve_api_key(ref: SecretRef | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The probe's API key from its reference, or ConfigError when it cannot be resolved here.
 
@@ -41,21 +57,14 @@ def resolve_api_key(ref: SecretRef | None, environ: Mapping[str, str] | None = N
     if ref is None:
         return None
     field = "secrets.api_key.env" if ref.env else "secrets.api_key.file"
-    value = resolve_secret(
-        ref,
-        read_file=_read_text,
-        environ=os.environ if environ is None else environ,
-        what="the API key",
-        where="where the watchdog runs",
-        key=field,
-        hint=(
-            f"export {ref.env} for the watchdog (systemd: EnvironmentFile=), or the probe gets "
-            "401 and the watchdog is blind"
-            if ref.env
-            else "run the watchdog where the key file is (the head node, as provisioned) "
-            "with permission to read it"
-        ),
+    hint = (
+        f"export {ref.env} for the watchdog (systemd: EnvironmentFile=), or the probe gets "
+        "401 and the watchdog is blind"
+        if ref.env
+        else "run the watchdog where the key file is (the head node, as provisioned) "
+        "with permission to read it"
     )
+    value = _read_here(ref, "the API key", field, hint, environ)
     if not value:
         raise ConfigError(f"the API key ({ref.env or ref.file}) is empty", key=field)
     return value
@@ -70,15 +79,8 @@ def resolve_webhook(
     if not isinstance(value, SecretRef):
         return value
     key = "watchdog.alert_webhook." + ("env" if value.env else "file")
-    url = resolve_secret(
-        value,
-        read_file=_read_text,
-        environ=os.environ if environ is None else environ,
-        what="the alert webhook",
-        where="where the watchdog runs",
-        key=key,
-        hint="the watchdog reads the webhook URL from its own environment or host",
-    )
+    hint = "the watchdog reads the webhook URL from its own environment or host"
+    url = _read_here(value, "the alert webhook", key, hint, environ)
     try:
         return http_url(url)
     except ValueError as exc:

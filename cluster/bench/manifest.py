@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+from tpwarden.cluster import __version__
 from tpwarden.cluster.bench.parse import kv_cache_facts
 from tpwarden.cluster.durable import JSONObject, JSONValue
 from tpwarden.cluster.errors import TpwardenError
@@ -266,4 +268,32 @@ def cluster_section(spec: ClusterSpec) -> JSONObject:
             for n in spec.nodes
         ],
         "plan": plan_cluster(spec).to_json(),
+    }
+
+
+def run_manifest(
+    run_id: str,
+    kind: str,
+    started_at: datetime,
+    spec: ClusterSpec,
+    options: JSONObject,
+    pre: Mapping[str, JSONValue],
+    versions: Mapping[str, str] | None = None,
+) -> JSONObject:
+    """The start every run's manifest.json shares (bench and eval): the run and when it began,
+    tpwarden's version then `versions` (the other tools'), the options, the cluster, and what
+    pre-flight saw of the server; each runner adds its own sections after it."""
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "run_id": run_id,
+        "kind": kind,
+        "started_at": started_at.isoformat(),
+        "tpwarden_version": __version__,
+        **(versions or {}),
+        "options": options,
+        "cluster": cluster_section(spec),
+        "server": pre["server"],
+        "server_defaults": pre["server_defaults"],
+        "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
+        "nccl_transport": pre.get("transport"),
     }

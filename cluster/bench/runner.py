@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tpwarden.cluster import __version__
 from tpwarden.cluster.bench import manifest as bm
 from tpwarden.cluster.bench.dataset import sharegpt_json
 from tpwarden.cluster.bench.parse import (
@@ -188,18 +187,9 @@ class BenchRunner:
             else:
                 doc["gpus_start"] = doc.get("gpus", [])
                 node_docs[name] = bm.mark_own(doc, own)
+        start = bm.run_manifest(run_id, opts.kind, self.clock(), self.spec, opts.to_json(), pre)
         return {
-            "manifest_version": bm.MANIFEST_VERSION,
-            "run_id": run_id,
-            "kind": opts.kind,
-            "started_at": self.clock().isoformat(),
-            "tpwarden_version": __version__,
-            "options": opts.to_json(),
-            "cluster": bm.cluster_section(self.spec),
-            "server": pre["server"],
-            "server_defaults": pre["server_defaults"],
-            "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
-            "nccl_transport": pre.get("transport"),
+            **start,
             "kv_cache": bm.collect_kv_cache(self.ctl),
             "client": {"image": opts.client_image, "node": client_node(self.spec, opts).name},
             "nodes": node_docs,

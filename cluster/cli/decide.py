@@ -18,16 +18,15 @@ import typer
 from tpwarden.cluster.cli import decide_batch
 from tpwarden.cluster.cli.common import handle_errors
 from tpwarden.cluster.cli.decide_common import (
-    CalOpt,
+    DECIDE_DEFAULTS,
     CueOpt,
+    DecideArgs,
     KOpt,
     MarginOpt,
-    NoCalOpt,
     PathOpt,
-    TempOpt,
-    ThinkOpt,
     TimeoutOpt,
     ask_one,
+    decision_options,
     setup,
 )
 from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
@@ -56,19 +55,12 @@ def _choices(raw: list[str]) -> dict[str, str]:
 
 @app.command("ask")
 @handle_errors
+@decision_options
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     choice: Annotated[list[str], typer.Option("--choice", help="LABEL=TEXT, repeated.")],
     inventory: InventoryOption = DEFAULT_INVENTORY,
-    path: PathOpt = "completions",
-    margin: MarginOpt = None,
-    temperature: TempOpt = None,
-    calibration: CalOpt = None,
-    no_calibration: NoCalOpt = False,
-    cue: CueOpt = "Answer:",
-    top_logprobs: KOpt = None,
-    thinking: ThinkOpt = False,
-    timeout: TimeoutOpt = 60.0,
+    args: DecideArgs = DECIDE_DEFAULTS,
     as_json: JsonOption = False,
 ) -> None:
     """One multiple-choice question -> probabilities over the labels, decision, margin, verdict.
@@ -77,9 +69,7 @@ def ask(
     """
 
     item = Item(id="ask", question=question, choices=_choices(choice))
-    ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
-                   top_logprobs, thinking, timeout)  # fmt: skip
-    ask_one(ctx, item, as_json)
+    ask_one(args.setup(inventory), item, as_json)
 
 
 @app.command("yesno")

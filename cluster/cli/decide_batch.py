@@ -15,17 +15,15 @@ from rich.table import Table
 from tpwarden.cluster.bench.runner import default_runs_dir, write_json
 from tpwarden.cluster.cli.common import console, emit_json, err_console, handle_errors, plain
 from tpwarden.cluster.cli.decide_common import (
-    CalOpt,
+    DECIDE_DEFAULTS,
     CueOpt,
+    DecideArgs,
     KOpt,
-    MarginOpt,
-    NoCalOpt,
     PathOpt,
     RunsDirOpt,
     Setup,
-    TempOpt,
-    ThinkOpt,
     TimeoutOpt,
+    decision_options,
     setup,
 )
 from tpwarden.cluster.cli.inputs import READABLE_FILE, output_file
@@ -139,6 +137,7 @@ commands = typer.Typer()  # `decide run` and `decide calibrate`, mounted by `cli
 
 @commands.command("run")
 @handle_errors
+@decision_options
 def run(
     data: DataOpt,
     inventory: InventoryOption = DEFAULT_INVENTORY,
@@ -147,15 +146,7 @@ def run(
     permute: Annotated[
         bool, typer.Option("--permute", help="Also ask with the choices reversed (bias).")
     ] = False,
-    path: PathOpt = "completions",
-    margin: MarginOpt = None,
-    temperature: TempOpt = None,
-    calibration: CalOpt = None,
-    no_calibration: NoCalOpt = False,
-    cue: CueOpt = "Answer:",
-    top_logprobs: KOpt = None,
-    thinking: ThinkOpt = False,
-    timeout: TimeoutOpt = 60.0,
+    args: DecideArgs = DECIDE_DEFAULTS,
     runs_dir: RunsDirOpt = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -165,8 +156,7 @@ def run(
     """
     if runs < 1 or concurrency < 1:
         raise typer.BadParameter("--runs and --concurrency must be >= 1")
-    ctx = setup(inventory, path, margin, temperature, calibration, no_calibration, cue,
-                top_logprobs, thinking, timeout)  # fmt: skip
+    ctx = args.setup(inventory)
     for note in ctx.notes:
         err_console.print(f"[yellow]warning:[/] {plain(note)}", highlight=False)
     run_dir, docs, summary = _batch(ctx, data, runs, concurrency, permute, runs_dir)

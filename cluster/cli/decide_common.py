@@ -3,9 +3,12 @@ fitted calibration); rendering of one decision."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, get_type_hints
 
 import typer
 from rich.table import Table
@@ -113,6 +116,72 @@ def setup(
     return Setup(
         spec=spec, client=client, decider=decider, fitted=fitted, notes=notes, calibration_file=used
     )
+
+
+@dataclass(frozen=True)
+class DecideArgs:
+    """The decision options `decide ask` and `decide run` both take, declared once: each field
+    is a command-line option (its type, help and default), put into a command by
+    `decision_options`."""
+
+    path: PathOpt = "completions"
+    margin: MarginOpt = None
+    temperature: TempOpt = None
+    calibration: CalOpt = None
+    no_calibration: NoCalOpt = False
+    cue: CueOpt = "Answer:"
+    top_logprobs: KOpt = None
+    thinking: ThinkOpt = False
+    timeout: TimeoutOpt = 60.0
+
+    def setup(self, inventory: Path) -> Setup:
+        """`setup` with these options."""
+        return setup(
+            inventory,
+            self.path,
+            self.margin,
+            self.temperature,
+            self.calibration,
+            self.no_calibration,
+            self.cue,
+            self.top_logprobs,
+            self.thinking,
+            self.timeout,
+        )
+
+
+DECIDE_DEFAULTS = DecideArgs()
+_P = ParamSpec("_P")
+
+
+def decision_options(command: Callable[_P, None]) -> Callable[_P, None]:
+    """Give a command the decision options: its parameter `args: DecideArgs` becomes one
+    option per field of DecideArgs, in its place (so --help lists them where it stands), and
+    the command is called with them gathered back into one DecideArgs."""
+    hints = get_type_hints(DecideArgs, include_extras=True)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    options = [
+        inspect.Parameter(f.name, kind, default=f.default, annotation=hints[f.name])
+        for f in fields(DecideArgs)
+    ]
+    signature = inspect.signature(command, eval_str=True)
+    if "args" not in signature.parameters:
+        raise TypeError(f"{command.__name__}: no parameter `args: DecideArgs` to put them in")
+    params = [
+        q for p in signature.parameters.values() for q in (options if p.name == "args" else [p])
+    ]
+
+    @functools.wraps(command)
+    def with_options(*positional: _P.args, **given: _P.kwargs) -> None:
+        # typer passes every option by name, each of the type its field declares
+        chosen = {o.name: given.pop(o.name) for o in options}
+        given["args"] = DecideArgs(**chosen)  # type: ignore[arg-type]
+        command(*positional, **given)
+
+    # typer reads a command's parameters from its signature and its annotations
+    with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    with_options.__annotations__ = {p.name: p.annotation for p in params}
+    return with_options
 
 
 def render_decision(d: Decision, title: str) -> None:

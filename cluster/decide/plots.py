@@ -8,12 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from tpwarden.cluster.decide.calibrate import Bin, CurvePoint
 from tpwarden.cluster.decide.labels import DecideError
 from tpwarden.cluster.plotting import pyplot
 
+if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn (an optional dependency)
+    from matplotlib.figure import Figure
+
 NO_MATPLOTLIB = "plots need matplotlib: pip install 'tpwarden[control]'"
+
+
+def _save(plt: ModuleType, fig: Figure, path: Path) -> Path:
+    """Both figures' last step: lay the figure out, write it at `path` as a 110 dpi PNG, free
+    it (pyplot keeps every open figure), and return the path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def reliability_png(
@@ -37,10 +51,7 @@ def reliability_png(
     ax.set_ylim(0, 1)
     ax.set_title("Reliability diagram (marker size: items in bin)")
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def selective_png(
@@ -62,7 +73,4 @@ def selective_png(
     ax.set_xlim(0, 1.02)
     ax.set_title("Selective prediction: margin gate")
     ax.legend(loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tpwarden.cluster import __version__
 from tpwarden.cluster.bench import manifest as bm
 from tpwarden.cluster.bench.plan import client_base_url
 from tpwarden.cluster.bench.plan import client_image as bench_image
@@ -215,19 +214,12 @@ class EvalRunner:
     def _manifest(
         self, run_id: str, opts: EvalOptions, pre: Mapping[str, Any], plans: list[TaskPlan]
     ) -> dict[str, Any]:
+        versions = {"lm_eval_version": LM_EVAL_VERSION}
+        start = bm.run_manifest(
+            run_id, "eval", self.clock(), self.spec, opts.to_json(), pre, versions
+        )
         return {
-            "manifest_version": bm.MANIFEST_VERSION,
-            "run_id": run_id,
-            "kind": "eval",
-            "started_at": self.clock().isoformat(),
-            "tpwarden_version": __version__,
-            "lm_eval_version": LM_EVAL_VERSION,
-            "options": opts.to_json(),
-            "cluster": bm.cluster_section(self.spec),
-            "server": pre["server"],
-            "server_defaults": pre["server_defaults"],
-            "preflight": {k: pre[k] for k in ("verdict", "notes", "probe_ok", "ok")},
-            "nccl_transport": pre.get("transport"),
+            **start,
             "client": {"image": opts.client_image, "node": self.spec.head.name},
             "plans": [p.to_json() for p in plans],
             "attempts": [],

@@ -102,18 +102,13 @@ def check_yaml(data: bytes | str, path: str, must_be_yaml: bool = True) -> None:
             return
         mark = exc.problem_mark or exc.context_mark
         if "nesting depth" in str(exc.problem):  # libyaml's own bound (1000) came first
-            raise ConfigError(
-                f"value nests more than {MAX_DEPTH} levels deep",
-                file=path,
-                line=mark.line + 1 if mark else None,
-                hint="an inventory needs a handful of levels; flatten it",
-            ) from None
-        raise ConfigError(
-            f"YAML syntax error: {exc.problem or exc.context}",
-            file=path,
-            line=mark.line + 1 if mark else None,
-            hint="check indentation and quoting",
-        ) from None
+            message = f"value nests more than {MAX_DEPTH} levels deep"
+            hint = "an inventory needs a handful of levels; flatten it"
+        else:
+            message = f"YAML syntax error: {exc.problem or exc.context}"
+            hint = "check indentation and quoting"
+        line = mark.line + 1 if mark else None
+        raise ConfigError(message, file=path, line=line, hint=hint) from None
     except yaml.YAMLError as exc:
         if must_be_yaml:
             raise ConfigError(f"YAML error: {exc}", file=path) from None

@@ -88,32 +88,27 @@ def plan_edit(inventory: str, changes: list[Change]) -> InventoryEdit:
 def _root(inventory: str, rel: str, key: str, line: int | None) -> tuple[str, ...]:
     """Where the settings mapping sits in that file."""
     where = shown(inventory, rel)
+
+    def refused(why: str, fix: str) -> ConfigError:
+        """This `--set` refused at the value's origin (its file and line), with the fix."""
+        return ConfigError(f"--set {key}: {why}", file=where, line=line, hint=fix)
+
     first = Path(rel).parts[0]
     if rel.startswith(".."):
-        raise ConfigError(
-            f"--set {key}: the value comes from outside the inventory",
-            file=where,
-            line=line,
-            hint="edit that file by hand",
-        )
+        raise refused("the value comes from outside the inventory", "edit that file by hand")
     if first == "host_vars":
-        raise ConfigError(
-            f"--set {key}: tpwarden is set in host_vars",
-            file=where,
-            line=line,
-            hint="tpwarden settings belong to group all: all.vars.tpwarden or group_vars/all.yml",
+        raise refused(
+            "tpwarden is set in host_vars",
+            "tpwarden settings belong to group all: all.vars.tpwarden or group_vars/all.yml",
         )
     if first == "group_vars":
         return IN_GROUP_VARS
     text = (home(inventory) / rel).read_bytes().decode("utf-8", "replace")
     body = [ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip()[0] not in "#;"]
     if rel.endswith(".ini") or (body and body[0].startswith("[")):
-        raise ConfigError(
-            f"--set {key}: the value comes from an INI inventory, which cannot hold the "
-            "tpwarden mapping",
-            file=where,
-            line=line,
-            hint="move tpwarden to group_vars/all.yml beside the inventory",
+        raise refused(
+            "the value comes from an INI inventory, which cannot hold the tpwarden mapping",
+            "move tpwarden to group_vars/all.yml beside the inventory",
         )
     return IN_INVENTORY
 

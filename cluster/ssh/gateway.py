@@ -285,6 +285,19 @@ class NodeSession:
             self.node, f"SFTP {op} {remote}: no answer within {SFTP_TIMEOUT_S:g} s"
         )
 
+    @contextlib.contextmanager
+    def _sftp_errors(self, op: str, remote: str) -> Iterator[None]:
+        """SFTP's errors on `remote` as ours: no answer in time (the stuck session closed),
+        refused by the node (CommandFailed `sftp-<op>`), the connection lost."""
+        try:
+            yield
+        except TimeoutError:
+            raise self._sftp_timed_out(op, remote) from None
+        except OSError as e:
+            raise CommandFailed(self.node, [f"sftp-{op}", remote], 1, str(e)) from None
+        except (paramiko.SSHException, EOFError) as e:
+            raise NodeUnreachable(self.node, f"SFTP {op} {remote}: {e}") from None
+
     def put(self, local: str, remote: str, mode: int = 0o600) -> None:
         """Copy a local file to the node and set its mode (the mode is applied before any data
         is written, so a secret is never world-readable, even briefly)."""
@@ -296,16 +309,9 @@ class NodeSession:
         """`remote` opened for writing with its mode set before any data, SFTP's errors as ours
         (no answer in time, refused by the node, the connection lost)."""
         sftp = self.sftp()
-        try:
-            with sftp.open(remote, "wb") as f:
-                f.chmod(mode)
-                yield f
-        except TimeoutError:
-            raise self._sftp_timed_out("put", remote) from None
-        except OSError as e:
-            raise CommandFailed(self.node, ["sftp-put", remote], 1, str(e)) from None
-        except (paramiko.SSHException, EOFError) as e:
-            raise NodeUnreachable(self.node, f"SFTP put {remote}: {e}") from None
+        with self._sftp_errors("put", remote), sftp.open(remote, "wb") as f:
+            f.chmod(mode)
+            yield f
 
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o600) -> None:
         with self._sftp_put(remote, mode) as f:
@@ -338,15 +344,8 @@ class NodeSession:
     def read_bytes(self, remote: str) -> bytes:
         """Read a file on the node (e.g. a secret's file: the value never touches argv)."""
         sftp = self.sftp()
-        try:
-            with sftp.open(remote, "rb") as f:
-                return f.read()
-        except TimeoutError:
-            raise self._sftp_timed_out("get", remote) from None
-        except OSError as e:
-            raise CommandFailed(self.node, ["sftp-get", remote], 1, str(e)) from None
-        except (paramiko.SSHException, EOFError) as e:
-            raise NodeUnreachable(self.node, f"SFTP get {remote}: {e}") from None
+        with self._sftp_errors("get", remote), sftp.open(remote, "rb") as f:
+            return f.read()
 
     def exists(self, remote: str) -> bool:
         try:
