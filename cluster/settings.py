@@ -27,6 +27,7 @@ from pydantic import (
 from tpwarden.cluster.container_settings import ContainerSpec
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.flag_tables import parse_version
+from tpwarden.cluster.ledger_settings import LedgerSpec
 from tpwarden.cluster.report_settings import ReportSpec
 
 # --- value parsers -------------------------------------------------------------------------
@@ -470,6 +471,7 @@ class TpwardenSettings(_Model):
     bench: BenchSpec = BenchSpec()
     eval: EvalSpec = EvalSpec()
     report: ReportSpec = ReportSpec()
+    ledger: LedgerSpec = LedgerSpec()
 
     @field_validator("vllm_version")
     @classmethod
