@@ -36,6 +36,7 @@ from tpwarden.cluster.ledger.tables import (
     NewCanary,
     NewRecord,
     RepeatRow,
+    SeriesPoint,
 )
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -325,6 +326,19 @@ class Ledger:
             for row in c.execute("SELECT * FROM canary_levels WHERE canary_id >= ?", (lo,)):
                 levels.setdefault(row[0], {})[row[1]] = LevelRow.from_row(row[1:])
         return [CanaryRow.from_row(h, levels.get(h[0], {})) for h in reversed(heads)]
+
+    def series(self, cluster: str, definition: str, level: int) -> list[SeriesPoint]:
+        """Every completed canary of one definition at one level, oldest first: one query (the
+        index on (cluster, definition, started)); `why` reads 10,000 of them in milliseconds."""
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT c.id, c.started, c.cfg, c.record_id, l.output_tok_s, l.repeats"
+                " FROM canaries c JOIN canary_levels l ON l.canary_id = c.id AND l.level = ?"
+                " WHERE c.cluster = ? AND c.definition = ? AND c.status = 'ok'"
+                " AND l.output_tok_s IS NOT NULL ORDER BY c.started, c.id",
+                (level, cluster, definition),
+            ).fetchall()
+        return [SeriesPoint(*r) for r in rows]
 
     def canary(self, canary_id: int) -> CanaryRow | None:
         got = self.canaries(before_id=canary_id + 1, limit=1)

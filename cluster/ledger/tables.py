@@ -167,6 +167,18 @@ class CanaryRow:
         return doc
 
 
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One completed canary at one level, as `why` compares them."""
+
+    id: int
+    started: float
+    cfg: str | None
+    record_id: int | None
+    tok_s: float
+    repeats: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class Evidence:
     """Controlled evidence: `subject` changed alone from `before` to `after` and the canary of
