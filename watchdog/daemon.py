@@ -255,7 +255,8 @@ class Watchdog:
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
             boot = self._boot_progress() if self._state.phase is WatchdogPhase.BOOTING else None
             hold, released_at = self.files.read_hold()
-            obs = Observation(probe, metrics, boot, hold, released_at)
+            canary = self.files.read_canary(self._wall())  # ledger (issue 53): canary load
+            obs = Observation(probe, metrics, boot, hold, released_at, canary)
             now = self._clock()
             state, decisions = self._policy.decide(self._state, obs, now)
             self.files.record(
