@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import os
 import statistics
 import threading
 import time
@@ -46,6 +47,7 @@ from tpwarden.cluster.bench.parse import (
 )
 from tpwarden.cluster.bench.plan import CONTAINER_DIR, client_node, sharegpt_json
 from tpwarden.cluster.bench.runner import default_runs_dir, write_json
+from tpwarden.cluster.canary_lease import cleared_document, lease_document, lease_path, write_lease
 from tpwarden.cluster.containers.job import folder_job
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
@@ -82,6 +84,36 @@ class Lease:
 
     def end(self, run_id: str) -> None:
         """It ended."""
+
+
+class WatchdogLease(Lease):
+    """The lease written where a watchdog reads it (`canary_lease.lease_path` of the
+    inventory's `watchdog.state_dir`): on this machine and on the head, wherever that directory
+    exists, as the operator's hold is (`rollout.ports.WatchdogHolder`). Best effort: a lease
+    that cannot be written is logged; the canary's user-load rule stands on its own."""
+
+    def __init__(self, ctl: Controller, by: str = "tpwarden-canary") -> None:
+        self.ctl = ctl
+        self.by = by
+        self.path = lease_path(ctl.spec.watchdog.state_dir)
+
+    def _write(self, doc: JSONObject) -> None:
+        state_dir = self.ctl.spec.watchdog.state_dir
+        if os.path.isdir(state_dir):
+            write_lease(self.path, doc)
+        try:
+            session = self.ctl.session(self.ctl.spec.head)
+            if session.run(["test", "-d", state_dir]).rc == 0:
+                session.put_atomic(json.dumps(doc).encode(), self.path)
+        except TpwardenError as exc:
+            log.warning("could not write the canary lease on the head: %s", exc)
+
+    def begin(self, run_id: str, levels: tuple[int, ...], until: float) -> None:
+        now = time.time()
+        self._write(lease_document(run_id=run_id, levels=levels, until=until, by=self.by, now=now))
+
+    def end(self, run_id: str) -> None:
+        self._write(cleared_document(run_id=run_id, now=time.time()))
 
 
 @dataclass

@@ -78,6 +78,7 @@ class Difference:
     tier: str = Tier.PRIOR
     nodes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    key: str | None = None  # the key `before` and `after` are the values of
     before: str | None = None
     after: str | None = None
     source: str = "fingerprint"  # fingerprint | state | canary
@@ -124,6 +125,7 @@ def group(changes: Iterable[Change], source: str) -> list[Difference]:
             category=s.category.value,
             nodes=sorted({c.node for c in rows if c.node != "*"}),
             keys=sorted({c.key for c in rows}),
+            key=rep.key,
             before=rep.before,
             after=rep.after,
             source=source,

@@ -399,17 +399,17 @@ class Ledger:
     # -- export -----------------------------------------------------------------------------
     def dump(self, table: str) -> Iterator[JSONObject]:
         """Every row of one table as a JSON object (for `ledger export`)."""
-        if table not in _TABLES:
+        if table not in TABLES:
             raise ValueError(f"unknown ledger table {table!r}")
         with self._read() as c:
-            cur = c.execute(f"SELECT * FROM {table}")  # noqa: S608 - a name from _TABLES
+            cur = c.execute(f"SELECT * FROM {table}")  # noqa: S608 - a name from TABLES
             names = [d[0] for d in cur.description]
             rows = cur.fetchall()
         for row in rows:
             yield dict(zip(names, row, strict=True))
 
 
-_TABLES = (
+TABLES = (
     "records", "fingerprint", "changes", "canaries", "canary_levels", "canary_repeats",
     "state_samples", "evidence",
 )  # fmt: skip

@@ -252,18 +252,21 @@ def _measured(
             kv.tier = Tier.MEASURED
     clocks = by.pop("GPU clocks under load", None)
     cap = by.get("GPU clock cap") or by.get("GPU power limit")
+    seen: dict[tuple[str, str | None, str | None], list[str]] = {}
     for c in state:
         if c.key.endswith(("sm_clock_mhz", "clock_event_reasons")):
             what = "SM clock under load" if c.key.endswith("sm_clock_mhz") else "clock events"
-            (cap or clocks or _add(by, c)).measured.append(
-                f"{c.node}: {what} {c.before} -> {c.after}"
-            )
-    for d in (cap, clocks):
-        if d is not None and d.measured:
-            d.tier = Tier.MEASURED
-            d.magnitude = max(d.magnitude, len(d.measured))
-    if clocks is not None and clocks.measured and cap is None:
-        by[clocks.subject] = clocks
+            seen.setdefault((what, c.before, c.after), []).append(c.node)
+    target = cap or clocks or (_add(by, state) if seen else None)
+    for (what, before, after), nodes in seen.items():
+        assert target is not None
+        unit = " MHz" if what.startswith("SM") else ""
+        target.measured.append(f"{what} {before} -> {after}{unit} on {', '.join(nodes)}")
+    if target is not None and target.measured:
+        target.tier = Tier.MEASURED
+        target.magnitude = max(target.magnitude, len(seen))
+        if cap is None:
+            by[target.subject] = target
     for d in by.values():
         if d.source == "state" and d.subject.startswith(("co-tenant", "GPU users")):
             d.tier = Tier.MEASURED
@@ -283,9 +286,11 @@ def _measured(
             drafter.tier = Tier.MEASURED
 
 
-def _add(by: dict[str, Difference], c: Change) -> Difference:
+def _add(by: dict[str, Difference], state: list[Change]) -> Difference:
+    """The measured-only difference of the clocks (no cap or power limit changed)."""
+    rows = [c for c in state if c.key.endswith(("sm_clock_mhz", "clock_event_reasons"))]
     d = Difference(subject="GPU clocks under load", category="clocks and power", source="state",
-                   nodes=[c.node], keys=[c.key])  # fmt: skip
+                   nodes=sorted({c.node for c in rows}), keys=sorted({c.key for c in rows}))  # fmt: skip
     by[d.subject] = d
     return d
 
