@@ -32,6 +32,7 @@ from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult, ControlEvent
 from tpwarden.cluster.control.status_model import ClusterStatus
 from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.ledger.record import record_if_healthy
 from tpwarden.cluster.operator_lock import (
     LeasedHolder,
     clear_down,
@@ -66,10 +67,12 @@ def _print_plan(plan: ControlPlan) -> None:
         console.print("[green]nothing to change[/]")
 
 
-def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
+def _report(
+    result: ApplyResult, command: str, as_json: bool = False, ledger: dict | None = None
+) -> int:
     code = 0 if result.ok else 1
     if as_json:
-        emit_json(command, apply_json(result))
+        emit_json(command, apply_json(result) | ({"ledger": ledger} if ledger else {}))
         return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
@@ -136,7 +139,9 @@ def up(
             else:
                 with view.progress:
                     result = ctl.up(replace, wait_ready=not no_wait, timeout_s=timeout, plan=plan)
-    raise typer.Exit(_report(result, "up", as_json))
+            # LEDGER (issue 53): the operations layer's "healthy" hook, to move there
+            ledger = record_if_healthy(ctl, result, action="up", reason="tpwarden up")
+    raise typer.Exit(_report(result, "up", as_json, ledger))
 
 
 def _holder(spec) -> WatchdogHolder:
@@ -201,7 +206,9 @@ def restart(
             else:
                 with view.progress:
                     result = ctl.restart(reason, timeout_s=timeout, wait_ready=not no_wait)
-    raise typer.Exit(_report(result, "restart", as_json))
+            # LEDGER (issue 53): the operations layer's "healthy" hook, to move there
+            ledger = record_if_healthy(ctl, result, action="restart", reason=reason)
+    raise typer.Exit(_report(result, "restart", as_json, ledger))
 
 
 WIDE_WIDTH = 400

@@ -9,6 +9,7 @@ that must not fail on it (the watchdog) catch that and say so in their own log.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.control.results import ApplyResult
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.ledger.collect import collect_fingerprint
 from tpwarden.cluster.ledger.fingerprint import config_id
@@ -23,6 +25,8 @@ from tpwarden.cluster.ledger.store import Ledger, ledger_path
 from tpwarden.cluster.ledger.tables import LedgerRecord, NewRecord
 from tpwarden.cluster.operator_lock import operator_identity
 from tpwarden.cluster.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
 
 
 def ledger_file(spec: ClusterSpec, state_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -87,3 +91,18 @@ def record_healthy(
             )
         )
     return RecordOutcome(rec, prev.cfg if prev else None, file)
+
+
+def record_if_healthy(
+    ctl: Controller, result: ApplyResult, *, action: str, reason: str, who: str | None = None
+) -> JSONObject | None:
+    """The operations' call after up, restart or a rollout's restart: a record when `result`
+    reached a healthy server (`boot.ready`), else None. Never raises: a ledger that cannot be
+    written is logged and returned as `{"error": ...}`, the operation's own outcome stands."""
+    if not result.ok or result.boot is None or not result.boot.ready:
+        return None
+    try:
+        return record_healthy(ctl, action=action, reason=reason, who=who).to_json()
+    except Exception as exc:  # noqa: BLE001 - the ledger never fails the operation it records
+        log.warning("ledger: no record of this healthy server: %s", exc)
+        return {"error": str(exc)}

@@ -149,8 +149,16 @@ def verdict_of(w: stats.Welch | None, latest: SeriesPoint, noise: Noise) -> Verd
     return Verdict.WITHIN_NOISE
 
 
-def why(led: Ledger, cluster: str, *, level: int = 1, definition: str | None = None) -> WhyReport:
-    """The latest completed canary at `level` against the best earlier one of its definition."""
+def why(
+    led: Ledger,
+    cluster: str,
+    *,
+    level: int = 1,
+    definition: str | None = None,
+    before_id: int | None = None,
+) -> WhyReport:
+    """The latest completed canary at `level` against the best earlier one of its definition
+    (`before_id`: as it stood before that canary, for the confirmation of a slowdown)."""
     if definition is None:
         last = led.canaries(cluster, status="ok", limit=1)
         if not last:
@@ -159,6 +167,8 @@ def why(led: Ledger, cluster: str, *, level: int = 1, definition: str | None = N
                              notes=("no completed canary yet: `tpwarden ledger canary`",))  # fmt: skip
         definition = last[0].definition
     series = led.series(cluster, definition, level)
+    if before_id is not None:
+        series = [p for p in series if p.id < before_id]
     if not series:
         return WhyReport(cluster=cluster, definition=definition, level=level,
                          verdict=Verdict.NO_CANARY,
@@ -340,3 +350,25 @@ def drift_of(series: Sequence[SeriesPoint], cfg: str | None) -> JSONObject:
         return {"began": None, "canaries": len(same), "note": "no shift found in its series"}
     return {"began": same[at].started, "after": same[at - 1].started, "canaries": len(same),
             "first_slow": same[at].id, "last_fast": same[at - 1].id}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """The alert's view of one level: the latest ratio and whether the last two canaries were
+    both slower beyond noise (a slowdown confirmed by two in a row)."""
+
+    level: int
+    ratio: float | None
+    verdict: Verdict
+    confirmed: bool
+
+
+def slowdown(led: Ledger, cluster: str, level: int) -> Slowdown:
+    """`why` for the latest canary and for the one before it."""
+    latest = why(led, cluster, level=level)
+    if latest.verdict is not Verdict.SLOWER or latest.latest is None:
+        return Slowdown(level, latest.ratio, latest.verdict, False)
+    before = why(
+        led, cluster, level=level, definition=latest.definition, before_id=latest.latest.id
+    )
+    return Slowdown(level, latest.ratio, latest.verdict, before.verdict is Verdict.SLOWER)

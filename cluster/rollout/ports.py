@@ -16,6 +16,7 @@ from tpwarden.cluster.control.results import ApplyResult, ControlEvent
 from tpwarden.cluster.durable import JSONObject, atomic_write_json, json_bytes
 from tpwarden.cluster.errors import TpwardenError
 from tpwarden.cluster.hold import hold_document, hold_path, release_document
+from tpwarden.cluster.ledger.record import record_if_healthy
 from tpwarden.cluster.rollout.sequence import Measurement, RestartOutcome
 from tpwarden.cluster.spec import ClusterSpec
 
@@ -41,6 +42,8 @@ class ControllerCluster:
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> RestartOutcome:
         with Controller(spec, on_event=self.on_event) as ctl:
             result = ctl.restart(why, timeout_s=timeout_s, wait_ready=True, who=self.who)
+            # LEDGER (issue 53): the operations layer's "healthy" hook, to move there
+            record_if_healthy(ctl, result, action="rollout", reason=why, who=self.who)
         return RestartOutcome(result.ok, "" if result.ok else restart_failure(result, timeout_s))
 
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]:
