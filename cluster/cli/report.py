@@ -3,6 +3,7 @@ from `tpwarden.cluster.reports.morning` (pure) and the thermal part from the one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -24,6 +25,7 @@ from tpwarden.cluster.cli.common import (
 )
 from tpwarden.cluster.durable import JSONValue, default_state_dir
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.reports.morning import MorningReport, headline, morning_to_json
 from tpwarden.cluster.reports.morning_html import morning_html, text_lines
 from tpwarden.cluster.reports.morning_io import (
@@ -137,10 +139,11 @@ def report(
             if unread:
                 problems["watchdog"] = unread
             src = Sources(
-                events, Path(tmp), default_runs_dir(), default_state_dir() / "events.jsonl"
-            )
+                events, Path(tmp), default_runs_dir(), default_state_dir() / "events.jsonl",
+                ledger_file(spec),
+            )  # fmt: skip
         if runs_dir is not None:
-            src = Sources(src.events, src.thermal_dir, runs_dir, src.control_events)
+            src = dataclasses.replace(src, runs_dir=runs_dir)
         if not src.events.is_file() and "watchdog" not in problems:
             problems["watchdog"] = f"no event log at {src.events}"
         rep, records = morning_from_files(
