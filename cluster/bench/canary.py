@@ -1,9 +1,10 @@
 """The canary, run: idle-only, measured, recorded in the ledger (issue 53).
 
 `CanaryRunner.run()`:
-1. the server must answer the probe (else a "failed" canary, reason given);
-2. it must be idle: running and waiting requests 0 by vLLM's /metrics over `idle_window_s`
-   (`canary_plan.user_load`; else "deferred", and no request was sent);
+1. the server must be idle: running and waiting requests 0 by vLLM's /metrics over
+   `idle_window_s` (`canary_plan.user_load`; else "deferred", and no request was sent: not even
+   the probe, which comes next);
+2. it must answer the 1-token probe (else a "failed" canary, reason given);
 3. what runs is fingerprinted; a configuration the ledger has not recorded last (a clock cap or
    a driver changed without a restart) becomes a record first (action "canary");
 4. the canary lease is written where the watchdog reads it (`canary_lease`), then per level one
@@ -63,6 +64,7 @@ from tpwarden.cluster.vllm.metrics import sum_by_sample
 log = logging.getLogger(__name__)
 
 PREEMPTIONS = "vllm:num_preemptions_total"
+NO_METRICS = "the server's /metrics does not answer"
 POLL_S = 1.0
 
 
@@ -208,7 +210,7 @@ class CanaryRunner:
         while True:
             s = self._sample()
             if s is None:
-                return "the server's /metrics does not answer: idle or not cannot be told"
+                return f"{NO_METRICS}: idle or not cannot be told"
             samples.append(s)
             busy = user_load(samples, 0)
             if busy:
@@ -223,12 +225,14 @@ class CanaryRunner:
         run_id = datetime.fromtimestamp(started, UTC).strftime("%Y%m%dT%H%M%SZ") + "-canary"
         out = CanaryOutcome(CanaryStatus.OK, None, run_id, self.opts.definition(self.spec),
                             started, started)  # fmt: skip
+        busy = self.idle()  # /metrics only: not one request before the server is known idle
+        if busy is not None and not busy.startswith(NO_METRICS):
+            return self._finish(out, CanaryStatus.DEFERRED, f"{busy}; no request sent")
         ok, _, error = self.ctl.probe(timeout=30.0)
         if not ok:
             return self._finish(out, CanaryStatus.FAILED, f"server not healthy: {error}")
-        busy = self.idle()
-        if busy:
-            return self._finish(out, CanaryStatus.DEFERRED, f"{busy}; no request sent")
+        if busy is not None:  # it answers, but whether users are there cannot be told
+            return self._finish(out, CanaryStatus.DEFERRED, busy)
         self._fingerprint(out)
         run_dir = self.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=True)

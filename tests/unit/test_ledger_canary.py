@@ -165,9 +165,11 @@ class FakeCtl:
     running: int = 0
     drafts: int = 0
     reads: int = 0
+    probes: int = 0
     containers: list[str] = field(default_factory=list)
 
     def probe(self, timeout: float = 30.0):  # noqa: ANN201
+        self.probes += 1
         return (True, 3.0, None) if self.healthy else (False, None, "refused: connect failed")
 
     def metrics_page(self, timeout_s: float = 5.0) -> tuple[int, str]:
@@ -246,7 +248,7 @@ def test_user_load_before_the_canary_defers_it_and_no_request_is_sent(tmp_path: 
     out = _runner(tmp_path, ctl, lease).run()
     assert out.status is CanaryStatus.DEFERRED
     assert "user load" in (out.reason or "") and "no request sent" in (out.reason or "")
-    assert ctl.containers == [] and lease.calls == []
+    assert ctl.containers == [] and lease.calls == [] and ctl.probes == 0  # not one request
     with Ledger.open(tmp_path / "ledger.sqlite", readonly=True) as led:
         (c,) = led.canaries()
         assert c.status == "deferred" and not c.levels
