@@ -4,8 +4,9 @@ Configuration rows differ when their text differs. State rows follow load and th
 only a change that matters counts (`state_matters`): a co-tenant whose CPU moved by at least
 20 points of a core and half its size (or that appeared or left using that much), an SM clock
 under load that moved by 5 % or more, a clock event reason that appeared or went (GPU idle
-aside), a GPU temperature 10 C apart, another GPU user. Power, utilisation and load average
-are recorded but never a difference: they follow the canary itself.
+aside), another GPU user. Temperature, power, utilisation and load average are recorded but
+never a difference by themselves: they follow the load and the clocks, and heat matters
+through the clocks (a thermal slowdown is a clock event reason).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from tpwarden.cluster.ledger.tables import Change
 
 COTENANT_CPU_MIN = 20.0  # percent of one core
 SM_CLOCK_REL = 0.05
-TEMP_C = 10.0
-_IGNORED_STATE = ("power_w", "util_pct", "load1", "rss_mib")
+_IGNORED_STATE = ("power_w", "util_pct", "load1", "rss_mib", "temp_c")
 
 
 class Tier:
@@ -62,8 +62,6 @@ def state_matters(c: Change) -> bool:
         return a is not None and b is not None and abs(a - b) >= SM_CLOCK_REL * max(a, b)
     if leaf == "clock_event_reasons":
         return bool((_set(c.before) ^ _set(c.after)) - {"gpu_idle"})
-    if leaf == "temp_c":
-        return a is not None and b is not None and abs(a - b) >= TEMP_C
     if c.key == "gpu_users.others":
         return _set(c.before) != _set(c.after)
     return c.before != c.after
