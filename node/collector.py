@@ -192,7 +192,10 @@ def _gpu_action(
             doc["zones"] = read_zones()
             doc["memory"] = node_memory_json(read_memory)
             doc.update(node_identity())
-            doc["gpu_extras"] = nvml.extras() if nvml is not None else []
+            try:  # the ledger's extras never fail `show` (status reads it too)
+                doc["gpu_extras"] = nvml.extras() if nvml is not None else []
+            except Exception as e:  # noqa: BLE001
+                doc["gpu_extras"], doc["gpu_extras_error"] = [], f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
         doc["ok"] = False
         doc["error"] = f"{type(e).__name__}: {e}"

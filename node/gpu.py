@@ -383,8 +383,10 @@ class Nvml:
             limit = _convert(
                 _call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle.value), lambda mw: mw / 1000.0
             )
+            # the versioned call: the unversioned one raises NVMLLibraryMismatchError (not an
+            # NVMLError) when the library's version is not the bindings' own
             procs = _convert(
-                _call(pynvml.nvmlDeviceGetComputeRunningProcesses, handle.value),
+                _call(pynvml.nvmlDeviceGetComputeRunningProcesses_v3, handle.value),
                 lambda ps: [int(p.pid) for p in ps],
             )
             missing = {k: r.reason for k, r in (("power_limit_w", limit), ("compute_pids", procs))

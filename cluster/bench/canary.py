@@ -247,6 +247,8 @@ class CanaryRunner:
                 row, reps = self._level(level, run_id, run_dir, sample_state=i == 0)
                 out.levels.append(row)
                 repeats += reps
+                if self._state_thread is None and not self._state:
+                    self._take_state("", self.spec.head.name)  # it ended before its warm-ups showed
         except UserLoad as e:
             return self._finish(out, CanaryStatus.DEFERRED, f"{e}; stopped", repeats)
         except (TpwardenError, ResultFormatError) as e:
@@ -360,7 +362,11 @@ class CanaryRunner:
     def _take_state(self, client: str, client_node_name: str) -> None:
         try:
             exclude = container_ids(self.ctl.observe())
-            c = self.ctl.docker(self.spec.node(client_node_name)).inspect(client)
+            c = (
+                self.ctl.docker(self.spec.node(client_node_name)).inspect(client)
+                if client
+                else None
+            )
             if c is not None:
                 exclude.setdefault(client_node_name, []).append(c.id)
             got = collect_state(self.ctl, exclude)
