@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 from typing import Annotated
-from zoneinfo import ZoneInfo
 
 import typer
 from tpwarden.cluster.cli.common import (
@@ -31,6 +30,7 @@ from tpwarden.cluster.ledger.export import all_lines, series_lines
 from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.ledger.why import why as why_report
+from tpwarden.cluster.reports.thermal.localtime import parse_tz
 
 app = typer.Typer(
     help="The configuration ledger: what ran when the server was healthy, how well it served, "
@@ -42,7 +42,19 @@ LedgerOption = Annotated[
     Path | None,
     typer.Option("--ledger", help="The ledger file (default: from the inventory, docs/ledger.md)."),
 ]
-TzOption = Annotated[str, typer.Option("--tz", help="Time zone of the times shown (IANA).")]
+
+
+def _zone(name: str) -> str:
+    try:
+        parse_tz(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return name
+
+
+TzOption = Annotated[
+    str, typer.Option("--tz", callback=_zone, help="Time zone of the times shown (IANA).")
+]
 
 
 def _open(inventory: Path, ledger: Path | None) -> tuple[Ledger, str | None, int]:
@@ -97,7 +109,7 @@ def list_(
         emit_json("ledger list", {"ok": True, "dry_run": False, "path": str(led.path),
                                   "records": [r.to_json() for r in recs]})  # fmt: skip
         return
-    for line in record_lines(recs, latest, ZoneInfo(tz)):
+    for line in record_lines(recs, latest, parse_tz(tz)):
         console.print(plain(line), highlight=False)
 
 
@@ -126,7 +138,7 @@ def show(
             "changes": [c.__dict__ for c in changes], "canaries": [c.to_json() for c in canaries],
         })  # fmt: skip
         return
-    z = ZoneInfo(tz)
+    z = parse_tz(tz)
     console.print(
         plain(f"record #{rec.id}  {when(rec.ts, z)}  {rec.action}: {rec.reason}"), highlight=False
     )
@@ -194,7 +206,7 @@ def why(
     if as_json:
         emit_json("ledger why", {"ok": not slower, "dry_run": False, **rep.to_json()})
     else:
-        for line in why_lines(rep, ZoneInfo(tz), nodes):
+        for line in why_lines(rep, parse_tz(tz), nodes):
             console.print(plain(line), highlight=False)
     raise typer.Exit(1 if slower else 0)
 

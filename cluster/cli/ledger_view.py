@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from datetime import datetime
-from zoneinfo import ZoneInfo
+from datetime import datetime, tzinfo
 
 from tpwarden.cluster.ledger.differences import Difference, group
 from tpwarden.cluster.ledger.tables import CanaryRow, Change, LedgerRecord
@@ -15,7 +14,7 @@ from tpwarden.cluster.ledger.why import Verdict, WhyReport
 WIDTH = 80
 
 
-def when(ts: float | None, tz: ZoneInfo) -> str:
+def when(ts: float | None, tz: tzinfo) -> str:
     return "-" if ts is None else datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M")
 
 
@@ -79,7 +78,7 @@ def difference_lines(d: Difference, n: int, all_nodes: int, tag: str | None = No
     return lines
 
 
-def why_lines(rep: WhyReport, tz: ZoneInfo, nodes: int = 0) -> list[str]:
+def why_lines(rep: WhyReport, tz: tzinfo, nodes: int = 0) -> list[str]:
     """`tpwarden ledger why` in lines of at most 80 characters."""
     out = [
         f"ledger why  {rep.cluster} · {rep.definition or '-'} at concurrency {rep.level}"[:WIDTH]
@@ -132,7 +131,7 @@ def why_lines(rep: WhyReport, tz: ZoneInfo, nodes: int = 0) -> list[str]:
     return [line[:WIDTH] for line in out]
 
 
-def _unrecorded(rep: WhyReport, tz: ZoneInfo) -> str:
+def _unrecorded(rep: WhyReport, tz: tzinfo) -> str:
     d = rep.drift or {}
     text = "unrecorded cause: nothing recorded differs between the two canaries"
     if d.get("began") is not None:
@@ -143,7 +142,7 @@ def _unrecorded(rep: WhyReport, tz: ZoneInfo) -> str:
 
 
 def record_lines(
-    recs: Sequence[LedgerRecord], latest: dict[int, CanaryRow], tz: ZoneInfo
+    recs: Sequence[LedgerRecord], latest: dict[int, CanaryRow], tz: tzinfo
 ) -> list[str]:
     out = [f"{'id':>5}  {'healthy at':<16}  {'action':<16} {'cfg':<16} {'changed':>7}  c1 tok/s"]
     for r in recs:
