@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,8 @@ from tpwarden.cluster.inventory.load import load_inventory, parse_inventory
 from tpwarden.cluster.launch import plan_cluster
 from tpwarden.cluster.ledger import fingerprint as fp
 from tpwarden.cluster.ledger.collect import collect_fingerprint, state_rows
+from tpwarden.cluster.ledger.record import record_if_healthy
+from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.ledger.tables import KeyValue
 from tpwarden.cluster.vllm.metrics import info_labels
 
@@ -227,3 +230,27 @@ def test_a_whole_fingerprint_from_nodes_and_engine() -> None:
     assert "connection refused" in got.missing["node3.facts"]
     assert ("node3", "gpu.clock_cap_mhz") not in rows and ("node3", "argv.command") in rows
     assert "not supported" in got.missing["node1.gpu0.power_limit_w"]
+
+
+def test_record_if_healthy_records_only_a_healthy_server_and_never_raises(tmp_path) -> None:
+    spec = _env_token_spec()
+    page = (REAL / "v0.11-era_v1_idle_full-dump_qwen1.5-0.5b.prom.txt").read_text()
+    ctl = FakeCtl(spec, page)
+    ctl.state_dir = tmp_path  # type: ignore[attr-defined]
+    ctl.server = type("S", (), {"http": _http()})()  # type: ignore[attr-defined]
+    ctl.now = lambda: datetime.now(UTC)  # type: ignore[attr-defined]
+
+    class Result:  # an ApplyResult's shape: ok and boot.ready
+        def __init__(self, ok: bool, ready: bool | None) -> None:
+            self.ok = ok
+            self.boot = None if ready is None else type("B", (), {"ready": ready})()
+
+    assert record_if_healthy(ctl, Result(True, None), action="up", reason="t") is None  # --no-wait
+    assert record_if_healthy(ctl, Result(True, False), action="up", reason="t") is None
+    got = record_if_healthy(ctl, Result(True, True), action="up", reason="t")  # type: ignore[arg-type]
+    assert got is not None and got["changed"] and got["cfg"].startswith("cfg:")
+    with Ledger.open(got["path"], readonly=True) as led:
+        assert [r.action for r in led.records()] == ["up"]
+    ctl.metrics_page = None  # type: ignore[assignment]  # a broken collaborator: logged, not raised
+    broken = record_if_healthy(ctl, Result(True, True), action="restart", reason="t")  # type: ignore[arg-type]
+    assert broken is not None and "error" in broken
