@@ -75,7 +75,7 @@ def _stop_cotenant(ctl: Controller) -> None:
     s.run(["pkill", "-x", COTENANT])  # only the process this test started, by its own name
 
 
-@pytest.mark.timeout(2400)  # includes the session's lab up: 4 canaries, a rollout, two boots
+@pytest.mark.timeout(2400, func_only=True)  # 4 canaries, a rollout, two boots; not the lock wait
 def test_the_scripted_regression_is_named_and_nothing_else(inv: Path) -> None:
     up = _json("up", "-i", str(inv), timeout=300)
     assert up["ok"] and up["ledger"]["changed"], up.get("ledger")
@@ -132,7 +132,7 @@ def _served(url: str) -> float:
     return m.get("vllm:request_success_total", 0.0)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900, func_only=True)
 def test_a_scheduled_canary_during_user_load_is_deferred_and_sends_nothing(inv: Path) -> None:
     spec = load_inventory(inv)
     with Controller(spec) as ctl:
