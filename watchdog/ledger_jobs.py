@@ -7,7 +7,8 @@ day in a zone).
   own (it reads every node over SSH; the probe loop never waits for it).
 * Canaries: one job per quiet hour (`tpwarden.ledger.canary.quiet_hours` in `tz`, trigger
   "schedule"), and with `after_change` a check every `CHECK_S` whether the latest record's
-  configuration has no canary yet (trigger "change"). One canary at a time; each writes the
+  configuration has no completed canary yet (trigger "change"; a deferred one is tried again
+  `RETRY_S` later). One canary at a time; each writes the
   canary lease in this watchdog's state dir first, so the tick sees its load as the canary's
   (`canary_lease`), and is deferred by users' load (`bench.canary`).
 * After a canary, the gauges `tpwarden_ledger_canary_ratio`, `tpwarden_ledger_slowdown` and
@@ -50,6 +51,7 @@ from tpwarden.watchdog.exporter import WatchdogMetrics
 log = logging.getLogger(__name__)
 
 CHECK_S = 300.0  # how often a canary after a change is looked for
+RETRY_S = 1800.0  # a deferred canary after a change is tried again this much later
 MISFIRE_GRACE_S = 1800
 Post = Callable[[str, JSONObject], None]
 
@@ -214,8 +216,10 @@ class ControllerLedger:
         runner = CanaryRunner(self.ctl, trigger=trigger, lease=LocalLease(self.state_dir))
         return runner.run().to_json()
 
-    def canary_due(self) -> bool:
-        """The latest record's configuration has no completed or deferred canary since it."""
+    def canary_due(self, now: float | None = None) -> bool:
+        """The latest record's configuration has no completed canary since it, and none was
+        tried in the last `RETRY_S` (a deferred one is tried again then, not at once)."""
+        now = time.time() if now is None else now
         try:
             led = Ledger.open(self.path, readonly=True)
         except Exception:  # noqa: BLE001 - no ledger yet: nothing recorded, nothing due
@@ -224,9 +228,10 @@ class ControllerLedger:
             rec = led.latest_record(self.ctl.spec.name)
             if rec is None:
                 return False
-            last = led.canaries(self.ctl.spec.name, limit=1)
-            return not last or last[-1].started < rec.ts
-        return False
+            since = [c for c in led.canaries(self.ctl.spec.name, limit=50) if c.started >= rec.ts]
+        if any(c.status == "ok" for c in since):
+            return False
+        return not since or now - max(c.started for c in since) >= RETRY_S
 
     def slowdowns(self) -> list[JSONObject]:
         try:

@@ -149,3 +149,33 @@ def test_the_tick_reads_the_canary_lease(tmp_path: Path) -> None:
     assert not [e for e in events if e.get("category") == "busy_ceiling"]
     assert any("canary c9" in str(e.get("reason", "")) for e in events)
     wd.close()
+
+
+def test_a_canary_is_due_after_a_new_record_and_a_deferred_one_waits(tmp_path: Path) -> None:
+    from tpwarden.cluster.inventory.load import load_inventory
+    from tpwarden.cluster.ledger.record import ledger_file
+    from tpwarden.cluster.ledger.store import Ledger
+    from tpwarden.cluster.ledger.tables import KeyValue, NewCanary, NewRecord
+    from tpwarden.watchdog.ledger_jobs import RETRY_S, ControllerLedger
+
+    spec = load_inventory(Path(__file__).resolve().parents[2] / "inventory.example.yml")
+    ctl = type("Ctl", (), {"spec": spec, "state_dir": tmp_path})()
+    actions = ControllerLedger(ctl, str(tmp_path / "wd"))  # type: ignore[arg-type]
+    assert not actions.canary_due(1000.0)  # no ledger yet
+    with Ledger.open(ledger_file(spec, tmp_path)) as led:
+        led.add_record(NewRecord(ts=1000.0, cluster=spec.name, cfg="cfg:1", spec_hash=None,
+                                 action="up", reason="t", who=None, run_dir=None,
+                                 rows=(KeyValue("*", "k", "v"),)))  # fmt: skip
+        assert actions.canary_due(1001.0)
+
+        def canary(status: str, at: float) -> None:
+            led.add_canary(NewCanary(record_id=1, cluster=spec.name, cfg="cfg:1",
+                                     definition="d", started=at, finished=at, status=status,
+                                     reason=None, trigger="change", server_s=0.0, run_dir=None,
+                                     doc={}))  # fmt: skip
+
+        canary("deferred", 1100.0)
+        assert not actions.canary_due(1200.0)  # tried a moment ago: users were there
+        assert actions.canary_due(1100.0 + RETRY_S)
+        canary("ok", 1100.0 + RETRY_S)
+        assert not actions.canary_due(9e9)  # measured: nothing due until the next record
