@@ -6,8 +6,8 @@ it) and the state sample taken with each canary (`state`).
 
 `state` adds `state`: `source` (psutil or /proc), `window_s`, `cotenants` (by command name,
 busiest first, `cotenants.summarize`), `gpu_users` (serving vs other holders of /dev/nvidia*
-and NVML's compute PIDs), `loadavg`; and the NVML facts read at the window's end (clocks, clock
-event reasons, temperatures under the canary's load). Standard library only at import time.
+and NVML's compute PIDs), `loadavg`; and the NVML facts read first, when it is asked (clocks,
+clock event reasons, temperatures under the canary's load), before the CPU window. Standard library only at import time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tpwarden.cluster.durable import JSONObject
-from tpwarden.node.cotenants import gpu_holders, gpu_users, snapshot, summarize
+from tpwarden.node.cotenants import Proc, gpu_holders, gpu_users, snapshot, summarize
 
 if TYPE_CHECKING:  # the NVML gateway is imported lazily: pynvml may be absent on the node
     from tpwarden.node.gpu import Nvml
@@ -60,6 +60,20 @@ def state_action(args: argparse.Namespace, doc: JSONObject, gpu_facts: GpuFacts)
     """Two process snapshots `--window` apart, then the GPU facts of that moment. A failure of
     either part is reported in the JSON; the other still counts."""
     state: JSONObject = {"window_s": args.window}
+    holders: set[int] = set()
+    nvml = None
+    try:  # first: the clocks and their reasons as the caller's load runs (it asked now)
+        facts, nvml = gpu_facts()
+        doc.update(facts)
+        for extra in nvml.extras() if nvml is not None else []:
+            holders |= set(extra.get("compute_pids") or ())
+    except Exception as e:  # noqa: BLE001
+        doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
+        doc.setdefault("gpus", [])
+    finally:
+        if nvml is not None:
+            nvml.close()
+    after: dict[int, Proc] = {}
     try:
         before, source = snapshot()
         t0 = time.monotonic()
@@ -71,23 +85,9 @@ def state_action(args: argparse.Namespace, doc: JSONObject, gpu_facts: GpuFacts)
             min_cpu_pct=args.min_cpu, min_rss_mib=args.min_rss_mib,
         )  # fmt: skip
         state.update(source=source, window_s=round(dt, 3), cotenants=[c.to_json() for c in cot])
-        holders = gpu_holders()
+        holders |= gpu_holders()
         state["loadavg"] = list(os.getloadavg())
     except Exception as e:  # noqa: BLE001 - reported in the JSON, the GPU facts still count
         doc["ok"], doc["error"] = False, f"state: {type(e).__name__}: {e}"
-        after, holders = {}, set()
-    nvml = None
-    try:
-        facts, nvml = gpu_facts()
-        doc.update(facts)
-        extras = nvml.extras() if nvml is not None else []
-        for extra in extras:
-            holders |= set(extra.get("compute_pids") or ())
-    except Exception as e:  # noqa: BLE001
-        doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
-        doc.setdefault("gpus", [])
-    finally:
-        if nvml is not None:
-            nvml.close()
     state["gpu_users"] = gpu_users(holders, after, args.containers)
     doc["state"] = state

@@ -10,7 +10,8 @@
 4. the canary lease is written where the watchdog reads it (`canary_lease`), then per level one
    client container runs the warm-ups and repeats; every second its `watch` reads /metrics: user
    load stops the level at once (the container is removed) and the canary is "deferred"; after
-   the warm-ups of the first level the state sample is taken (`ledger.collect.collect_state`);
+   the warm-ups of the first level, at the first second with the canary's requests in flight,
+   the state sample is taken (`ledger.collect.collect_state`; after the level if none was);
 5. every repeat is kept, the medians per level, the spec-decode acceptance from the counters'
    deltas, preemptions and the peak KV usage; the run directory `runs/<id>-canary/` keeps the
    raw results and client logs; the ledger keeps a row pointing at it, and any controlled
@@ -351,7 +352,8 @@ class CanaryRunner:
                 if busy:
                     raise UserLoad(f"c{level}: {busy}")
             seen["results"] += new_log.count("Serving Benchmark Result")
-            if not seen["sampled"] and seen["results"] >= self.opts.warmups:
+            under_load = s is not None and s.running >= 1  # the clocks as the canary runs
+            if not seen["sampled"] and seen["results"] >= self.opts.warmups and under_load:
                 seen["sampled"] = True
                 t = threading.Thread(target=self._take_state, args=(name, node), daemon=True)
                 self._state_thread = t

@@ -97,13 +97,17 @@ def test_the_scripted_regression_is_named_and_nothing_else(inv: Path) -> None:
     assert c["ok"] and c["canary"]["recorded_drift"], c  # the cap, changed without a restart
     why = _json("ledger", "why", "-i", str(inv))
     assert why["verdict"] == "slower" and why["ci95"][1] < 1.0, why
-    subjects = [d["subject"] for d in why["differences"]]
-    assert subjects[:2] == ["KV cache", "GPU clock cap"], subjects
-    assert subjects[2:] == [f"co-tenant {COTENANT}"], subjects
-    cot = why["differences"][2]
-    assert cot["nodes"] == ["node2"] and not cot["revertable"]
-    kv = why["differences"][0]
+    by = {d["subject"]: d for d in why["differences"]}
+    assert sorted(by) == sorted(["KV cache", "GPU clock cap", f"co-tenant {COTENANT}"]), list(by)
+    # ranked by the rules: what the canary measured before what only the prior ranks (the
+    # clock cap is measured when the state sample catches the SM clock under load)
+    tiers = [d["tier"] for d in why["differences"]]
+    assert tiers == sorted(tiers, key=["controlled", "measured", "prior"].index), tiers
+    cot = by[f"co-tenant {COTENANT}"]
+    assert cot["nodes"] == ["node2"] and not cot["revertable"] and cot["tier"] == "measured"
+    kv = by["KV cache"]
     assert kv["revert"] == [{"set": "kv_cache.memory", "value": str(16 * 2**30)}]
+    assert by["GPU clock cap"]["revert"] == [{"command": "tpwarden clocks cap 2000"}]
     screen = tpwarden("ledger", "why", "-i", str(inv), "--tz", "Asia/Seoul")
     assert screen.returncode == 1 and all(len(x) <= 80 for x in screen.stdout.splitlines())
     print(screen.stdout)  # the closing note's screen
