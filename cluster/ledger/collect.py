@@ -148,8 +148,9 @@ def collect_fingerprint(ctl: Controller, http: httpx.Client | None = None) -> Co
 
 def state_rows(state_doc: Mapping[str, JSONValue]) -> dict[str, str | None]:
     """One node's `collector state` document -> its state-sample rows (pure):
-    `cotenant.<comm>.cpu_pct` / `.rss_mib`, `gpu_users.others`, `gpu.sm_clock_mhz`,
-    `gpu.clock_event_reasons`, `gpu.temp_c`, `gpu.power_w`, `gpu.util_pct`, `load1`."""
+    `cotenant.<comm>.cpu_pct` / `.rss_mib`, `gpu_users.others`, `gpu.sm_clock_mhz` (None while
+    the GPU reports itself idle: only a clock under load is compared), `gpu.clock_event_reasons`,
+    `gpu.temp_c`, `gpu.power_w`, `gpu.util_pct`, `load1`."""
     rows: dict[str, str | None] = {}
     state = state_doc.get("state") or {}
     for c in state.get("cotenants") or []:
@@ -163,7 +164,8 @@ def state_rows(state_doc: Mapping[str, JSONValue]) -> dict[str, str | None]:
     for g in gpus:
         tag = "gpu" if len(gpus) == 1 else f"gpu{g.get('index')}"
         reasons = g.get("clock_event_reasons")
-        rows[f"{tag}.sm_clock_mhz"] = fp.value_text(g.get("sm_clock_mhz"))
+        idle = "gpu_idle" in (reasons or [])  # an idle GPU's clock says nothing of its load clock
+        rows[f"{tag}.sm_clock_mhz"] = None if idle else fp.value_text(g.get("sm_clock_mhz"))
         rows[f"{tag}.clock_event_reasons"] = (
             fp.value_text(sorted(reasons)) if reasons is not None else None
         )

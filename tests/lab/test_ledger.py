@@ -88,6 +88,7 @@ def test_the_scripted_regression_is_named_and_nothing_else(inv: Path) -> None:
         assert c["ok"], c
     base = _json("ledger", "why", "-i", str(inv))
     assert base["verdict"] in ("within noise", "faster"), base  # not slower: nothing changed
+    print(tpwarden("ledger", "why", "-i", str(inv), "--tz", "Asia/Seoul").stdout)  # unchanged
 
     # the regression: KV 16 -> 12 GiB by a rollout, the clock cap 2000 -> 1000 MHz, a co-tenant
     r = tpwarden("rollout", "-i", str(inv), "--set", "kv_cache.memory=12GiB", "--yes",

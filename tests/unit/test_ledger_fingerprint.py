@@ -150,6 +150,9 @@ def test_state_rows_from_a_collector_state_document() -> None:
         rows["gpu.sm_clock_mhz"] == "1500" and rows["gpu.clock_event_reasons"] == '["sw_power_cap"]'
     )
     assert rows["load1"] == "3.2"
+    idle = {**doc, "gpus": [{**doc["gpus"][0], "sm_clock_mhz": 208,
+                             "clock_event_reasons": ["gpu_idle"]}]}  # fmt: skip
+    assert state_rows(idle)["gpu.sm_clock_mhz"] is None  # not a clock under load
 
 
 # --- a whole fingerprint through a fake cluster ---------------------------------------------------
