@@ -37,7 +37,7 @@ def test_cache_config_info_says_the_kv_size(sim_factory) -> None:
 def test_a_lower_clock_cap_slows_the_steps(sim_factory, tmp_path: Path) -> None:
     states = [tmp_path / f"rank{i}" for i in range(1)]
     rates = {}
-    for cap in (2000, 1500):
+    for cap in (2000, 1000):
         for s in states:
             _state(s, cap)
         env = {**LOAD_ENV, "VLLM_SIM_GPU_STATES": ",".join(map(str, states))}
@@ -45,5 +45,6 @@ def test_a_lower_clock_cap_slows_the_steps(sim_factory, tmp_path: Path) -> None:
         c.wait_ready()
         rates[cap] = max(asyncio.run(_run(c.url, 1))[1] for _ in range(2))
         c.stop()
-    # steps scale by 2000 / clock: 1500 MHz is 25 % slower (noise of a busy machine aside)
-    assert rates[1500] < 0.85 * rates[2000], rates
+    # steps scale by 2000 / clock: 1000 MHz takes twice as long a step (a busy machine adds the
+    # same delay to both, and a request's own overhead does not scale: well above half speed)
+    assert rates[1000] < 0.75 * rates[2000], rates
