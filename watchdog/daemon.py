@@ -92,7 +92,7 @@ class Watchdog:
         self._metrics = metrics
         self._policy = policy or Policy(PolicyConfig.from_config(config))
         self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
-        self._ledger = ledger  # LEDGER (issue 53): records after restarts, scheduled canaries
+        self._ledger = ledger  # the ledger's jobs (issue 53): records after restarts, canaries
         self._lock = FileLock(config.lock_path)
         self._state: PolicyState | None = None
         self._cadence: Cadence | None = None
@@ -322,13 +322,11 @@ class Watchdog:
         self.files.save(state)
         if prev is not None and prev.phase is not state.phase:
             self.files.record("transition", old=prev.phase.value, new=state.phase.value)
-            if (
-                self._ledger is not None
-                and state.phase is WatchdogPhase.READY
-                and (
-                    prev.phase is WatchdogPhase.BOOTING  # LEDGER: healthy after its own restart
-                )
-            ):
+            # Healthy after its own restart: the restart operation (`operations.control`)
+            # does not wait for the boot here, so the ledger's record is the daemon's, once
+            # per restart_seq (an operator's restart records itself and moves no restart_seq).
+            booted = prev.phase is WatchdogPhase.BOOTING and state.phase is WatchdogPhase.READY
+            if self._ledger is not None and booted:
                 self._ledger.healthy(
                     state.restart_seq, f"healthy after restart r{state.restart_seq}"
                 )

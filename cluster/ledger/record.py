@@ -1,6 +1,8 @@
 """`record_healthy`: THE entry point an operation calls once the server has become healthy
-(after `up`, `restart`, a rollout's verify, a watchdog restart). It fingerprints what runs,
+(after `up`, `restart`, a rollout's restart, a watchdog restart). It fingerprints what runs,
 writes one ledger record and says whether the configuration changed (a canary is then due).
+`record_if_healthy` is the operations' form (`tpwarden.cluster.operations.control`): a record
+only when their result reached a healthy server, and never an exception.
 
 Best effort by contract: a node or the engine that cannot be read is a None row with its
 reason; only a ledger that cannot be opened or written raises (`LedgerError`), and callers
@@ -93,16 +95,28 @@ def record_healthy(
     return RecordOutcome(rec, prev.cfg if prev else None, file)
 
 
+@dataclass(frozen=True)
+class HealthyRecord:
+    """The ledger's part of an operation's result: its record of the healthy server, or why
+    none could be written (the operation's own outcome stands either way)."""
+
+    outcome: RecordOutcome | None
+    error: str | None = None
+
+    def to_json(self) -> JSONObject:
+        return self.outcome.to_json() if self.outcome is not None else {"error": self.error}
+
+
 def record_if_healthy(
     ctl: Controller, result: ApplyResult, *, action: str, reason: str, who: str | None = None
-) -> JSONObject | None:
+) -> HealthyRecord | None:
     """The operations' call after up, restart or a rollout's restart: a record when `result`
     reached a healthy server (`boot.ready`), else None. Never raises: a ledger that cannot be
-    written is logged and returned as `{"error": ...}`, the operation's own outcome stands."""
+    written is logged and returned as its `error`, the operation's own outcome stands."""
     if not result.ok or result.boot is None or not result.boot.ready:
         return None
     try:
-        return record_healthy(ctl, action=action, reason=reason, who=who).to_json()
+        return HealthyRecord(record_healthy(ctl, action=action, reason=reason, who=who))
     except Exception as exc:  # noqa: BLE001 - the ledger never fails the operation it records
         log.warning("ledger: no record of this healthy server: %s", exc)
-        return {"error": str(exc)}
+        return HealthyRecord(None, str(exc))

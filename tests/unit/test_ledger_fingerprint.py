@@ -251,9 +251,12 @@ def test_record_if_healthy_records_only_a_healthy_server_and_never_raises(tmp_pa
     assert record_if_healthy(ctl, Result(True, None), action="up", reason="t") is None  # --no-wait
     assert record_if_healthy(ctl, Result(True, False), action="up", reason="t") is None
     got = record_if_healthy(ctl, Result(True, True), action="up", reason="t")  # type: ignore[arg-type]
-    assert got is not None and got["changed"] and got["cfg"].startswith("cfg:")
-    with Ledger.open(got["path"], readonly=True) as led:
+    assert got is not None and got.outcome is not None and got.error is None
+    doc = got.to_json()  # what `up --json` shows under "ledger"
+    assert doc["changed"] and doc["cfg"].startswith("cfg:") and doc["id"] == got.outcome.record.id
+    with Ledger.open(doc["path"], readonly=True) as led:
         assert [r.action for r in led.records()] == ["up"]
     ctl.metrics_page = None  # type: ignore[assignment]  # a broken collaborator: logged, not raised
     broken = record_if_healthy(ctl, Result(True, True), action="restart", reason="t")  # type: ignore[arg-type]
-    assert broken is not None and "error" in broken
+    assert broken is not None and broken.outcome is None and broken.error
+    assert "error" in broken.to_json()
