@@ -21,6 +21,7 @@ import pytest
 import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.labels import LABEL_CLUSTER
 from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.vllm.metrics import sum_by_sample
@@ -162,12 +163,14 @@ def test_a_scheduled_canary_during_user_load_is_deferred_and_sends_nothing(inv: 
         assert "user load" in doc["reason"] and "no request sent" in doc["reason"]
         time.sleep(1.0)
         assert _served(url) - before == user.done  # every request the server served was the user's
+    # this lane's containers only (its cluster label): the Docker engine is shared by the lanes
     created = subprocess.run(
         ["docker", "events", "--since", str(int(t0)), "--until", str(int(time.time()) + 1),
-         "--filter", "event=create", "--format", "{{.Actor.Attributes.name}}"],
+         "--filter", "event=create", "--filter", f"label={LABEL_CLUSTER}={spec.name}",
+         "--format", "{{.Actor.Attributes.name}}"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout.split()  # fmt: skip
-    assert not [n for n in created if "-canary-" in n], created
+    assert not [n for n in created if n.startswith(f"{spec.name}-canary-")], created
     with Ledger.open(ledger_file(spec), readonly=True) as led:
         (c,) = led.canaries(spec.name)
         assert c.status == "deferred" and c.trigger == "schedule"
