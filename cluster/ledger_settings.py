@@ -5,7 +5,7 @@ them. The defaults keep a canary's cost within 1 % of a 12-hour night (bench/led
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from tpwarden.cluster.report_settings import clock_time, zone
+from tpwarden.cluster.report_settings import clock_time, zone_name
 
 
 class _Model(BaseModel):
@@ -69,8 +69,7 @@ class CanarySpec(_Model):
     @field_validator("tz")
     @classmethod
     def _zone(cls, value: str) -> str:
-        zone(value)
-        return value
+        return zone_name(value)
 
     @field_validator("levels")
     @classmethod

@@ -115,7 +115,9 @@ class RepeatRow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NewCanary:
+class CanaryHead:
+    """A canary's own columns (table `canaries`, less its id): as written, and as read."""
+
     record_id: int | None
     cluster: str
     cfg: str | None
@@ -128,31 +130,24 @@ class NewCanary:
     server_s: float | None
     run_dir: str | None
     doc: JSONObject
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewCanary(CanaryHead):
     levels: tuple[LevelRow, ...] = ()
     repeats: tuple[RepeatRow, ...] = ()
     state: tuple[KeyValue, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
-class CanaryRow:
+class CanaryRow(CanaryHead):
     id: int
-    record_id: int | None
-    cluster: str
-    cfg: str | None
-    definition: str
-    started: float
-    finished: float | None
-    status: str
-    reason: str | None
-    trigger: str
-    server_s: float | None
-    run_dir: str | None
-    doc: JSONObject
     levels: dict[int, LevelRow]
 
     @classmethod
     def from_row(cls, row: tuple[object, ...], levels: dict[int, LevelRow]) -> CanaryRow:
-        names = [f.name for f in fields(cls) if f.name != "levels"]
+        """`row`: the id, then the head's columns in their order (store._CANARY_COLUMNS)."""
+        names = ["id", *(f.name for f in fields(CanaryHead))]
         doc = dict(zip(names, row, strict=True))
         doc["doc"] = json.loads(str(doc["doc"] or "{}"))
         return cls(**doc, levels=levels)  # type: ignore[arg-type]
@@ -162,7 +157,7 @@ class CanaryRow:
         return lv.output_tok_s if lv is not None else None
 
     def to_json(self) -> JSONObject:
-        doc = asdict(self)
+        doc: JSONObject = {"id": self.id, **asdict(self)}  # the id first, as in the table
         doc["levels"] = [asdict(v) for _, v in sorted(self.levels.items())]
         return doc
 
