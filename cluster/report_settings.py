@@ -35,6 +35,12 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
+def zone_name(name: str) -> str:
+    """The settings' time-zone check: ``name`` itself when it is an IANA zone (`zone`)."""
+    zone(name)
+    return name
+
+
 class ReportSpec(_Model):
     deliver_at: str | None = Field(
         None,
@@ -56,5 +62,4 @@ class ReportSpec(_Model):
     @field_validator("tz")
     @classmethod
     def _zone(cls, value: str) -> str:
-        zone(value)
-        return value
+        return zone_name(value)

@@ -33,6 +33,7 @@ from tpwarden.cluster.durable import (
     JSONObject,
 )
 from tpwarden.cluster.flag_tables import parse_version
+from tpwarden.cluster.ledger_settings import LedgerSpec
 from tpwarden.cluster.preflight_settings import FabricSpec, MemorySpec
 from tpwarden.cluster.report_settings import ReportSpec
 
@@ -490,6 +491,7 @@ class TpwardenSettings(_Model):
     report: ReportSpec = ReportSpec()
     memory: MemorySpec = MemorySpec()
     fabric: FabricSpec = FabricSpec()
+    ledger: LedgerSpec = LedgerSpec()
 
     @field_validator("vllm_version")
     @classmethod

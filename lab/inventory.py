@@ -141,12 +141,19 @@ def inventory_doc(
             # Docker-outside-of-docker: a bind source must be the same path on the node and
             # on the host's engine (README), as models/ is; the API key file is written here.
             "secrets_dir": str(paths.models / ".tpwarden-run"),
+            # Each node's NVML stand-in state, read-only: the simulator's steps follow the GPU
+            # clock (a cap slows them as it slows a real GPU; lab/vllm_sim/gpuclock.py).
+            "mounts": [
+                {"source": str(paths.nodes_dir), "target": str(paths.nodes_dir), "read_only": True}
+            ],
         },
         "env": {
             "VLLM_SIM_TIME_SCALE": "0.005",
             "VLLM_SIM_STEP_SCALE": "0.05",
             # deterministic drafter acceptance: lab measurements compare configs, not noise
             "VLLM_SIM_SPEC_ACCEPTANCE": "expected",
+            # every rank's NVML stand-in state, in rank order (the mount above)
+            "VLLM_SIM_GPU_STATES": ",".join(str(paths.node(n).gpu_state) for n in NODE_NAMES),
         },
         "secrets": {
             # The (dummy) token file exists at the same path on the host and in every node.

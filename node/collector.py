@@ -19,9 +19,12 @@ the node.
     python3 collector.pyz dossier --pid 4242 [--pid ...] [--pyspy /opt/tpwarden/venv/bin/py-spy]
                           [--frozen] [--no-kernel-log]
                           (root: an incident dossier's node part, tpwarden.node.dossier)
+    python3 collector.pyz state --window 2 [--exclude-container ID ...]
+                          (the ledger's state sample: co-tenants, GPU users, clocks; node.ledger_state)
 
 Output keys: `host`, `action`, `ok`, `error`, `nvml`, `gpus` (with nulls + `missing` reasons), `zones`,
 `memory` (the node's: total/available/used bytes + source, or `error`; on GB10 the GPU's too),
+`kernel`, `os`, `cpu_count` and `gpu_extras` (power limit, NVML's compute PIDs) for show,
 `ports` / `paths` when asked, and `clock_cap` for show/cap/reset: `{record, reason, path}`, the
 node's record of the last lock call (tpwarden.node.clockcap; NVML has no read-back of a lock).
 `dossier` adds `dossier` (processes, CPU delta, py-spy stacks, kernel log events) beside the
@@ -46,6 +49,7 @@ from tpwarden.cluster.durable import JSONObject
 from tpwarden.node import clockcap
 from tpwarden.node.dossier import collect_dossier
 from tpwarden.node.kernlog import read_kernel_log
+from tpwarden.node.ledger_state import add_state_parser, node_identity, state_action
 from tpwarden.node.memory import NodeMemory, drop_page_cache, read_node_memory
 from tpwarden.node.rdma import read_fabric
 
@@ -192,6 +196,11 @@ def _gpu_action(
             _shown_cap(doc)
             doc["zones"] = read_zones()
             doc["memory"] = node_memory_json(read_memory)
+            doc.update(node_identity())
+            try:  # the ledger's extras never fail `show` (status reads it too)
+                doc["gpu_extras"] = nvml.extras() if nvml is not None else []
+            except Exception as e:  # noqa: BLE001
+                doc["gpu_extras"], doc["gpu_extras_error"] = [], f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - reported in the JSON, never a traceback
         doc["ok"] = False
         doc["error"] = f"{type(e).__name__}: {e}"
@@ -288,6 +297,7 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | 
         "--no-kernel-log", action="store_false", dest="kernel_log",
         help="read no kernel log (run in a diagnostic container, not on the host)",
     )  # fmt: skip
+    add_state_parser(sub)
     args = ap.parse_args(argv)
     doc: JSONObject = {
         "collector": COLLECTOR_VERSION,
@@ -306,6 +316,8 @@ def main(argv: list[str] | None = None, read_memory: Callable[[], NodeMemory] | 
         doc["paths"] = check_paths(args.paths)
     elif args.action == "dossier":
         _dossier_action(args, doc)
+    elif args.action == "state":
+        state_action(args, doc, lambda: _gpu_facts(args.nvml_lib))
     elif args.action != "fabric":
         _gpu_action(args, doc, read_memory)
     if args.rdma or args.action == "fabric":

@@ -368,6 +368,33 @@ class Nvml:
             clock_event_reasons=_convert(mask, decode_clock_event_reasons),
         )
 
+    def extras(self) -> list[JSONObject]:
+        """Per GPU, what the ledger records beside a sample: the enforced power limit (W; GB10
+        answers Not Supported) and the PIDs NVML lists as compute users (None with the reason
+        when it cannot)."""
+        status = self.status()
+        out: list[JSONObject] = []
+        for index in range(status.device_count if status.available else 0):
+            handle = _call(pynvml.nvmlDeviceGetHandleByIndex, index)
+            if not handle.ok:
+                out.append({"index": index, "power_limit_w": None, "compute_pids": None,
+                            "missing": {"power_limit_w": handle.reason, "compute_pids": handle.reason}})  # fmt: skip
+                continue
+            limit = _convert(
+                _call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle.value), lambda mw: mw / 1000.0
+            )
+            # the versioned call: the unversioned one raises NVMLLibraryMismatchError (not an
+            # NVMLError) when the library's version is not the bindings' own
+            procs = _convert(
+                _call(pynvml.nvmlDeviceGetComputeRunningProcesses_v3, handle.value),
+                lambda ps: [int(p.pid) for p in ps],
+            )
+            missing = {k: r.reason for k, r in (("power_limit_w", limit), ("compute_pids", procs))
+                       if r.value is None}  # fmt: skip
+            out.append({"index": index, "power_limit_w": limit.value,
+                        "compute_pids": procs.value, "missing": missing})  # fmt: skip
+        return out
+
     @staticmethod
     def _temperature(h: object) -> Reading[int]:
         temp = _call(pynvml.nvmlDeviceGetTemperatureV, h, pynvml.NVML_TEMPERATURE_GPU)

@@ -107,7 +107,7 @@ class ControllerActuator:
         if argv is None:
             result = restart(
                 self.controller, why, actor=WATCHDOG, who=WATCHDOG_WHO, wait_ready=False
-            )
+            ).result
             raise_unless_applied(result_doc(result, self.spec))
             return
         proc = (self._spawn or subprocess.Popen)(

@@ -59,6 +59,7 @@ class ReportConfig:
     window_h: float = 12.0
     thermal_dir: str = THERMAL_DIR  # tpwarden.thermal.dir
     nodes: tuple[str, ...] = ()
+    ledger: str | None = None  # the configuration ledger on the watchdog's host (its canaries)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,6 +42,7 @@ from tpwarden.watchdog.daemon_io import DaemonFiles, PlanFollower
 from tpwarden.watchdog.daemon_restart import RestartPath
 from tpwarden.watchdog.daily import DailyReport
 from tpwarden.watchdog.exporter import WatchdogMetrics
+from tpwarden.watchdog.ledger_jobs import LedgerJobs, ledger_jobs
 from tpwarden.watchdog.morning_delivery import morning_payload
 from tpwarden.watchdog.observation import BootReading, Observation
 from tpwarden.watchdog.policy import Policy
@@ -81,6 +82,7 @@ class Watchdog:
         follow: Callable[[], PlanChange | None] | None = None,
         daily: DailyReport | None = None,
         restart_lock: FileLock | None = None,
+        ledger: LedgerJobs | None = None,
     ) -> None:
         self.config = config
         self._prober = prober
@@ -90,6 +92,7 @@ class Watchdog:
         self._metrics = metrics
         self._policy = policy or Policy(PolicyConfig.from_config(config))
         self._daily = daily  # the morning report's daily delivery (its own scheduler thread)
+        self._ledger = ledger  # the ledger's jobs (issue 53): records after restarts, canaries
         self._lock = FileLock(config.lock_path)
         self._state: PolicyState | None = None
         self._cadence: Cadence | None = None
@@ -151,6 +154,8 @@ class Watchdog:
         self.files.load_outbox()
         now = self._clock()
         state, decisions = self._policy.on_startup(loaded, now)
+        if self._ledger is not None:  # restarts made before this daemon are not recorded again
+            self._ledger.recorded_seq = state.restart_seq
         self.files.record(
             "daemon_start", pid=os.getpid(), phase=state.phase.value, recovered=loaded is not None
         )
@@ -168,6 +173,8 @@ class Watchdog:
     def close(self) -> None:
         if self._daily is not None:
             self._daily.shutdown()  # first: a delivery waiting for the tick lock then finds us closed
+        if self._ledger is not None:
+            self._ledger.shutdown()
         with self._tick_lock:
             if self._lock.held:
                 self.files.record("daemon_stop", pid=os.getpid())
@@ -206,6 +213,8 @@ class Watchdog:
                 self._daily.start(self.config.report, self._post_report)
             except Exception as exc:  # noqa: BLE001 - the report never keeps the watchdog down
                 self.files.seam_error("report", exc)
+        if self._ledger is not None:
+            self._ledger.start(self._post_ledger)
         self._cadence = Cadence(self._safe_tick, self.config.interval_s)
         return self._cadence
 
@@ -240,6 +249,12 @@ class Watchdog:
             self.files.record("morning_report", **{k: payload.get(k) for k in REPORT_EVENT_FIELDS})
             self.files.queue_alert(payload)
 
+    def _post_ledger(self, event: str, fields: JSONObject) -> None:
+        """A ledger job's result into the event log, under the tick lock (one writer)."""
+        with self._tick_lock:
+            if self._lock.held:
+                self.files.record(event, **fields)
+
     # -- one tick ----------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One probe, one policy decision, decisions applied. Returns the decisions."""
@@ -256,7 +271,8 @@ class Watchdog:
             metrics = None if probe.outcome is Outcome.REFUSED else self._prober.scrape_metrics()
             boot = self._boot_progress() if self._state.phase is WatchdogPhase.BOOTING else None
             hold, released_at = self.files.read_hold()
-            obs = Observation(probe, metrics, boot, hold, released_at)
+            canary = self.files.read_canary(self._wall())  # ledger (issue 53): canary load
+            obs = Observation(probe, metrics, boot, hold, released_at, canary)
             now = self._clock()
             state, decisions = self._policy.decide(self._state, obs, now)
             self.files.record(
@@ -306,6 +322,14 @@ class Watchdog:
         self.files.save(state)
         if prev is not None and prev.phase is not state.phase:
             self.files.record("transition", old=prev.phase.value, new=state.phase.value)
+            # Healthy after its own restart: the restart operation (`operations.control`)
+            # does not wait for the boot here, so the ledger's record is the daemon's, once
+            # per restart_seq (an operator's restart records itself and moves no restart_seq).
+            booted = prev.phase is WatchdogPhase.BOOTING and state.phase is WatchdogPhase.READY
+            if self._ledger is not None and booted:
+                self._ledger.healthy(
+                    state.restart_seq, f"healthy after restart r{state.restart_seq}"
+                )
         if self._metrics is not None:
             self._metrics.show_state(state, self.config, self._clock(), hold_until)
         for d in decisions:
@@ -339,6 +363,8 @@ class Watchdog:
         self._prober.close()
         self._actuator.close()
         self._prober, self._actuator = change.prober, change.actuator
+        if self._ledger is not None:
+            self._ledger.follow(change.actuator, new.state_dir)
         self._policy = Policy(PolicyConfig.from_config(new))
         if self._cadence is not None:
             self._cadence.interval_s = new.interval_s
@@ -382,6 +408,7 @@ def build_watchdog(
 ) -> Watchdog:
     """The production wiring: real prober, files under `state_dir`, hooks from the config."""
     clock = clock or SteadyClock(time.time, time.monotonic)
+    metrics = WatchdogMetrics()
     return Watchdog(
         config=config,
         prober=Prober(config),
@@ -394,7 +421,8 @@ def build_watchdog(
             config.alert_webhook,
             webhook_format=config.alert_webhook_format,
         ),
-        metrics=WatchdogMetrics(),
+        metrics=metrics,
         follow=follow,
         daily=DailyReport(lambda report, now: morning_payload(report, config.events_path, now)),
+        ledger=ledger_jobs(actuator, config.state_dir, metrics),
     )

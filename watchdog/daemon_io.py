@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from tpwarden.cluster.canary_lease import lease_path, read_lease
 from tpwarden.cluster.durable import JSONObject, JSONValue, atomic_write_json, read_json
 from tpwarden.cluster.event_log import EventLog
 from tpwarden.cluster.hold import OperatorHold, load_hold
@@ -92,6 +93,11 @@ class DaemonFiles:
                 f"{aside or '(could not move it)'}; the daemon goes on from a safe state",
             }
         )
+
+    def read_canary(self, now: float) -> str | None:
+        """The run id of a canary lease in force (`canary.json`), else None."""
+        lease = read_lease(lease_path(self._settings().state_dir), now)
+        return lease.run_id if lease is not None else None
 
     def read_hold(self) -> tuple[OperatorHold | None, float | None]:
         hold_path = self._settings().hold_path

@@ -105,6 +105,26 @@ class WatchdogMetrics:
             "The probe timeout in force (for the probes-stopped alert).",
             registry=r,
         )
+        # the configuration ledger's canaries (issue 53; set by watchdog.ledger_jobs)
+        self.canary_ratio = Gauge(
+            "tpwarden_ledger_canary_ratio",
+            "Latest canary's throughput over the best earlier canary of its kind (ledger why).",
+            ["level"],
+            registry=r,
+        )
+        self.slowdown = Gauge(
+            "tpwarden_ledger_slowdown",
+            "1 when the last two canaries at this concurrency were both slower than the best "
+            "earlier one beyond noise (ledger why): a confirmed slowdown.",
+            ["level"],
+            registry=r,
+        )
+        self.canary_last = Gauge(
+            "tpwarden_ledger_canary_last_timestamp_seconds",
+            "Wall time of the last canary, by how it ended (ok, deferred, failed).",
+            ["status"],
+            registry=r,
+        )
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 

@@ -25,7 +25,8 @@ def morning_payload(report: ReportConfig, events_path: str, now: float) -> JSONO
     report's facts (`tpwarden report --json`'s document)."""
     zone = parse_tz(report.tz)
     since, until = now - report.window_h * 3600.0, now
-    src = Sources(Path(events_path), Path(report.thermal_dir))
+    src = Sources(Path(events_path), Path(report.thermal_dir),
+                  ledger=Path(report.ledger) if report.ledger else None)  # fmt: skip
     # the summary uses the window's event records only: older ones are left unread, so the
     # daemon does not hold its whole log (up to 2 x events_max_bytes) in memory once a day
     rep, _records = morning_from_files(src, since=since, until=until, events_from=since)

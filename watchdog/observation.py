@@ -28,3 +28,5 @@ class Observation:
     boot_progress: BootReading | None = None
     hold: OperatorHold | None = None
     released_at: float | None = None  # last operator `release` (ends HELD / GIVEN_UP)
+    canary: str | None = None  # run id of a canary lease in force: its load is not users'
+    # (tpwarden.cluster.canary_lease)

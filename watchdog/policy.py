@@ -41,6 +41,8 @@ Counting rules (probe verdicts)
     allocates KV blocks chunk by chunk, so a long prefill in flight shows up here before its
     prompt tokens are counted at the end). BUSY is never counted and resets the streak (the engine
     demonstrably made progress). Continuous BUSY for `busy_alert_s` -> one Alert, never a restart.
+    BUSY while a canary lease holds (`Observation.canary`) is the canary's load: never counted
+    towards that alert, whose subject is users' load.
   - UNKNOWN (not counted, streak kept) when there is no baseline yet (first read after start or
     restart), when counters went backwards (server restarted under us), or when counters have
     been flat for less than `stall_window_s` (default: the probe timeout).
@@ -204,6 +206,11 @@ class Policy:
         if verdict is ProbeVerdict.BUSY:
             if s.consecutive_failures:
                 d.append(ResetFailures(s.consecutive_failures, why))
+            if obs.canary is not None:  # the canary's load is not users': no busy ceiling
+                s = replace(s, phase=WatchdogPhase.READY, consecutive_failures=0,
+                            failure_log=(), busy_since=None)  # fmt: skip
+                d.append(Wait(f"{why} (canary {obs.canary} running: its load, not users')"))
+                return s, d
             busy_since = s.busy_since if s.busy_since is not None else now
             s = replace(
                 s,

@@ -62,7 +62,7 @@ def restart_job(
         with (controller or Controller)(
             spec, state_dir=control_state_dir, applied_source=source
         ) as ctl:
-            result = restart(ctl, why, actor=WATCHDOG, who=WATCHDOG_WHO, wait_ready=False)
+            result = restart(ctl, why, actor=WATCHDOG, who=WATCHDOG_WHO, wait_ready=False).result
             doc = result_doc(result, spec)
     except Exception as exc:  # noqa: BLE001 - reported to the waiting daemon as data
         print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), file=out)

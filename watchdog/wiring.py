@@ -15,6 +15,7 @@ from pathlib import Path
 from tpwarden.cluster.control.applied import AppliedPlan, local_paths, read_applied
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.operator_lock import cluster_lock_path
 from tpwarden.cluster.secrets import resolve_secret
 from tpwarden.cluster.settings import SecretRef, http_url
@@ -122,6 +123,7 @@ def report_config(spec: ClusterSpec) -> ReportConfig | None:
         window_h=report.window_h,
         thermal_dir=spec.thermal.dir,
         nodes=tuple(n.name for n in spec.nodes),
+        ledger=str(ledger_file(spec)),
     )
 
 

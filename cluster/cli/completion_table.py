@@ -57,6 +57,14 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     "eval image": {
         "build": "Build the eval client image on the head:...",
     },
+    "ledger": {
+        "list": "Records, newest first: when the server...",
+        "show": "One record: its fingerprint by node...",
+        "diff": "What differs between two records, grouped...",
+        "why": "Is the latest canary slower than the best...",
+        "canary": "Run one canary now, if the server is idle:...",
+        "export": "The ledger as JSON lines: one line per...",
+    },
     "prometheus": {
         "config": "Scrape jobs tpwarden-thermal,...",
         "rules": "tpwarden's alert rules (group `tpwarden`),...",

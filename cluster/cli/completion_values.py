@@ -142,6 +142,22 @@ SET_KEYS: tuple[str, ...] = (
     "fabric",
     "fabric.transport",
     "fabric.note",
+    "ledger",
+    "ledger.path",
+    "ledger.canary",
+    "ledger.canary.levels",
+    "ledger.canary.repeats",
+    "ledger.canary.warmups",
+    "ledger.canary.num_prompts",
+    "ledger.canary.output_len",
+    "ledger.canary.seed",
+    "ledger.canary.prompts",
+    "ledger.canary.quiet_hours",
+    "ledger.canary.tz",
+    "ledger.canary.after_change",
+    "ledger.canary.idle_window_s",
+    "ledger.canary.client_node",
+    "ledger.canary.timeout_s",
 )  # fmt: skip
 
 Items = list[tuple[str, str]]  # (value, help)

@@ -63,10 +63,14 @@ def _print_plan(plan: ControlPlan) -> None:
         console.print("[green]nothing to change[/]")
 
 
-def _report(result: ApplyResult, command: str, as_json: bool = False) -> int:
+def _report(done: operations.Operated, command: str, as_json: bool = False) -> int:
+    """Render what `up`, `down` or `restart` did; the ledger's record of a server that became
+    healthy goes into --json as `ledger` (its id, cfg, whether it changed; or its error)."""
+    result = done.result
     code = 0 if result.ok else 1
     if as_json:
-        emit_json(command, apply_json(result))
+        ledger: JSONObject = {} if done.ledger is None else {"ledger": done.ledger.to_json()}
+        emit_json(command, apply_json(result) | ledger)
         return code
     failed = [o for o in result.outcomes if not o.ok]
     for o in failed:
@@ -128,7 +132,7 @@ def up(
         if dry_run:
             _show_plan(plan, "up", as_json)
             raise typer.Exit(1 if plan.refused else 0)
-        result = operations.up(
+        done = operations.up(
             ctl,
             plan,
             replace=replace,
@@ -136,7 +140,7 @@ def up(
             timeout_s=timeout,
             showing=None if as_json else view.progress,
         )
-    raise typer.Exit(_report(result, "up", as_json))
+    raise typer.Exit(_report(done, "up", as_json))
 
 
 @commands.command("down")
@@ -158,7 +162,7 @@ def down(
             _show_plan(plan, "down", as_json)
             raise typer.Exit(0)
         result = operations.down(ctl, plan)
-    raise typer.Exit(_report(result, "down", as_json))
+    raise typer.Exit(_report(operations.Operated(result), "down", as_json))
 
 
 @commands.command("restart")
@@ -188,14 +192,14 @@ def restart(
             raise typer.Exit(0)
         if not yes and not typer.confirm(f"restart {spec.name} on {len(spec.nodes)} nodes?"):
             raise typer.Exit(1)
-        result = operations.restart(
+        done = operations.restart(
             ctl,
             reason,
             timeout_s=timeout,
             wait_ready=not no_wait,
             showing=None if as_json else view.progress,
         )
-    raise typer.Exit(_report(result, "restart", as_json))
+    raise typer.Exit(_report(done, "restart", as_json))
 
 
 WIDE_WIDTH = 400

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 INV = "-i inventory.yml"
 EXAMPLES: dict[str, str] = {
+    "ledger": f"tpwarden ledger why {INV}",
+    "ledger list": f"tpwarden ledger list {INV} --limit 10 --tz Asia/Seoul",
+    "ledger show": f"tpwarden ledger show 42 {INV} --json",
+    "ledger diff": f"tpwarden ledger diff 41 42 {INV}",
+    "ledger why": f"tpwarden ledger why {INV}     (concurrency 4: --level 4; for scripts: --json)",
+    "ledger canary": f"tpwarden ledger canary {INV} --json   (deferred while users are served)",
+    "ledger export": f"tpwarden ledger export --jsonl {INV} -o ledger.jsonl   (every table: --all)",
     "up": f"tpwarden up {INV}            (then: tpwarden status {INV})",
     "down": f"tpwarden down {INV} --dry-run",
     "restart": f'tpwarden restart {INV} --reason "engine hung" --yes',

@@ -237,6 +237,15 @@ class DockerGateway:
         found = self.image_platform(image)
         return found.id if found is not None else None
 
+    def repo_digests(self, image: str) -> tuple[str, ...]:
+        """The registry digests (`name@sha256:...`) of `image` here; () if none or absent."""
+        with _translate(self.node, f"inspect image {image}"):
+            try:
+                found = self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # unannotated in types-docker
+            except docker.errors.NotFound:
+                return ()
+        return tuple(str(d) for d in found.get("RepoDigests") or ())
+
     # -- actions ----------------------------------------------------------------------------
     def run_once(self, job: OneShot) -> OneShotResult:
         """Run a throwaway container to its end: created with no network, `job.files` copied in,

@@ -29,6 +29,11 @@ class ContainerInfo:
     oom_killed: bool = False
     error: str = ""
     pid: int | None = None  # the host PID of its init process while it runs (State.Pid)
+    # What runs, as the engine started it (the ledger's fingerprint): Path + Args, Config.Env
+    # (secret values included: never shown, never in repr), and the image's ID (sha256:...).
+    argv: tuple[str, ...] = field(default=(), repr=False)
+    env: tuple[str, ...] = field(default=(), repr=False)
+    image_id: str = ""
 
     @property
     def running(self) -> bool:
@@ -91,4 +96,7 @@ def container_info_from_inspect(node: str, attrs: Mapping[str, JSONValue]) -> Co
         oom_killed=bool(st.get("OOMKilled")),
         error=st.get("Error") or "",
         pid=int(st["Pid"]) if st.get("Pid") else None,  # 0 when it does not run
+        argv=tuple(str(a) for a in [attrs.get("Path") or "", *(attrs.get("Args") or [])] if a),
+        env=tuple(str(e) for e in cfg.get("Env") or ()),
+        image_id=str(attrs.get("Image") or ""),
     )

@@ -14,6 +14,12 @@ and does the whole of what the command does:
 
 `Actor` says which of the two takes the lock and the hold. ``showing`` is what the caller wants
 around the long part (the CLI's progress bar), entered once the lock and hold are taken.
+
+`up` and `restart` that waited for the server and found it healthy record it in the configuration
+ledger (issue 53, `ledger.record.record_if_healthy`: never an exception) before they let the lock
+go, and return it beside cluster control's result (`Operated`). The watchdog's restart does not
+wait for the boot: its daemon records the server once its probe answers again
+(`watchdog.ledger_jobs`), so that restart records nothing here.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.control.plan import ControlPlan
 from tpwarden.cluster.control.results import ApplyResult
 from tpwarden.cluster.errors import ConfigError
+from tpwarden.cluster.ledger.record import HealthyRecord, record_if_healthy
 from tpwarden.cluster.operations.watchdog_hold import WatchdogHold
 from tpwarden.cluster.operator_lock import (
     Holder,
@@ -54,13 +61,30 @@ class Actor:
     name: str
     takes_lock: bool
     holds_watchdog: bool
+    ledger_action: str | None = None  # the ledger record's action once healthy (None: none)
 
 
-OPERATOR = Actor("operator", takes_lock=True, holds_watchdog=True)
-# The watchdog's restart job: its daemon holds the cluster restart lock around the job.
+OPERATOR = Actor("operator", takes_lock=True, holds_watchdog=True, ledger_action="restart")
+# The watchdog's restart job: its daemon holds the cluster restart lock around the job, and
+# records the server in the ledger itself once its probe answers (the job does not wait).
 WATCHDOG = Actor("watchdog", takes_lock=False, holds_watchdog=False)
-# A restart inside a rollout, which holds both locks and the watchdog for its whole length.
-WITHIN_ROLLOUT = Actor("rollout", takes_lock=False, holds_watchdog=False)
+# A restart inside a rollout (or a rollback), which holds both locks and the watchdog for its
+# whole length.
+WITHIN_ROLLOUT = Actor("rollout", takes_lock=False, holds_watchdog=False, ledger_action="rollout")
+
+
+@dataclass(frozen=True)
+class Operated:
+    """What `up` or `restart` did: cluster control's result and, when it waited for the server
+    and found it healthy, the ledger's record of it (None otherwise; its ``error`` when the
+    ledger could not be written: the operation's own outcome stands)."""
+
+    result: ApplyResult
+    ledger: HealthyRecord | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
 
 
 def watchdog_hold(spec: ClusterSpec, who: str | None = None) -> WatchdogHold | Holder:
@@ -105,14 +129,17 @@ def up(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     who: str | None = None,
     showing: AbstractContextManager[object] | None = None,
-) -> ApplyResult:
+) -> Operated:
     """Start the server (``plan``, made by ``ctl.plan_up``); an operator's `up` ends an
-    intentional stop: the watchdog watches again."""
+    intentional stop: the watchdog watches again. Healthy: a ledger record."""
     who = who or operator_identity()
     with acting(ctl.spec, f"tpwarden up by {who}"):
         clear_down(watchdog_hold(ctl.spec, who))
         with showing or contextlib.nullcontext():
-            return ctl.up(replace, wait_ready=wait_ready, timeout_s=timeout_s, plan=plan)
+            result = ctl.up(replace, wait_ready=wait_ready, timeout_s=timeout_s, plan=plan)
+        return Operated(
+            result, record_if_healthy(ctl, result, action="up", reason="tpwarden up", who=who)
+        )
 
 
 def down(ctl: Controller, plan: ControlPlan, *, who: str | None = None) -> ApplyResult:
@@ -133,10 +160,10 @@ def restart(
     timeout_s: float | None = None,
     wait_ready: bool = True,
     showing: AbstractContextManager[object] | None = None,
-) -> ApplyResult:
+) -> Operated:
     """Down + up with one plan, recorded in cluster control's event log (who, why, the plan).
     For an operator: under the cluster lock, the watchdog held meanwhile (its release also
-    ends an intentional `down`)."""
+    ends an intentional `down`). Healthy (waited for): a ledger record, as ``actor`` says."""
     who = who or operator_identity()
     with contextlib.ExitStack() as stack:
         if actor.takes_lock:
@@ -144,7 +171,13 @@ def restart(
             hold_s = boot_s + HOLD_MARGIN_S if actor.holds_watchdog else 0.0
             what = f"tpwarden restart by {who}: {why}"
             stack.enter_context(acting(ctl.spec, what, hold_s=hold_s, who=who))
-        stack.enter_context(showing or contextlib.nullcontext())
-        if timeout_s is None:  # the watchdog's job: it does not wait for the boot
-            return ctl.restart(why=why, wait_ready=wait_ready, who=who)
-        return ctl.restart(why=why, timeout_s=timeout_s, wait_ready=wait_ready, who=who)
+        with showing or contextlib.nullcontext():
+            if timeout_s is None:  # the watchdog's job: it does not wait for the boot
+                result = ctl.restart(why=why, wait_ready=wait_ready, who=who)
+            else:
+                result = ctl.restart(why=why, timeout_s=timeout_s, wait_ready=wait_ready, who=who)
+        if actor.ledger_action is None:
+            return Operated(result)
+        return Operated(
+            result, record_if_healthy(ctl, result, action=actor.ledger_action, reason=why, who=who)
+        )

@@ -2,13 +2,14 @@
 
 From a directory (`--from-dir`, or the sample night unpacked), or from the cluster (`-i`): every
 node's thermal files over SFTP (`reports.thermal.fetch`), the watchdog's event log from where the
-watchdog runs (`watchdog_host.watchdog_events`), cluster control's event log and the bench runs
-of this machine. A source that could not be read is named in ``problems``, and the report is
-made from the rest. The facts come from `reports.morning` (pure); the CLI renders them.
+watchdog runs (`watchdog_host.watchdog_events`), cluster control's event log, the bench runs of
+this machine and the configuration ledger's canaries (`ledger.record.ledger_file`). A source that
+could not be read is named in ``problems``, and the report is made from the rest. The facts come from `reports.morning` (pure); the CLI renders them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from tpwarden.cluster.bench.runner import default_runs_dir
 from tpwarden.cluster.durable import JSONValue, default_state_dir
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.operations.watchdog_host import watchdog_events
 from tpwarden.cluster.reports.morning import MorningReport
 from tpwarden.cluster.reports.morning_io import Sources, morning_from_files, unpack_sample
@@ -68,9 +70,9 @@ def assemble(given: ReportInput) -> Assembled:
             if unread:
                 problems["watchdog"] = unread
             control_events = default_state_dir() / "events.jsonl"
-            src = Sources(events, Path(tmp), default_runs_dir(), control_events)
+            src = Sources(events, Path(tmp), default_runs_dir(), control_events, ledger_file(spec))
         if given.runs_dir is not None:
-            src = Sources(src.events, src.thermal_dir, given.runs_dir, src.control_events)
+            src = dataclasses.replace(src, runs_dir=given.runs_dir)
         if not src.events.is_file() and "watchdog" not in problems:
             problems["watchdog"] = f"no event log at {src.events}"
         rep, records = morning_from_files(

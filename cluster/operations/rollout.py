@@ -65,7 +65,10 @@ class ControllerCluster:
 
     def restart(self, spec: ClusterSpec, why: str, timeout_s: float) -> RestartOutcome:
         with Controller(spec, on_event=self.on_event) as ctl:
-            result = restart(ctl, why, actor=WITHIN_ROLLOUT, who=self.who, timeout_s=timeout_s)
+            # the healthy server recorded in the ledger by the restart operation (its actor)
+            result = restart(
+                ctl, why, actor=WITHIN_ROLLOUT, who=self.who, timeout_s=timeout_s
+            ).result
         return RestartOutcome(result.ok, "" if result.ok else restart_failure(result, timeout_s))
 
     def probe(self, spec: ClusterSpec) -> tuple[bool, str]:

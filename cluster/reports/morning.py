@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.reports.morning_ledger import CanarySummary
 from tpwarden.cluster.reports.morning_tune import TuneSummary
 from tpwarden.cluster.reports.thermal.report import FieldReport, build_report, report_to_json
 
@@ -94,6 +95,7 @@ class MorningReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     evals: tuple[EvalSummary, ...] = ()
     tunes: tuple[TuneSummary, ...] = ()  # `tune drafter` runs (morning_tune)
+    canaries: tuple[CanarySummary, ...] = ()  # the ledger's canaries (morning_ledger)
 
     @property
     def hours(self) -> float:
@@ -323,6 +325,7 @@ def build_morning(
     operator_restarts: Iterable[Mapping[str, JSONValue]] = (),
     skipped_lines: int = 0,
     tune_runs: Iterable[TuneSummary] = (),
+    canaries: Iterable[CanarySummary] = (),
 ) -> MorningReport:
     """Everything in the window [since, until]; without bounds, the data's own extent."""
     events = list(events)
@@ -343,6 +346,7 @@ def build_morning(
         since=lo, until=hi, watchdog=wd, thermal=thermal, bench=summarize_bench(runs, lo, hi), notes=tuple(notes),
         evals=summarize_evals(runs, lo, hi),
         tunes=tuple(sorted((t for t in tune_runs if _in(t.started_at, lo, hi)), key=lambda t: t.started_at)),
+        canaries=tuple(c for c in canaries if _in(c.started, lo, hi)),
     )  # fmt: skip
 
 
@@ -380,5 +384,6 @@ def morning_to_json(rep: MorningReport) -> JSONObject:
         "bench": [asdict(b) for b in rep.bench],
         "eval": [asdict(e) for e in rep.evals],
         "tune": [asdict(t) for t in rep.tunes],
+        "canaries": [c.to_json() for c in rep.canaries],
         "notes": list(rep.notes),
     }

@@ -9,6 +9,7 @@ from html import escape
 
 from tpwarden.cluster.durable import JSONValue
 from tpwarden.cluster.reports.morning import MorningReport, headline
+from tpwarden.cluster.reports.morning_ledger import canary_lines
 from tpwarden.cluster.reports.morning_tune import tune_line
 from tpwarden.cluster.reports.thermal.localtime import local, span_text
 
@@ -191,6 +192,13 @@ def morning_html(rep: MorningReport, tz: tzinfo, plot_png: bytes | None = None) 
         _table(EVAL_HEAD, eval_rows(rep, tz)),
         "<h2>Draft-length tuning in the window</h2>",
         _table(TUNE_HEAD, tune_rows(rep, tz)),
+        "<h2>Canaries (the configuration ledger)</h2>",
+        "<ul>"
+        + "".join(
+            f"<li>{escape(x)}</li>"
+            for x in canary_lines(rep.canaries, lambda ts: local(ts, tz, "%H:%M"))
+        )
+        + "</ul>",
     ]
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
@@ -266,4 +274,5 @@ def text_lines(rep: MorningReport, tz: tzinfo) -> list[str]:
             f"{thinking}, {restarts} server restart(s) resumed"
         )
     out += [f"tune {at} {run}: {line}" for at, run, line in tune_rows(rep, tz)]
+    out += canary_lines(rep.canaries, lambda ts: local(ts, tz, "%H:%M"))
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 from tpwarden.cluster.durable import JSONObject, read_jsonl
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.reports.morning import MorningReport, build_morning, iso_ts
+from tpwarden.cluster.reports.morning_ledger import load_canaries
 from tpwarden.cluster.reports.morning_tune import TuneSummary, tune_summary
 from tpwarden.cluster.reports.thermal.export import files_in
 from tpwarden.node.thermal.writer import read_records
@@ -51,6 +52,7 @@ class Sources:
     thermal_dir: Path  # thermal-<node>-YYYYMMDD*.jsonl of every node
     runs_dir: Path | None = None  # bench run directories
     control_events: Path | None = None  # cluster control's events.jsonl (operator restarts)
+    ledger: Path | None = None  # the configuration ledger (its canaries)
 
     @classmethod
     def from_dir(cls, root: str | os.PathLike[str]) -> Sources:
@@ -61,6 +63,7 @@ class Sources:
             root / "thermal" if (root / "thermal").is_dir() else root,
             root / "runs",
             root / "control-events.jsonl",
+            root / "ledger.sqlite",
         )
 
 
@@ -139,6 +142,7 @@ def morning_from_files(
         operator_restarts=operator_restarts(src.control_events),
         skipped_lines=got.skipped_lines,
         tune_runs=load_tunes(src.runs_dir),
+        canaries=load_canaries(src.ledger, since or 0.0, until or float("inf")),
     )
     window = [r for r in records if rep.since <= r.get("ts", -1) <= rep.until]
     return rep, window

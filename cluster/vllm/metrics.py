@@ -23,3 +23,17 @@ def sum_by_sample(text: str) -> dict[str, float]:
     except (TypeError, IndexError) as exc:  # what the parser raises on some malformed lines
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
     return out
+
+
+def info_labels(text: str, name: str) -> list[dict[str, str]]:
+    """The label sets of an info-style gauge (`vllm:cache_config_info`, value 1): one dict per
+    sample, in page order; [] when the page has none. ValueError as `sum_by_sample`."""
+    out: list[dict[str, str]] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name:
+                    out.append(dict(sample.labels))
+    except (TypeError, IndexError) as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+    return out

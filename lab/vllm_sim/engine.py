@@ -83,6 +83,7 @@ class Engine:
         ring_warn_s: float,
         seed: int,
         expected_acceptance: bool = False,
+        clock: Callable[[], float] = lambda: 1.0,
     ) -> None:
         self.k = k
         self.max_num_seqs = max_num_seqs
@@ -97,6 +98,7 @@ class Engine:
         self.ring_warn_s = ring_warn_s
         self.rng = random.Random(seed)
         self.expected_acceptance = expected_acceptance
+        self.clock = clock  # the GPUs' speed: gpuclock.ClockFactor
         self.mean_accepted = loadmodel.mean_tokens_per_step(k) - 1.0
         self.sample_rng = random.Random(seed + 1)
         self.waiting: deque[Request] = deque()
@@ -178,7 +180,7 @@ class Engine:
                 budget -= chunk
         decoders = [r for r in self.running if r.prefilled >= r.num_prompt]
         seconds += loadmodel.step_time(len(decoders), self.k)
-        seconds *= self.faults.current.slow_steps * self.step_scale
+        seconds *= self.faults.current.slow_steps * self.step_scale * self.clock()
         self._sync_gauges()
         try:
             await asyncio.wait_for(self._execute(seconds), self.timeout_s)

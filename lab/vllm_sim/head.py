@@ -12,8 +12,9 @@ from .boot import DUR, Boot, SimEnv, banner, bind_http, engine_config_line, kv_p
 from .cli import ServeConfig
 from .engine import Engine
 from .faults import FaultWatcher, fault_path
+from .gpuclock import ClockFactor
 from .logfmt import VllmLog
-from .metrics import Metrics
+from .metrics import Metrics, cache_config_labels
 from .rendezvous import RendezvousServer
 
 
@@ -157,6 +158,7 @@ async def run_head(cfg: ServeConfig, sim: SimEnv, log: VllmLog) -> int:
     )
 
     metrics = Metrics(cfg.served_model_name, cfg.num_spec_tokens)
+    metrics.cache_config = cache_config_labels(cfg, kv_tokens)
 
     async def collective(kind: str, dur: float) -> None:
         if rdv is not None:
@@ -176,6 +178,7 @@ async def run_head(cfg: ServeConfig, sim: SimEnv, log: VllmLog) -> int:
         ring_warn_s=sim.ring_warn_s,
         seed=sim.seed,
         expected_acceptance=sim.expected_acceptance,
+        clock=ClockFactor.from_env(),
     )
 
     await boot.at("api_server")

@@ -139,6 +139,7 @@ class Metrics:
                     ("spec_decode_num_accepted_tokens_per_pos", (("position", str(pos)),))
                 ] = 0.0
         self.hist = {name: ([0] * (len(b) + 1), [0.0]) for name, (_, b) in HISTOGRAMS.items()}
+        self.cache_config: dict[str, str] | None = None  # vllm:cache_config_info's labels
 
     def set(self, name: str, value: float) -> None:
         self.gauges[name] = float(value)
@@ -163,6 +164,13 @@ class Metrics:
 
     def render(self) -> str:
         out: list[str] = []
+        if self.cache_config is not None:
+            info = sorted({**self.cache_config, "engine": "0"}.items())
+            out += [
+                "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                "# TYPE vllm:cache_config_info gauge",
+                "vllm:cache_config_info{" + ",".join(f'{k}="{v}"' for k, v in info) + "} 1.0",
+            ]
         for name, help_text in GAUGES.items():
             out += [
                 f"# HELP vllm:{name} {help_text}",
@@ -191,3 +199,23 @@ class Metrics:
             out.append(f"vllm:{name}_count{self._labels()} {_fmt(cum)}")
             out.append(f"vllm:{name}_sum{self._labels()} {_fmt(total[0])}")
         return "\n".join(out) + "\n"
+
+
+BLOCK_SIZE = 16  # vLLM's default KV block size
+
+
+def cache_config_labels(cfg: object, kv_tokens: int) -> dict[str, str]:
+    """The labels real vLLM V1 gives `vllm:cache_config_info` (a subset of its CacheConfig,
+    as in a real 0.11 dump: tests/fixtures/real/metrics/), from the serve config and the KV
+    capacity the boot computed."""
+    kv_bytes = getattr(cfg, "kv_cache_memory_bytes", None)
+    return {
+        "block_size": str(BLOCK_SIZE),
+        "cache_dtype": str(getattr(cfg, "kv_cache_dtype", "auto")),
+        "enable_prefix_caching": "True",
+        "gpu_memory_utilization": str(getattr(cfg, "gpu_memory_utilization", 0.92)),
+        "kv_cache_memory_bytes": str(kv_bytes) if kv_bytes else "None",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(kv_tokens // BLOCK_SIZE),
+        "num_gpu_blocks_override": "None",
+    }

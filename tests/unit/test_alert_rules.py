@@ -30,6 +30,7 @@ CONTRACT_ALERTS = {
     "TpwardenGpuThermalThrottle",
     "TpwardenThermalSampleGap",
     "TpwardenUnifiedMemoryHigh",
+    "TpwardenCanarySlowdown",
 }
 
 

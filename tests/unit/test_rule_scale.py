@@ -99,4 +99,5 @@ def test_scaled_rules_pass_promtool_and_the_cli_writes_them(tmp_path):
     assert out.read_text() == scale_rules(rules_path().read_text(), 0.25, 8)
     check = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 11 rules found" in check.stdout
+    shipped = len(_rules(rules_path().read_text()))  # every shipped rule, none lost
+    assert shipped >= 12 and f"SUCCESS: {shipped} rules found" in check.stdout

@@ -19,6 +19,7 @@ import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from tpwarden.cluster.event_log import EventLog, read_events
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.report_settings import ReportSpec
 from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.alert import Alerter
@@ -310,7 +311,7 @@ def test_settings_reach_the_watchdog_config(tmp_path: Path) -> None:
     cfg = build_config(dataclasses.replace(spec, report=report), str(tmp_path), environ=env)
     assert cfg.report == ReportConfig(
         deliver_at="07:30", tz="Asia/Seoul", window_h=10, thermal_dir=spec.thermal.dir,
-        nodes=tuple(n.name for n in spec.nodes),
+        nodes=tuple(n.name for n in spec.nodes), ledger=str(ledger_file(spec)),
     )  # fmt: skip
     moved = dataclasses.replace(cfg, report=dataclasses.replace(cfg.report, deliver_at="06:00"))
     change = config_changes(cfg, moved)["report"]

@@ -351,6 +351,33 @@ def test_busy_ceiling_alerts_once_never_restarts() -> None:
     assert [a.category for a in sim.of(Alert)] == ["busy_ceiling"]
 
 
+def test_a_canarys_load_is_never_counted_as_users_busy_server() -> None:
+    """Issue 53: while a canary lease holds, BUSY is the canary's load; the busy ceiling (an
+    alert about users' load) does not run. The same load without the lease alerts."""
+    sim = Sim()
+    gen = 0
+    sim.step(OK, snap(sim.now))
+    for _ in range(40):
+        gen += 10
+        d = sim.step(TIMEOUT, snap(sim.now + 150, gen=gen, running=4), canary="c7")
+        assert "canary c7" in d[-1].reason
+    assert not sim.of(Alert) and not sim.of(Restart) and sim.state.busy_since is None
+    assert sim.state.phase is WatchdogPhase.READY
+    # the canary ended; users' load from now on counts from its own start
+    for _ in range(40):
+        gen += 10
+        sim.step(TIMEOUT, snap(sim.now + 150, gen=gen, running=4))
+    assert [a.category for a in sim.of(Alert)] == ["busy_ceiling"]
+
+
+def test_a_canary_does_not_hide_a_hang() -> None:
+    sim = Sim()
+    sim.step(OK, snap(sim.now, gen=5))
+    for _ in range(4):
+        sim.step(TIMEOUT, snap(sim.now + 150, gen=5, running=1), canary="c7")
+    assert len(sim.of(Restart)) == 1  # flat counters: stalled, canary or not
+
+
 def test_state_round_trips_through_json() -> None:
     sim = Sim()
     sim.step(OK, snap(sim.now, gen=3))
