@@ -49,7 +49,12 @@ from tpwarden.cluster.durable import JSONObject
 from tpwarden.node import clockcap
 from tpwarden.node.dossier import collect_dossier
 from tpwarden.node.kernlog import read_kernel_log
-from tpwarden.node.ledger_state import add_state_parser, node_identity, state_action
+from tpwarden.node.ledger_state import (
+    add_state_parser,
+    node_identity,
+    nvml_failed,
+    state_action,
+)
 from tpwarden.node.memory import NodeMemory, drop_page_cache, read_node_memory
 from tpwarden.node.rdma import read_fabric
 
@@ -252,8 +257,7 @@ def _dossier_action(args: argparse.Namespace, doc: JSONObject) -> None:
         facts, nvml = _gpu_facts(args.nvml_lib)
         doc.update(facts)
     except Exception as e:  # noqa: BLE001
-        doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
-        doc.setdefault("gpus", [])
+        nvml_failed(doc, e)
     finally:
         if nvml is not None:
             nvml.close()

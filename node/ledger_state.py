@@ -27,6 +27,12 @@ if TYPE_CHECKING:  # the NVML gateway is imported lazily: pynvml may be absent o
 GpuFacts = Callable[[], "tuple[JSONObject, Nvml | None]"]
 
 
+def nvml_failed(doc: JSONObject, e: Exception) -> None:
+    """NVML could not be read: the reason in the JSON, no GPU rows (the other facts still count)."""
+    doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
+    doc.setdefault("gpus", [])
+
+
 def os_name(path: str = "/etc/os-release") -> str | None:
     """PRETTY_NAME of os-release(5), None when absent."""
     try:
@@ -68,8 +74,7 @@ def state_action(args: argparse.Namespace, doc: JSONObject, gpu_facts: GpuFacts)
         for extra in nvml.extras() if nvml is not None else []:
             holders |= set(extra.get("compute_pids") or ())
     except Exception as e:  # noqa: BLE001
-        doc["nvml"] = {"state": "error", "available": False, "reason": f"{type(e).__name__}: {e}"}
-        doc.setdefault("gpus", [])
+        nvml_failed(doc, e)
     finally:
         if nvml is not None:
             nvml.close()

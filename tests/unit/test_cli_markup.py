@@ -64,13 +64,17 @@ def test_boot_failure_reason_and_notes_keep_their_brackets(capsys, wide):
 
 
 def test_a_saved_log_path_with_brackets_prints(tmp_path, wide):
+    # The screen names the file (its basename); --json keeps the whole path: both as written.
     folder = tmp_path / "[bold]logs[link=y]"
     folder.mkdir()
-    log = folder / "head.log"
+    log = folder / "[red]head[link=z].log"
     log.write_text("INFO 12-01 22:00:00 api_server.py:1] loading [link=x] weights\n")
     result = CliRunner().invoke(app, ["boot", "--from-file", str(log)])
-    assert "[bold]logs[link=y]" in result.output.replace("\n", ""), result.output
+    assert "[red]head[link=z].log" in result.output.replace("\n", ""), result.output
+    assert "[link=x]" in result.output
     assert "MarkupError" not in result.output
+    as_json = CliRunner().invoke(app, ["boot", "--from-file", str(log), "--json"])
+    assert json.loads(as_json.output)["source"] == str(log)
 
 
 def test_an_error_line_quotes_user_text_as_written(wide):
