@@ -88,8 +88,6 @@ def queue_lines(got: operation.DryRun) -> list[str]:
     spare = q.deadline - q.finish
     out.append(f"verdict: {q.verdict()}: ends {_at(q.finish, tz)}, {minutes(max(spare, 0))} "
                f"before the deadline; {len(q.skipped)} skipped")  # fmt: skip
-    if got.refused:
-        out.append(f"refused: {got.refused}")
     return out
 
 

@@ -36,18 +36,47 @@ class RevertPlan:
 def revert_sets(d: Difference) -> dict[str, JSONValue]:
     """The settings that put `d` back, values read as YAML (as `--set` reads them); empty when
     tpwarden cannot revert it."""
-    out: dict[str, JSONValue] = {}
+    rows = {str(r["set"]): r.get("value") for r in d.revert if "set" in r}
+    out = sections(rows)
     for r in d.revert:
-        if "set" in r:
-            before = r.get("value")
-            out[str(r["set"])] = None if before is None else yaml.safe_load(str(before))
-        elif d.setting == "gpu_clock_cap_mhz":
+        if "set" not in r and d.setting == "gpu_clock_cap_mhz":
             cmd = str(r.get("command", ""))
             cap = _CAP.match(cmd)
             if cap:
                 out["gpu_clock_cap_mhz"] = int(cap.group(1))
             elif cmd == "tpwarden clocks reset":
                 out["gpu_clock_cap_mhz"] = None
+    return out
+
+
+def sections(rows: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    """Setting rows as they were (`path` -> text, None: absent or null) -> `--set` changes. A
+    section whose own row changed (the drafter switched on or off) is set back whole: to null
+    when none of its keys had a value, else to the mapping of the keys that had one (rollout's
+    `--set drafter={...}`); its keys are not set one by one."""
+    out: dict[str, JSONValue] = {}
+    for path in sorted(rows):
+        if any(path.startswith(p + ".") for p in rows):
+            continue  # inside a section set back whole
+        keys = {p[len(path) + 1 :]: v for p, v in rows.items() if p.startswith(path + ".")}
+        had = {k: _value(v) for k, v in keys.items() if v is not None}
+        out[path] = _nest(had) if had else _value(rows[path])
+    return out
+
+
+def _value(text: JSONValue) -> JSONValue:
+    return None if text is None else yaml.safe_load(str(text))
+
+
+def _nest(flat: dict[str, JSONValue]) -> JSONObject:
+    """{"a.b": 1, "c": 2} -> {"a": {"b": 1}, "c": 2}."""
+    out: JSONObject = {}
+    for path, value in flat.items():
+        *parents, leaf = path.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
     return out
 
 

@@ -35,8 +35,8 @@ def deadline_of(restore_by: str, tz: tzinfo, now: datetime) -> datetime:
     local = now.astimezone(tz)
     at = local.replace(hour=hours, minute=minutes, second=0, microsecond=0)
     if at <= local:
-        at = (local + timedelta(days=1)).replace(hour=hours, minute=minutes, second=0)
-        at = at.replace(microsecond=0)
+        tomorrow = local + timedelta(days=1)
+        at = tomorrow.replace(hour=hours, minute=minutes, second=0, microsecond=0)
     return at
 
 

@@ -96,9 +96,10 @@ def dry_run(
     queue = plan_queue(left, costs, at, deadline.timestamp())
     refused = None
     if not queue.fits and not allow_partial:
-        refused = (f"the queue needs {minutes(queue.whole_s)} with its margin and passes its "
-                   f"deadline ({queue.verdict()}: {len(queue.skipped)} variant(s) would be "
-                   "skipped)")  # fmt: skip
+        time_left = max(queue.deadline - at, 0.0)
+        refused = (f"the whole queue needs {minutes(queue.whole_s)} and a margin of "
+                   f"{minutes(costs.margin_s)}, {minutes(time_left)} left until the deadline "
+                   f"({queue.verdict()}: {len(queue.skipped)} variant(s) would be skipped)")  # fmt: skip
     return DryRun(loaded, checks, state, queue, tz, results, refused)
 
 
