@@ -76,7 +76,9 @@ def dry_run(
     state_dir: Path | None = None,
 ) -> DryRun:
     """Everything `experiment run` would do, estimated; nothing changed, no node contacted."""
-    spec = load_inventory(inventory)
+    # the image's flag table is required, as `plan` requires it: a variant's extra_args are
+    # checked against it (`check`), never left unchecked
+    spec = load_inventory(inventory, flag_table=True)
     loaded = load_plan(plan_path)
     checks = tuple(check_variants(loaded, str(inventory), spec))
     results = results_dir(spec.name, plan_path, state_dir)

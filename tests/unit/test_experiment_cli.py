@@ -200,3 +200,20 @@ def test_a_bad_plan_exits_2_at_its_line_with_nothing_contacted(tmp_path: Path) -
     assert res.exit_code == 2
     doc = json.loads(res.stdout)
     assert doc["error"]["message"].startswith(f"{plan}:4: variants[0].sett: unknown key")
+
+
+def test_an_image_with_no_flag_table_is_refused_before_any_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing fetched
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(
+        GOOD.read_text().replace('vllm_version: "0.33.0"', 'vllm_version: "0.99.0"')
+    )
+    plan = tmp_path / "p.yml"
+    plan.write_text('restore_by: "+06:00"\nvariants:\n  - name: a\n    set: [drafter=null]\n')
+    res = _dry_run(plan, inventory, "--json")
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert "no shipped flag table" in doc["error"]["message"]
+    assert "tpwarden flags fetch" in doc["error"]["hint"] + doc["error"]["message"]

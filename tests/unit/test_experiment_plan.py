@@ -146,3 +146,17 @@ def test_a_change_the_inventory_refuses_is_refused_at_the_plans_line(
     assert words in err.render()
     assert inventory.read_text() == original  # nothing written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inv.yml"]
+
+
+@pytest.mark.parametrize("layout", ["example-dir", "example-ini/hosts.ini"])
+def test_variants_are_checked_on_every_inventory_layout_and_nothing_is_written(
+    layout: str,
+) -> None:
+    inventory = Path(INV).parent / layout
+    home = inventory if inventory.is_dir() else inventory.parent
+    before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    checks = check_variants(parse_plan(PLAN, "plan.yml"), str(inventory), load_inventory(inventory))
+    assert [c.summary for c in checks][:2] == [
+        ("drafter: dflash k=3 -> off",), ("drafter: dflash k=3 -> dflash k=5",),
+    ]  # fmt: skip
+    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
