@@ -149,12 +149,21 @@ def queue_order(variants: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 
 def plan_queue(
-    variants: Sequence[tuple[str, bool]], costs: Costs, now: float, deadline: float
+    variants: Sequence[tuple[str, bool]],
+    costs: Costs,
+    now: float,
+    deadline: float,
+    *,
+    measured: bool = False,
 ) -> QueueEstimate:
-    """The estimated queue (module docstring): each variant run or skipped with its reason."""
+    """The estimated queue (module docstring): each variant run or skipped with its reason.
+    `measured`: production's opening canary is already taken (a resumed queue)."""
     c = costs
-    steps = [Step("production", "production-start", c.canary_s, now, now + c.canary_s)]
-    t, on_variant = now + c.canary_s, False
+    steps: list[Step] = []
+    t, on_variant = now, False
+    if not measured:
+        steps.append(Step("production", "production-start", c.canary_s, now, now + c.canary_s))
+        t += c.canary_s
     for name, restarts in queue_order(variants):
         cost = c.boot_s + c.measure_s if restarts else c.measure_s
         owed = c.boot_s + c.canary_s if (restarts or on_variant) else c.canary_s

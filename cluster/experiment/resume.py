@@ -4,7 +4,8 @@ Each variant writes `<name>.result.json` when it ends, or `<name>.failed.json` w
 (a boot that failed, a measurement that could not be taken); a failed variant is recorded and
 not tried again. A result wins over a failure of the same name (a retry that succeeded). Names
 the plan does not hold are reported, never guessed at; anything else in the directory (a
-durable writer's temporary file) is ignored.
+durable writer's temporary file) is ignored. `production-start.result.json` is production's
+opening canary: a resumed queue does not take it again.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tpwarden.cluster.durable import JSONObject
 
 RESULT = ".result.json"
 FAILED = ".failed.json"
+PRODUCTION_START = "production-start"  # production's opening canary (a name no variant takes)
 
 
 def result_name(variant: str) -> str:
@@ -49,7 +51,7 @@ def resume_state(order: Sequence[str], files: Iterable[str]) -> ResumeState:
             results.add(name.removesuffix(RESULT))
         elif name.endswith(FAILED):
             failures.add(name.removesuffix(FAILED))
-    known = set(order)
+    known = {*order, PRODUCTION_START}
     return ResumeState(
         done=tuple(v for v in order if v in results),
         failed=tuple(v for v in order if v in failures and v not in results),

@@ -32,7 +32,12 @@ from tpwarden.cluster.experiment.policy import (
     minutes,
     plan_queue,
 )
-from tpwarden.cluster.experiment.resume import ResumeState, resume_state
+from tpwarden.cluster.experiment.resume import (
+    PRODUCTION_START,
+    ResumeState,
+    result_name,
+    resume_state,
+)
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
@@ -95,7 +100,8 @@ def dry_run(
         bench=plan.bench, eval_preset=plan.eval.preset if plan.eval else None,
         eval_limit=plan.eval.limit if plan.eval else None, margin_s=60.0 * plan.margin_min,
     )  # fmt: skip
-    queue = plan_queue(left, costs, at, deadline.timestamp())
+    measured = result_name(PRODUCTION_START) in files  # a resumed queue: opened already
+    queue = plan_queue(left, costs, at, deadline.timestamp(), measured=measured)
     refused = None
     if not queue.fits and not allow_partial:
         time_left = max(queue.deadline - at, 0.0)

@@ -184,6 +184,11 @@ def test_the_dry_run_estimates_only_what_is_left(
     assert doc["resume"]["left"] == ["revert-gpu-clock-cap"]
     names = [s["name"] for s in doc["queue"]["steps"]]
     assert names == ["production", "revert-gpu-clock-cap", "production"]
+    # production's opening canary taken: the resumed queue starts with what is left
+    (results / result_name("production-start")).write_text("{}")
+    doc = json.loads(_dry_run(out, regressed_inventory, "--json").stdout)
+    kinds = [s["kind"] for s in doc["queue"]["steps"]]
+    assert kinds == ["restart", "production-end"] and doc["resume"]["foreign"] == []
 
 
 def test_the_run_itself_is_not_built_and_says_so(tmp_path: Path) -> None:

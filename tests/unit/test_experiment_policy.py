@@ -77,6 +77,12 @@ def test_the_restore_is_owed_from_the_first_restart_on() -> None:
     assert q.steps[-1].estimate_s == COSTS.boot_s + COSTS.canary_s
 
 
+def test_a_resumed_queue_does_not_measure_production_again_at_the_start() -> None:
+    q = plan_queue(VARIANTS, COSTS, now=0.0, deadline=10 * 3600.0, measured=True)
+    assert [s.kind for s in q.steps] == ["request", "restart", "restart", "production-end"]
+    assert q.steps[0].start == 0.0 and q.finish == 80 * MIN
+
+
 def test_a_deadline_already_too_close_runs_nothing() -> None:
     q = plan_queue(VARIANTS, COSTS, now=0.0, deadline=12 * MIN)
     assert q.verdict() == "nothing fits" and len(q.skipped) == 3
@@ -86,7 +92,7 @@ def test_resume_state_from_the_results_directory() -> None:
     order = ["thinking", "no-drafter", "k5", "k7"]
     files = [result_name("thinking"), failure_name("no-drafter"), result_name("k5"),
              failure_name("k5"), ".thinking.result.json.tmp123", result_name("old-one"),
-             "notes.txt"]  # fmt: skip
+             result_name("production-start"), "notes.txt"]  # fmt: skip
     state = resume_state(order, files)
     assert state.done == ("thinking", "k5")  # a result wins over a failure of the same name
     assert state.failed == ("no-drafter",)  # recorded, not tried again
