@@ -153,8 +153,15 @@ def load_plan(path: str | Path) -> LoadedPlan:
 
 def parse_plan(text: str, name: str = "<plan>") -> LoadedPlan:
     check_yaml(text, name)  # syntax, duplicate keys, aliases and depth, at their lines
-    raw = yaml.safe_load(text)
-    lines = _lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    try:
+        raw = yaml.safe_load(text)
+        lines = _lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:  # a tag safe_load refuses, a second document
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(str(w) for w in (exc.context, exc.problem) if w)
+        raise ConfigError(f"YAML: {what}", file=name,
+                          line=mark.line + 1 if mark else None,
+                          hint="a plan is one plain YAML document, no tags") from None  # fmt: skip
     if not isinstance(raw, dict):
         raise ConfigError("a plan is a mapping (restore_by, variants...)", file=name, line=1)
     try:

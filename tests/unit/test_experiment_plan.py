@@ -97,6 +97,13 @@ def test_an_unquoted_clock_time_says_to_quote_it() -> None:
     assert err.line == 1 and err.key == "restore_by" and "quote" in (err.hint or "")
 
 
+def test_a_tag_or_a_second_document_is_refused_at_its_line_never_built() -> None:
+    err = _refused('restore_by: "06:30"\nvariants: !!python/object/apply:os.system ["true"]\n')
+    assert err.line == 2 and "YAML" in err.message
+    err = _refused('restore_by: "06:30"\n---\nvariants: []\n')
+    assert err.line == 2 and "single document" in err.message
+
+
 def test_a_duplicate_key_and_a_missing_file_are_refused_with_their_place(tmp_path: Path) -> None:
     err = _refused('restore_by: "06:30"\nrestore_by: "07:00"\nvariants: []\n')
     assert err.line == 2 and "duplicate key" in err.render()
