@@ -49,11 +49,13 @@ def check_variants(
             continue
         spec = _variant_spec(loaded, i, inventory, changes)
         summary = tuple(describe_changes(production, spec))
-        if not summary:
+        if not summary and v.request is None:
             raise loaded.error(("variants", i, "set"), f"variant {v.name!r} changes nothing: "
                                "the inventory already has these values",
                                "drop the variant, or set a value production does not have")  # fmt: skip
-        out.append(VariantCheck(v.name, True, summary, spec.config_hash()))
+        # a set that production already has, beside a request change: no restart needed
+        out.append(VariantCheck(v.name, bool(summary), summary + _request_summary(loaded, i),
+                                spec.config_hash()))  # fmt: skip
     return out
 
 

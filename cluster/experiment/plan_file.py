@@ -89,7 +89,8 @@ class Variant(_Model):
 
     @property
     def restarts(self) -> bool:
-        """A variant with settings to change restarts the server on them."""
+        """A variant with settings to change restarts the server on them (unless production
+        already has them: `check.VariantCheck.restarts` is the answer against an inventory)."""
         return bool(self.set)
 
 
@@ -228,10 +229,17 @@ def _translate(loaded: LoadedPlan, exc: ValidationError) -> ConfigError:
         return loaded.error(path, "unknown key", fix)
     if err["type"] == "missing":
         return loaded.error(path, "required key is missing", "see docs/experiments.md")
-    hint: str | None = None
+    hint = _HINTS.get(str(path[-1]) if path else "")
     if err["type"] == "string_type" and isinstance(err.get("input"), int):
         hint = 'quote it: YAML reads an unquoted 16:30 or 0600 as a number, e.g. "16:30"'
     return loaded.error(path, str(err["msg"]).removeprefix("Value error, "), hint)
+
+
+_HINTS = {
+    "set": "a list of rollout's --set items ['KEY=VALUE', ...] or a mapping {KEY: VALUE}",
+    "name": "lower-case letters, digits, '-', '_' and '.', at most 48, e.g. no-drafter",
+    "restore_by": 'a local time "06:30" or a duration from now "+02:00", quoted',
+}
 
 
 def _known(loc: tuple[int | str, ...]) -> set[str]:

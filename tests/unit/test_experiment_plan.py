@@ -92,6 +92,12 @@ def test_bad_input_is_refused_at_its_file_and_line(
     assert err.exit_code == 2
 
 
+def test_a_set_that_is_neither_a_list_nor_a_mapping_says_what_it_takes() -> None:
+    err = _refused('restore_by: "06:30"\nvariants:\n  - name: a\n    set: x=1\n')
+    assert (err.line, err.key) == (4, "variants[0].set")
+    assert "KEY=VALUE" in (err.hint or "")
+
+
 def test_an_unquoted_clock_time_says_to_quote_it() -> None:
     err = _refused("restore_by: 16:30\nvariants:\n  - name: a\n    set: [x=1]\n")
     assert err.line == 1 and err.key == "restore_by" and "quote" in (err.hint or "")
@@ -124,6 +130,22 @@ def test_variants_are_checked_as_rollout_applies_them() -> None:
         "request chat_template_kwargs.enable_thinking: True",
         "request sampling.temperature: 0.6",
     )
+
+
+def test_a_variant_with_settings_and_a_request_shows_both_and_restarts_only_for_a_change() -> None:
+    text = (
+        'restore_by: "06:30"\nvariants:\n'
+        "  - name: both\n    set: [drafter=null]\n"
+        "    request: {chat_template_kwargs: {enable_thinking: true}}\n"
+        "  - name: same\n    set: [enforce_eager=true]\n"
+        "    request: {sampling: {seed: 7}}\n"
+    )
+    checks = check_variants(parse_plan(text, "plan.yml"), INV, load_inventory(INV))
+    both, same = checks
+    assert both.restarts and both.summary == (
+        "drafter: dflash k=3 -> off", "request chat_template_kwargs.enable_thinking: True",
+    )  # fmt: skip
+    assert not same.restarts and same.summary == ("request sampling.seed: 7",)
 
 
 @pytest.mark.parametrize(
