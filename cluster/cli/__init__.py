@@ -65,6 +65,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clocks": (f"{CLI}.control:commands", "Show, cap or reset GPU clocks on every node (NVML)."),
     "incident": (f"{CLI}.incident:app", "Incident dossiers: which rank hung, and where "
                  "(taken before every watchdog restart)."),
+    "experiment": (f"{CLI}.experiment:app", "Experiments: a queue of variants measured "
+                   "against production, restored by a deadline."),
     "ledger": (f"{CLI}.ledger:app", "The configuration ledger: what ran when the server was "
                "healthy, how well it served, why it got slower."),
 }  # fmt: skip

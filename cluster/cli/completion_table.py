@@ -57,6 +57,9 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     "eval image": {
         "build": "Build the eval client image on the head:...",
     },
+    "experiment": {
+        "run": "Validate the plan (exit 2 at its...",
+    },
     "ledger": {
         "list": "Records, newest first: when the server...",
         "show": "One record: its fingerprint by node...",

@@ -20,7 +20,14 @@ from tpwarden.cluster.cli.common import (
     load,
     plain,
 )
-from tpwarden.cluster.cli.ledger_view import diff_lines, human, record_lines, when, why_lines
+from tpwarden.cluster.cli.ledger_view import (
+    diff_lines,
+    human,
+    plan_lines,
+    record_lines,
+    when,
+    why_lines,
+)
 from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.durable import default_state_dir
 from tpwarden.cluster.errors import ConfigError
@@ -29,6 +36,7 @@ from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.ledger.tables import CanaryRow
 from tpwarden.cluster.ledger.why import why as why_report
+from tpwarden.cluster.operations.experiment import write_revert_plan
 from tpwarden.cluster.reports.thermal.localtime import parse_tz
 
 app = typer.Typer(
@@ -192,6 +200,14 @@ def why(
     ledger: LedgerOption = None,
     level: Annotated[int, typer.Option("--level", min=1, help="The canary's concurrency.")] = 1,
     tz: TzOption = "UTC",
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan",
+            help="Also write the experiment plan that reverts each revertable difference alone "
+            "and all of them together (check it: experiment run FILE --dry-run).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Is the latest canary slower than the best earlier one (Welch on log throughput, 95%
@@ -202,11 +218,18 @@ def why(
         rep = why_report(led, _cluster(led, cluster), level=level)
         nodes = nodes or _node_count(led)
     slower = rep.verdict.value == "slower"
+    written = write_revert_plan(rep, plan) if plan is not None else None
     if as_json:
-        emit_json("ledger why", {"ok": not slower, "dry_run": False, **rep.to_json()})
+        doc = {"ok": not slower, "dry_run": False, **rep.to_json()}
+        if written is not None:
+            doc["plan"] = {"path": str(plan), **written.to_json()}
+        emit_json("ledger why", doc)
     else:
         for line in why_lines(rep, parse_tz(tz), nodes):
             console.print(plain(line), highlight=False)
+        if written is not None:
+            for line in plan_lines(written, str(plan)):
+                console.print(plain(line), highlight=False, soft_wrap=True)
     raise typer.Exit(1 if slower else 0)
 
 

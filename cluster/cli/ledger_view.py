@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
+from tpwarden.cluster.experiment.from_why import RevertPlan
 from tpwarden.cluster.ledger.differences import Difference, group
 from tpwarden.cluster.ledger.tables import CanaryRow, Change, LedgerRecord
 from tpwarden.cluster.ledger.why import Verdict, WhyReport
@@ -161,4 +162,19 @@ def diff_lines(changes: Sequence[Change], nodes: int) -> list[str]:
     for i, d in enumerate(group(changes, "fingerprint"), 1):
         out += difference_lines(d, i, nodes, d.category)
         out += [f"       {k}" for k in d.keys[:6]]
+    return out
+
+
+def plan_lines(plan: RevertPlan, path: str) -> list[str]:
+    """`why --plan`: what the written plan runs, and what it cannot revert."""
+    if not plan.variants:
+        out = [f"plan -> {path}: nothing here is revertable by tpwarden"]
+    else:
+        names = ", ".join(str(v["name"]) for v in plan.variants)
+        out = [f"plan -> {path}: {len(plan.variants)} variant(s): {names}"]
+    for c in plan.not_revertable:
+        nodes = f" on {', '.join(c['nodes'])}" if c["nodes"] else ""
+        out.append(f"  not revertable: {c['subject']}{nodes}: {c['advice']}")
+    if plan.variants:
+        out.append(f"  check it: tpwarden experiment run {path} -i INVENTORY --dry-run")
     return out

@@ -36,17 +36,29 @@ def parse_set(item: str) -> Change:
             f"--set {item!r}: expected KEY=VALUE", hint="e.g. drafter.num_speculative_tokens=3"
         )
     key, raw = item.split("=", 1)
-    key = key.strip().removeprefix("tpwarden.")
-    if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
-        raise ConfigError(
-            f"--set {item!r}: {key!r} is not a dotted key", hint="e.g. kv_cache.memory=24GiB"
-        )
+    key = set_key(key, item)
     yaml = YAML(typ="safe")
     try:
         value = yaml.load(raw) if raw.strip() else ""
     except Exception as exc:  # ruamel raises many types for bad scalars
         raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
     return Change(key, value, yaml_text(value))
+
+
+def change_of(key: str, value: JSONValue) -> Change:
+    """A change given as a key and a value already read (an experiment plan's `set` mapping):
+    the same key rule as `parse_set`."""
+    return Change(set_key(key, f"{key}={yaml_text(value).strip()}"), value, yaml_text(value))
+
+
+def set_key(key: str, item: str) -> str:
+    """The dotted key of a change, its `tpwarden.` prefix dropped; ConfigError if not one."""
+    key = key.strip().removeprefix("tpwarden.")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
+        raise ConfigError(
+            f"--set {item!r}: {key!r} is not a dotted key", hint="e.g. kv_cache.memory=24GiB"
+        )
+    return key
 
 
 def apply_changes(text: str, changes: list[Change], source: str) -> str:
