@@ -82,8 +82,9 @@ def _stop_cotenant(ctl: Controller) -> None:
 
 @pytest.mark.timeout(2400, func_only=True)  # 4 canaries, a rollout, two boots; not the lock wait
 def test_the_scripted_regression_is_named_and_nothing_else(inv: Path) -> None:
-    up = _json("up", "-i", str(inv), timeout=300)
-    assert up["ok"] and up["ledger"]["changed"], up.get("ledger")
+    # --replace: an earlier lab test may have left the lab's own server up (another image tag)
+    up = _json("up", "-i", str(inv), "--replace", timeout=300)
+    assert up["ok"] and up["ledger"]["changed"], up
     for _ in range(3):
         c = _json("ledger", "canary", "-i", str(inv))
         assert c["ok"], c
@@ -146,7 +147,7 @@ def _served(url: str) -> float:
 def test_a_scheduled_canary_during_user_load_is_deferred_and_sends_nothing(inv: Path) -> None:
     spec = load_inventory(inv)
     with Controller(spec) as ctl:
-        assert ctl.up(timeout_s=300).ok
+        assert ctl.up(timeout_s=300, replace=True).ok  # whatever an earlier test left up
         url = spec.api_base
         before = _served(url)
         t0 = time.time()

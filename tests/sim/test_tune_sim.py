@@ -18,6 +18,7 @@ import statistics
 import time
 
 import httpx
+import pytest
 from tpwarden.cluster.tune.measure import window
 from tpwarden.cluster.tune.model import LevelMeasure, fit, parse_profile, predict, recommend
 
@@ -104,6 +105,7 @@ def _serve(sim_factory, k: int) -> list[tuple[int, str, str, float, float]]:
         c.stop()
 
 
+@pytest.mark.timeout(1200)  # ~9 minutes of waiting on a loaded machine (see TOKENS)
 def test_recommendation_matches_the_sweep(sim_factory):
     t_start = time.monotonic()
     levels = [
