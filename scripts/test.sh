@@ -79,7 +79,7 @@ else
   echo "==> pytest: on lab lane 2 the real engine's tiers (tests/engine, tests/fidelity), then" \
        "${LANE2_LAB[*]}; beside it on lane 1 tests/gateways and the rest of tests/lab; and the" \
        "pure tiers (tests/unit, tests/vllm_parser, tests/packaging, tests/sim; nice 10)"
-  TPWARDEN_LAB_LANE=2 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-engine-tests \
+  TPWARDEN_LAB_LANE=2 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-engine-tests -m "not alone" \
     --junitxml=build/test-report-engine.xml tests/engine tests/fidelity "${LANE2_LAB[@]}" \
     > build/test-engine.log 2>&1 &
   engine=$!
@@ -101,6 +101,14 @@ else
   cat build/test-pure.log
   [ "$engine_rc" -eq 0 ] || rc=$engine_rc
   [ "$pure_rc" -eq 0 ] || rc=$pure_rc
+  # Tests that measure a slowdown of the machine's own CPUs (marker `alone`: a co-tenant's busy
+  # loops against the canary's spread) run last, on lane 2, with nothing beside them: beside the
+  # lanes the spread they measure against is the other lanes' load, and their busy loops slow
+  # the other lanes' timing tests.
+  echo "==> pytest: the tests that run alone (-m alone), on lab lane 2"
+  TPWARDEN_LAB_LANE=2 "${PYTEST[@]}" --basetemp=/tmp/tpwarden-alone-tests -m alone \
+    --junitxml=build/test-report-alone.xml tests/engine || rc=$?
+  flock -n /run/lock/tpwarden-lab-2.lock .venv/bin/tpwarden lab down --lane 2 >/dev/null || true
 fi
 kill "$sampler" 2>/dev/null || true
 trap - EXIT

@@ -70,7 +70,10 @@ def _start_cotenant(ctl: Controller) -> None:
     s.put_atomic(b"#!/bin/sh\nwhile :; do :; done\n", f"/tmp/{COTENANT}")
     assert s.run(["chmod", "755", f"/tmp/{COTENANT}"]).rc == 0
     started = s.run(
-        ["sh", "-c", f"setsid timeout 900 /tmp/{COTENANT} </dev/null >/dev/null 2>&1 &"]
+        # nice -10: a co-tenant that gets its core, as on a GB10 node; on this shared 2-core
+        # machine, at nice 0 beside the other lanes (load 28) it got 16 % of one, under the
+        # ledger's 20 % (CI3). It runs for the one canary only.
+        ["sh", "-c", f"nice -n -10 setsid timeout 900 /tmp/{COTENANT} </dev/null >/dev/null 2>&1 &"]
     )
     assert started.rc == 0
 
@@ -101,6 +104,8 @@ def test_the_scripted_regression_is_named_and_nothing_else(inv: Path) -> None:
     with Controller(spec) as ctl:
         _start_cotenant(ctl)
     c = _json("ledger", "canary", "-i", str(inv))
+    with Controller(spec) as ctl:
+        _stop_cotenant(ctl)  # measured: the state sample holds it; the teardown stops it too
     assert c["ok"] and c["canary"]["recorded_drift"], c  # the cap, changed without a restart
     why = _json("ledger", "why", "-i", str(inv))
     assert why["verdict"] == "slower" and why["ci95"][1] < 1.0, why
