@@ -39,10 +39,10 @@ def ctl(lab, tmp_path):
             c.down()
 
 
-def _bench_containers() -> list:
-    return docker.from_env().containers.list(
-        all=True, filters={"label": "io.tpwarden.component=bench"}
-    )
+def _bench_containers(cluster: str) -> list:
+    """This lane's bench clients: the other lane's tests run their own (a rollout's --bench)."""
+    labels = ["io.tpwarden.component=bench", f"io.tpwarden.cluster={cluster}"]
+    return docker.from_env().containers.list(all=True, filters={"label": labels})
 
 
 @pytest.mark.timeout(600)  # includes the session's lab up and this server's boot
@@ -75,7 +75,7 @@ def test_sweep_table_run_dir_and_compare(ctl, tmp_path):
         assert facts["exit_code"] == 0
     assert rows[4]["aggregate_tok_s"] > rows[1]["aggregate_tok_s"]
     assert rows[4]["per_stream_tok_s"] < rows[1]["per_stream_tok_s"]
-    assert not _bench_containers()  # removed after each level
+    assert not _bench_containers(ctl.spec.name)  # removed after each level
 
     # the manifest explains: clocks from every node, KV cache, defaults, processes, temps
     assert set(manifest["nodes"]) == {"node1", "node2", "node3", "node4"}
@@ -94,7 +94,7 @@ def test_sweep_table_run_dir_and_compare(ctl, tmp_path):
     assert caps and caps[0].a == "2000" and caps[0].b == "1500" and caps[0].likely_cause
     rows_cmp = compare_rows(table["rows"], table_b["rows"], ["aggregate_tok_s"])
     assert rows_cmp[0]["aggregate_tok_s"]["pct"] is not None
-    assert not _bench_containers()
+    assert not _bench_containers(ctl.spec.name)
 
 
 def test_refuses_when_server_is_down(lab, tmp_path):
@@ -125,4 +125,4 @@ def test_prefill_ttft_grows_with_input_length(ctl, tmp_path):
         assert row["completed"] == 1 and row["ttft_p50_ms"] > 0 and row["prefill_tok_s"] > 0
     # the simulator charges prefill per prompt token: 8x the input takes clearly longer
     assert rows[16384]["ttft_p50_ms"] > 2 * rows[2048]["ttft_p50_ms"], rows
-    assert not _bench_containers()
+    assert not _bench_containers(ctl.spec.name)

@@ -2,8 +2,8 @@
 worker rank lost in lane 2 while both watchdogs tick; lane 2's watchdog restarts its server and
 lane 1's status and watchdog see nothing; `lab down --lane 2` leaves lane 1 running.
 
-Runs near the end of the lab tier (file order): in the test command lane 2 belongs to the real
-engine's tier until that tier is done, and this test waits for lane 2's lock like any run does.
+Marked `alone`: the test command runs it after the lanes, when both lanes' locks are free
+(it takes the other lane's lock like any run does).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from tests.lab.test_watchdog_scenarios import (
     tick_until,
 )
 
-pytestmark = pytest.mark.lab
+# alone: it takes both lanes (the other lane's lock, held by the other lane's tests until they
+# end); scripts/test.sh runs it after the lanes.
+pytestmark = [pytest.mark.lab, pytest.mark.alone]
 
 
 @pytest.fixture
