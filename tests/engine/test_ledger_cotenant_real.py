@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 COTENANT = "ledger-cotenant"
 NODE = "node3"
-OPTS = CanaryOptions(levels=(1,), repeats=3, warmups=1, num_prompts=4, output_len=24,
+OPTS = CanaryOptions(levels=(1,), repeats=5, warmups=1, num_prompts=4, output_len=24,
                      idle_window_s=2.0, timeout_s=900.0)  # fmt: skip
 
 
