@@ -175,7 +175,7 @@ def cadence_run(
     marks: dict[str, float] = {}
 
     class Recording:
-        def restart(self, reason: str, evidence: dict) -> None:
+        def restart(self, reason: str, evidence: dict, keep_fds: tuple = ()) -> None:
             marks["restart"] = time.monotonic()
             decided.set()
 

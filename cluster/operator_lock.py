@@ -194,6 +194,12 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def fileno(self) -> int | None:
+        """The locked file's descriptor while held (None otherwise). A child given it
+        (`subprocess.Popen(pass_fds=...)`) shares the lock: flock belongs to the open file,
+        so the lock stays held while the child lives, even if this process is killed."""
+        return self._fd
+
     @contextlib.contextmanager
     def holding(self, note: str = "") -> Iterator[None]:
         self.acquire(note)

@@ -49,6 +49,7 @@ class Spawn(Protocol):
         stderr: int,
         start_new_session: bool,
         text: Literal[True],
+        pass_fds: tuple[int, ...],
     ) -> subprocess.Popen[str]: ...
 
 
@@ -59,7 +60,9 @@ class ControllerActuator:
       operation (same plan, same `events.jsonl` record, who=tpwarden-watchdog), run in a detached child
       process (its own session) that this one waits for. A daemon killed with -9 mid-restart
       therefore never leaves a half-applied plan: the job finishes the restart, and the next
-      daemon finds `restart_in_progress` and only verifies it in boot grace.
+      daemon finds `restart_in_progress` and only verifies it in boot grace. The job holds the
+      cluster restart lock with the daemon (its descriptor, `keep_fds`), so until the job ends
+      the next daemon reads its stopped containers as a restart elsewhere, not a failed boot.
     * `boot_progress()` reads the head's container log (`Controller.boot_progress()`) and gives
       the policy a `BootReading` (`boot_reading`).
     * `collect_evidence()`: last log lines of every node and a `/metrics` snapshot.
@@ -101,7 +104,9 @@ class ControllerActuator:
             argv.append(str(self.control_state_dir))
         return argv + self.identity.argv()  # the plan is the control machine's; the key is ours
 
-    def restart(self, reason: str, evidence: JSONObject) -> None:
+    def restart(self, reason: str, evidence: JSONObject, keep_fds: tuple[int, ...] = ()) -> None:
+        """The restart job, waited for; `keep_fds` (the cluster restart lock's descriptor) stay
+        open in the job, so the lock is held until the job ends even if this daemon dies."""
         why = f"watchdog: {reason}"
         argv = self.restart_job_argv(why)
         if argv is None:
@@ -117,6 +122,7 @@ class ControllerActuator:
             stderr=subprocess.PIPE,
             start_new_session=True,  # survives a kill -9 of this daemon (and its signals)
             text=True,
+            pass_fds=keep_fds,
         )
         try:
             out, err = proc.communicate(timeout=RESTART_JOB_TIMEOUT_S)

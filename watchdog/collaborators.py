@@ -19,9 +19,10 @@ class Actuator(Protocol):
     """Cluster control as the watchdog sees it (`tpwarden.watchdog.actuator.ControllerActuator`
     over `tpwarden.cluster.control.controller.Controller`)."""
 
-    def restart(self, reason: str, evidence: JSONObject) -> None:
+    def restart(self, reason: str, evidence: JSONObject, keep_fds: tuple[int, ...] = ()) -> None:
         """Restart the whole server (all ranks). Raises on failure (`RestartJobOverdue` when
-        the restart job outlived the wait and still runs)."""
+        the restart job outlived the wait and still runs). `keep_fds`: descriptors a restart
+        job in another process keeps open for its whole life (the cluster restart lock's)."""
 
     def boot_progress(self) -> BootReading | None:
         """Current boot phase and a growing counter (e.g. shards loaded), or None if unknown

@@ -150,7 +150,10 @@ class RestartPath:
             if self._metrics is not None:
                 self._metrics.restarts_total.labels(d.cause).inc()
             try:
-                actuator.restart(d.reason, evidence)
+                # The job keeps the lock's descriptor: the lock is held until the job ends, even
+                # if this daemon is killed mid-restart (the next daemon then waits it out).
+                fd = lock.fileno() if lock is not None else None
+                actuator.restart(d.reason, evidence, keep_fds=() if fd is None else (fd,))
             except Exception as exc:  # noqa: BLE001 - the actuator raises on failure
                 if lock is not None and isinstance(exc, RestartJobOverdue) and exc.still_running():
                     keep_lock, self.overdue_job = True, exc

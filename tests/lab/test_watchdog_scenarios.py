@@ -27,6 +27,7 @@ import pytest
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.event_log import read_events
 from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.operator_lock import cluster_lock_path, lock_holder
 from tpwarden.lab import faults
 from tpwarden.lab.paths import HEAD
 from tpwarden.watchdog.actuator import WATCHDOG_WHO, build_actuator
@@ -376,6 +377,11 @@ def test_kill_9_mid_restart_does_not_restart_twice(ctl, lab, tmp_path):
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         assert _state(sd).get("restart_in_progress"), _state(sd)
+        # Its restart job goes on and holds the cluster restart lock until it ends: the next
+        # daemon reads the containers the job stops as a restart elsewhere, not a failed boot
+        # (without it, CI of stop 56 restarted a second time on "node1: container exited").
+        lock_path = cluster_lock_path(ctl.spec, str(sd))
+        assert lock_holder(lock_path), "the cluster restart lock went with the killed daemon"
         second = _daemon(lab, sd, log)
         _wait(lambda: _state(sd).get("phase") == "ready", 150, "ready after the restart")
         n = len(kinds(events(sd), "probe"))
@@ -384,6 +390,7 @@ def test_kill_9_mid_restart_does_not_restart_twice(ctl, lab, tmp_path):
         assert len(kinds(evs, "restart_begin")) == 1 and not kinds(evs, "restart_end")
         assert kinds(evs, "restart_interrupted")
         assert len(control_restarts(tmp_path)) == 1
+        assert lock_holder(lock_path) is None  # the job ended, and the lock with it
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:

@@ -62,7 +62,9 @@ class Recording:
     def __init__(self) -> None:
         self.restarts: list[str] = []
 
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+    def restart(
+        self, reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()
+    ) -> None:
         self.restarts.append(reason)
 
     def boot_progress(self) -> None:

@@ -91,10 +91,11 @@ def test_the_restart_job_is_a_detached_child_with_the_plan_and_the_state_dir(
     act, ctl = _actuator(
         _spec("n1"), control_state_dir="/ctl", applied_path=str(applied), spawn=proc
     )
-    act.restart("hang", {})
+    act.restart("hang", {}, keep_fds=(7,))
     assert proc.argv == [sys.executable, "-m", RESTART_JOB_MODULE, str(applied), "watchdog: hang",
                          "/ctl"]  # fmt: skip
     assert proc.kw["start_new_session"] and proc.kw["stdin"] is subprocess.DEVNULL
+    assert proc.kw["pass_fds"] == (7,)  # the cluster restart lock, held by the job too
     assert ctl.restarts == []  # the child restarts, not this process
 
 

@@ -172,7 +172,9 @@ class ChaosActuator:
         self.restarted_at: list[float] = []  # monotonic times of restarts that took effect
         self.overdue_running = False
 
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+    def restart(
+        self, reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()
+    ) -> None:
         marker = self.fault.hit("actuator_restart")
         if marker == "hang":  # the job outlives the actuator's 1800 s wait, ends later
             self.world.mono += 1800.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import httpx
 import pytest
 from tpwarden.cluster.event_log import EventLog, read_events
 from tpwarden.cluster.hold import write_hold
-from tpwarden.cluster.operator_lock import FileLock, WatchdogLocked
+from tpwarden.cluster.operator_lock import FileLock, WatchdogLocked, lock_holder
 from tpwarden.cluster.vllm.probe import MetricsSnapshot, Outcome, ProbeResult
 from tpwarden.watchdog.alert import Alerter
 from tpwarden.watchdog.config import WatchdogConfig
@@ -59,10 +60,14 @@ class FakeActuator:
         self.state_during_restart: dict | None = None
         self.fail = False
         self.progress: BootReading | None = None
+        self.keep_fds: list[tuple[int, ...]] = []
 
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+    def restart(
+        self, reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()
+    ) -> None:
         self.state_during_restart = json.loads(Path(self.state_path).read_text())
         self.restarts.append((reason, evidence))
+        self.keep_fds.append(keep_fds)
         if self.fail:
             raise RuntimeError("docker said no")
 
@@ -228,6 +233,31 @@ def test_cluster_restart_lock_held_elsewhere_skips_restart(tmp_path: Path) -> No
     other.release()  # its restart is over: a boot that failed now is a failed boot
     wd.tick()
     assert len(act.restarts) == 1
+    wd.close()
+
+
+def test_the_restart_job_is_handed_the_cluster_restart_lock(tmp_path: Path) -> None:
+    """The restart is applied with the lock's descriptor handed on (a job in another process
+    keeps it open, so the lock outlives a daemon killed mid-restart: CI of stop 56)."""
+    lock_path = str(tmp_path / "cluster-restart.lock")
+    wd, prober, act = make(tmp_path, restart_lock_path=lock_path)
+    held: list[str | None] = []
+    real = act.restart
+
+    def restart(reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> None:
+        held.append(lock_holder(lock_path))
+        os.fstat(keep_fds[0])  # an open descriptor, and the lock's own
+        assert os.path.samefile(f"/proc/self/fd/{keep_fds[0]}", lock_path)
+        real(reason, evidence, keep_fds)
+
+    act.restart = restart
+    wd.tick()
+    prober.next = REFUSED
+    for _ in range(3):
+        wd.tick()
+    assert len(act.restarts) == 1 and len(act.keep_fds[0]) == 1
+    assert held[0] is not None and "restart_id=" in held[0]
+    assert lock_holder(lock_path) is None  # released once the restart returned
     wd.close()
 
 

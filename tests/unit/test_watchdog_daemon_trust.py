@@ -52,7 +52,9 @@ def test_full_disk_still_counts_restarts_exports_and_alerts(tmp_path: Path) -> N
     )
     prober, actuator, poster = FakeProber(clock), FakeActuator(cfg.state_path), FakePoster(0)
     actuator.state_path = str(tmp_path / "missing.json")
-    actuator.restart = lambda reason, evidence: actuator.restarts.append((reason, evidence))
+    actuator.restart = lambda reason, evidence, keep_fds=(): actuator.restarts.append(
+        (reason, evidence)
+    )
     metrics = WatchdogMetrics()
     wd = Watchdog(
         cfg,

@@ -164,7 +164,9 @@ class Prober:
 
 
 class Actuator:
-    def restart(self, reason: str, evidence: dict[str, Any]) -> None:
+    def restart(
+        self, reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()
+    ) -> None:
         raise AssertionError("no restart in these tests")
 
     def boot_progress(self) -> BootReading | None:

@@ -267,7 +267,7 @@ def test_overdue_restart_job_keeps_the_cluster_lock_until_it_ends(tmp_path: Path
     wd, prober, act = make(tmp_path, restart_lock_path=lock_path)
     running = [True]
 
-    def overdue(reason: str, evidence: dict[str, Any]) -> None:
+    def overdue(reason: str, evidence: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> None:
         act.restarts.append((reason, evidence))
         raise RestartJobOverdue("restart job (pid 4242) still running", 4242, lambda: running[0])
 
