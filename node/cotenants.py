@@ -21,7 +21,7 @@ from pathlib import Path
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.node.procfacts import ProcGone, read_proc
 
-OWN_MARKER = "tpwarden"  # the thermal agent, the collector, a node-side watchdog: not co-tenants
+OWN_NAME = "tpwarden"  # what tpwarden's programs, modules and install folder are named after
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,32 @@ def snapshot(root: str = "/proc") -> tuple[dict[int, Proc], str]:
     return _snapshot_proc(root), "/proc"
 
 
+def is_own_tool(argv: Sequence[str]) -> bool:
+    """Whether a command line is one of tpwarden's own tools (the thermal agent, the collector,
+    a node-side watchdog): the program, or the script or module a Python runs, is named
+    `tpwarden` or `tpwarden-*` (`tpwarden-collector.pyz`; `-m tpwarden.node.collector`) or lies
+    under a `tpwarden` folder (the node prefix, `/opt/tpwarden`). Only the program counts: a
+    co-tenant whose arguments or whose folder merely contain the word is still a co-tenant."""
+    if not argv:
+        return False
+    if _own_path(argv[0]):
+        return True
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    rest = list(argv[1:])
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        rest = rest[2:] if rest[0] in ("-W", "-X") else rest[1:]  # an option and its value
+    if rest[:1] == ["-m"]:
+        return len(rest) > 1 and (rest[1] == OWN_NAME or rest[1].startswith(OWN_NAME + "."))
+    return bool(rest) and not rest[0].startswith("-") and _own_path(rest[0])
+
+
+def _own_path(path: str) -> bool:
+    parts = Path(path).parts
+    name = parts[-1] if parts else ""
+    return name == OWN_NAME or name.startswith(OWN_NAME + "-") or OWN_NAME in parts[:-1]
+
+
 def in_containers(cgroup: str, container_ids: Iterable[str]) -> bool:
     """Whether a process's cgroup text places it in one of these containers (full IDs)."""
     return any(cid and cid in cgroup for cid in container_ids)
@@ -143,7 +169,7 @@ def summarize(
     for pid, p in after.items():
         if pid in mine or pid == 2 or p.ppid == 2 or not p.argv:  # kernel threads: no argv
             continue
-        if in_containers(p.cgroup, exclude_containers) or any(OWN_MARKER in a for a in p.argv):
+        if in_containers(p.cgroup, exclude_containers) or is_own_tool(p.argv):
             continue
         old = before.get(pid)
         used = p.cpu_s - old.cpu_s if old is not None and old.start == p.start else p.cpu_s

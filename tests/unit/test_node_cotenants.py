@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tpwarden.node import cotenants
-from tpwarden.node.cotenants import Proc, summarize
+from tpwarden.node.cotenants import Proc, is_own_tool, summarize
 
 CID = "f" * 64
 
@@ -44,6 +44,42 @@ def test_groups_by_name_and_leaves_out_containers_own_tools_and_idle_ones() -> N
     assert "vllm" in [c.comm for c in summarize(before, after, 1.0, self_pid=50)]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # the units' ExecStart lines (playbooks/roles/units/templates, default prefix)
+        ("/opt/tpwarden/venv/bin/python", "/opt/tpwarden/venv/bin/tpwarden", "thermal", "agent"),
+        ("/opt/tpwarden/venv/bin/python", "-m", "tpwarden.node.collector", "cap", "2000"),
+        ("/srv/tools/venv/bin/python3", "-m", "tpwarden.node.collector", "cap", "2000"),
+        ("/srv/tools/venv/bin/python3", "/srv/tools/venv/bin/tpwarden", "watchdog", "run"),
+        # the collector over SSH (cluster.node_zipapp.COLLECTOR_FILE), a zipapp agent
+        ("python3", "/tmp/tmp.k3x/tpwarden-collector.pyz", "state", "--window", "2"),
+        ("python3", "-u", "/opt/tpwarden/thermal.pyz"),
+        ("/usr/local/bin/tpwarden", "report", "-i", "inv.yml"),
+    ],
+)
+def test_tpwardens_own_tools_are_known_by_their_program(argv: tuple[str, ...]) -> None:
+    assert is_own_tool(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("/bin/sh", "/tmp/tpwarden-pure-tests/t0/ledger-burner"),
+        ("/tmp/tpwarden-pure-tests/t0/ledger-burner",),
+        ("vim", "/home/u/tpwarden/notes.md"),
+        ("python3", "-c", "import tpwarden"),
+        ("python3", "/home/u/bench.py", "--out", "/opt/tpwarden/out"),
+        ("python3", "-W", "ignore", "/home/u/tpwarden_like.py"),
+        ("python3", "-m", "tpwardenish"),
+        ("ollama", "serve"),
+        (),
+    ],
+)
+def test_a_command_that_only_mentions_tpwarden_is_a_cotenant(argv: tuple[str, ...]) -> None:
+    assert not is_own_tool(argv)
+
+
 def test_a_reused_pid_counts_from_zero() -> None:
     before = {7: Proc(7, 1, "old", ("old",), 500.0, 0, 1.0, "")}
     after = {7: Proc(7, 1, "new", ("new",), 0.3, 0, 2.0, "")}
@@ -60,7 +96,10 @@ def _nice_high() -> None:
 
 @pytest.fixture
 def burner(tmp_path: Path):  # noqa: ANN201
-    script = tmp_path / "ledger-burner"
+    # Under a folder whose name starts with tpwarden, as the test command's --basetemp is: a
+    # co-tenant's path that merely contains the word is no tpwarden tool (stop 56's CI hid it).
+    script = tmp_path / "tpwarden-pure-tests" / "ledger-burner"
+    script.parent.mkdir()
     script.write_text("#!/bin/sh\nwhile :; do :; done\n")
     script.chmod(0o755)
     # The test command runs this tier at nice 10 beside two busy lab lanes (load 9-28): a burner
