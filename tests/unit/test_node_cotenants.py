@@ -102,10 +102,10 @@ def burner(tmp_path: Path):  # noqa: ANN201
     script.parent.mkdir()
     script.write_text("#!/bin/sh\nwhile :; do :; done\n")
     script.chmod(0o755)
-    # The test command runs this tier at nice 10 beside two busy lab lanes (load 9-28): a burner
-    # that inherited that, or ran at nice 0, got a few percent of a core and was no co-tenant at
-    # all (CI4). As root it runs at nice -10, a process that gets its core, as a real co-tenant
-    # on an otherwise idle node would; elsewhere it keeps the caller's priority.
+    # The test command runs this tier at nice 10 beside two busy lab lanes: as root the burner
+    # runs at nice -10, a process that gets its core as a real co-tenant on a quiet node would,
+    # not the share a nice-10 test gets; elsewhere it keeps the caller's priority. (CI4 and
+    # stop 56's CI missed it for another reason: its folder's name, see above.)
     proc = subprocess.Popen([str(script)], preexec_fn=_nice_high)
     time.sleep(0.2)
     yield proc
