@@ -116,11 +116,14 @@ def test_k7_to_k3_measured_before_and_after(lab, tmp_path, monkeypatch):
     Single stream goes down, 32-stream aggregate goes up; healthy on the new config hash;
     the inventory diff is exactly the changed value."""
     path = tmp_path / "inventory.yml"
-    path.write_text(
-        Path(lab.inventory)
-        .read_text()
-        .replace("num_speculative_tokens: 3", "num_speculative_tokens: 7")
-    )
+    text = Path(lab.inventory).read_text()
+    # Steps at 0.15 of the field's, not the lab's 0.05: at 0.05 a 32-stream step is 18-24 ms and
+    # the simulator's own per-token work, not its model, set the aggregate (1600 tok/s against
+    # the model's 3200-3800), so beside the engine lane k=3 measured 3 % below k=7 (CI5). At
+    # 0.15 the model's time dominates, as the GPU's does in the field.
+    assert "VLLM_SIM_STEP_SCALE: '0.05'" in text
+    text = text.replace("VLLM_SIM_STEP_SCALE: '0.05'", "VLLM_SIM_STEP_SCALE: '0.15'")
+    path.write_text(text.replace("num_speculative_tokens: 3", "num_speculative_tokens: 7"))
     before = path.read_text()
     monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
