@@ -56,7 +56,7 @@ def _variant(row: JSONObject, base: dict[int, float]) -> str:
         line += f" {row.get('stage', '')}: {row.get('error', '')}"
     elif status == "skipped":
         line += f" {row.get('reason', '')}"
-    return line
+    return line.rstrip()
 
 
 def _figures(canary: JSONValue, base: dict[int, float]) -> str:
