@@ -163,21 +163,37 @@ def run_experiment(
     if prior is None:
         got = _checked(dry_run(plan, inventory, allow_partial=allow_partial), allow_partial)
     with rollout_locks(inventory, f"tpwarden experiment run {plan.name}"):
-        if prior is not None:
-            queue = NightQueue(ClusterNight(inventory, prior, on_event, say), files, prior, say)
-            queue.bring_back()  # before anything: never left on a variant
-            got = _checked(dry_run(plan, inventory, allow_partial=True, deadline=prior.deadline))
-            if prior.finished is not None and got.resume.finished:
-                return NightOutcome(prior, nothing_left=True)
-            prior.resumed.append(time.time())
-            prior.finished = None
-            files.write_run(prior)
-        else:
-            queue = _fresh(plan, inventory, got, files, say, on_event)
         try:
+            if prior is None:
+                queue = _fresh(plan, inventory, got, files, say, on_event)
+            else:
+                if prior.finished is not None and _nothing_left(plan, inventory, prior, files):
+                    return NightOutcome(prior, nothing_left=True)
+                queue = NightQueue(ClusterNight(inventory, prior, on_event, say), files, prior, say)
+                queue.bring_back()  # before anything: never left on a variant
+                got = _checked(
+                    dry_run(plan, inventory, allow_partial=True, deadline=prior.deadline)
+                )
+                prior.resumed.append(time.time())
+                prior.finished = None
+                files.write_run(prior)
             return queue.run(_variants(got), got.queue.costs)
         finally:
             files.close()
+
+
+def _nothing_left(plan: Path, inventory: Path, prior: RunRecord, files: NightFiles) -> bool:
+    """A finished night resumed: True when nothing is left of it (nothing to do). It goes on
+    only on its own production: a rollout since it finished is never undone by it."""
+    got = _checked(dry_run(plan, inventory, allow_partial=True, deadline=prior.deadline))
+    if got.resume.finished:
+        return True
+    now = load_inventory(inventory).config_hash()
+    if now != prior.production_hash:
+        raise ConfigError(f"production changed since this night finished (config "
+                          f"{prior.production_hash} then, {now} now)",
+                          hint=f"remove {files.root} for a fresh night on it")  # fmt: skip
+    return False
 
 
 def _checked(got: DryRun, allow_partial: bool = True) -> DryRun:

@@ -6,12 +6,14 @@ repeats nothing and restores production first; the CLI refuses a second night, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from tpwarden.cluster.cli import app
+from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.experiment.night import NightFiles, RunRecord, drift, left_on
 from tpwarden.cluster.experiment.policy import Costs
 from tpwarden.cluster.experiment.queue import (
@@ -23,9 +25,13 @@ from tpwarden.cluster.experiment.queue import (
     VariantRestart,
 )
 from tpwarden.cluster.experiment.resume import failure_name, result_name
+from tpwarden.cluster.inventory.load import load_inventory
+from tpwarden.cluster.operations import experiment_run
+from tpwarden.cluster.operations.experiment_run import ClusterNight
 from tpwarden.cluster.operations.rollout import RolloutOperation, rollout_lock_path
 from tpwarden.cluster.operator_lock import ClusterBusy, one_actor
 from tpwarden.cluster.rollout.edit import Change, parse_set
+from tpwarden.cluster.rollout.layout import plan_edit, spec_with, write_files
 from typer.testing import CliRunner
 
 GOOD = Path(__file__).parent / "inventories" / "good.yml"
@@ -333,3 +339,85 @@ def test_the_night_s_rollouts_run_inside_the_locks_it_holds(state: Path, tmp_pat
             RolloutOperation(GOOD).__enter__()  # a rollout beside the night: refused
         with RolloutOperation(GOOD, locks_held=True) as ops:  # the night's own: no second lock
             assert ops.interrupted() is None
+
+
+# -- the operation: a night killed on a variant, resumed with the cluster brought back first ---
+class FakeClusterNight(ClusterNight):
+    """The real ports' bookkeeping (the rollout store's revisions, the inventory's files) with
+    restarts that only write the files a rollout would, and canaries that only answer."""
+
+    running: dict[str, str] = {}  # what the cluster runs, across the killed and resumed runs
+    calls: list[str] = []
+    kill_at: str | None = None
+
+    def left_on(self) -> str | None:
+        return self.running.get("hash")
+
+    def verify(self) -> tuple[bool, str]:
+        return self.running.get("hash") == self.night.production_hash, "verified"
+
+    def restart_on(self, name: str, changes: Sequence[Change]) -> VariantRestart:
+        write_files(str(self.inventory), self.production()[0])
+        edit = plan_edit(str(self.inventory), list(changes))
+        write_files(str(self.inventory), edit.new)
+        self.running["hash"] = new = spec_with(str(self.inventory), edit.new).config_hash()
+        self.calls.append(f"restart {name}")
+        if name == self.kill_at:
+            raise Killed(name)
+        return VariantRestart(True, "done", f"r-{name}", new)
+
+    def restore(self) -> Restored:
+        write_files(str(self.inventory), self.production()[0])
+        self.running["hash"] = self.night.production_hash
+        self.calls.append("restore")
+        return Restored(True, True, "verified", "r-restore")
+
+    def canary(self, label: str) -> Measured:
+        self.calls.append(f"canary {label}")
+        return Measured(True, {"status": "ok", "levels": [{"level": 1, "output_tok_s": 10.0}]})
+
+
+@pytest.fixture
+def operation(state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The night's operation on a copy of good.yml, its ports faked, its locks a no-op (the
+    lock itself: test_a_second_night_beside_a_running_one_is_refused_naming_it)."""
+    inv = tmp_path / "inv.yml"
+    inv.write_bytes(GOOD.read_bytes())
+    FakeClusterNight.running, FakeClusterNight.calls = {}, []
+    monkeypatch.setattr(experiment_run, "ClusterNight", FakeClusterNight)
+    monkeypatch.setattr(experiment_run, "rollout_locks", lambda *a, **k: contextlib.nullcontext())
+    plan = _plan(tmp_path, K5 + "  - name: no-drafter\n    set: [drafter=null]\n")
+    return inv, plan
+
+
+def test_a_night_killed_on_a_variant_resumes_with_production_back_first(operation) -> None:
+    inv, plan = operation
+    before = inv.read_bytes()
+    FakeClusterNight.running["hash"] = production = load_inventory(inv).config_hash()
+    FakeClusterNight.kill_at = "no-drafter"
+    with pytest.raises(Killed):
+        experiment_run.run_experiment(plan, inv)
+    assert inv.read_bytes() != before  # the kill left the inventory (and cluster) on a variant
+    FakeClusterNight.kill_at, FakeClusterNight.calls = None, []
+    out = experiment_run.run_experiment(plan, inv, resume=True)
+    assert FakeClusterNight.calls == ["restore", "restart no-drafter", "canary no-drafter",
+                                      "restore", "canary production-end"]  # fmt: skip
+    assert out.ok and out.done == ["no-drafter"] and inv.read_bytes() == before
+    assert out.run.production_hash == production and out.run.resumed
+    again = experiment_run.run_experiment(plan, inv, resume=True)
+    assert again.nothing_left and again.ok
+    status = experiment_run.experiment_status(plan, inv)
+    assert [v["status"] for v in status.variants] == ["done", "done"]
+    assert status.run is not None and status.run.finished is not None
+
+
+def test_a_finished_night_is_not_resumed_over_a_changed_production(operation) -> None:
+    inv, plan = operation
+    FakeClusterNight.running["hash"] = load_inventory(inv).config_hash()
+    assert experiment_run.run_experiment(plan, inv).ok
+    status = experiment_run.experiment_status(plan, inv)
+    (status.results / result_name("k5")).unlink()  # something left of it
+    inv.write_text(inv.read_text().replace("memory: 16GiB", "memory: 12GiB"))  # a rollout since
+    with pytest.raises(ConfigError, match="production changed since this night finished"):
+        experiment_run.run_experiment(plan, inv, resume=True)
+    assert FakeClusterNight.calls[-1] == "canary production-end"  # nothing restarted
