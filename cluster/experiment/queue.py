@@ -266,9 +266,9 @@ class NightQueue:
 
     def _restore(self, why: str, *, force: bool) -> Restored:
         self.files.event("restore_begin", why=why)
-        on = self.ports.left_on()
-        ok, detail = (False, "") if force else self.ports.verify()
-        if on == self.night.production_hash and ok:
+        on_production = not force and self.ports.left_on() == self.night.production_hash
+        ok, detail = self.ports.verify() if on_production else (False, "")
+        if ok:
             restored = Restored(True, False, f"already on production: {detail}")
         else:
             self.say("production: restoring (a restart on production's revision)")

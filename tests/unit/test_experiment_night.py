@@ -58,6 +58,7 @@ class FakeNight:
         self.fails = set(fails)
         self.kill_after = kill_after
         self.calls: list[str] = []
+        self.verified = 0
 
     def _step(self, what: str) -> None:
         self.calls.append(what)
@@ -70,7 +71,8 @@ class FakeNight:
     def left_on(self) -> str | None:
         return self.store
 
-    def verify(self) -> tuple[bool, str]:
+    def verify(self) -> tuple[bool, str]:  # waits up to 2 minutes for a cluster that is not
+        self.verified += 1
         return self.running == PROD, f"every node runs {self.running}"
 
     def restart_on(self, name: str, changes: Sequence[Change]) -> VariantRestart:
@@ -147,6 +149,7 @@ def test_the_night_runs_in_order_and_restores_production_measured(tmp_path: Path
                            "restore", "canary production-end"]  # fmt: skip
     assert out.ok and out.done == ["k5", "no-drafter", "k7"] and not out.failed
     assert ports.running == PROD and out.restored and out.restored.restarted
+    assert ports.verified == 1  # at the start; the restore knew it was on a variant: no wait
     k5 = files.result("k5")
     assert k5 is not None and k5["config_hash"] == "h-k5" and k5["rollout_id"] == "r-k5"
     assert k5["canary"]["levels"][0]["output_tok_s"] == 13.2
