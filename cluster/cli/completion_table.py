@@ -59,6 +59,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     },
     "experiment": {
         "run": "Validate the plan (exit 2 at its...",
+        "status": "Where the plan's night stands: each...",
     },
     "ledger": {
         "list": "Records, newest first: when the server...",

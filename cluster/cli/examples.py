@@ -6,7 +6,9 @@ from __future__ import annotations
 INV = "-i inventory.yml"
 EXAMPLES: dict[str, str] = {
     "experiment": f"tpwarden experiment run plan.yml {INV} --dry-run",
-    "experiment run": f"tpwarden experiment run plan.yml {INV} --dry-run   (for scripts: --json)",
+    "experiment run": f"tpwarden experiment run plan.yml {INV} --dry-run   (then without "
+    "--dry-run: the night; a stopped night: --resume)",
+    "experiment status": f"tpwarden experiment status plan.yml {INV}   (for scripts: --json)",
     "ledger": f"tpwarden ledger why {INV}",
     "ledger list": f"tpwarden ledger list {INV} --limit 10 --tz Asia/Seoul",
     "ledger show": f"tpwarden ledger show 42 {INV} --json",

@@ -1,10 +1,16 @@
 """`tpwarden experiment`: a queue of variants measured against production by a deadline
-(issue 54). Built so far: `run --dry-run`, the validated plan and its estimated queue; the
-unattended run itself is not built yet (docs/experiments.md).
+(issue 54). `run --dry-run` validates the plan and estimates its queue; `run` runs the night
+unattended (each variant a guarded rollout measured by the ledger's canary, production measured
+at both ends and restored by its revision, verified by its config hash); `run --resume`
+continues a night that was stopped; `status` says where a night stands (docs/experiments.md).
+Not built yet: the deadline guard, request variants, bench and eval presets, the morning
+report's night, `abort`.
 
 Examples:
     tpwarden experiment run plan.yml -i inventory.yml --dry-run
-    tpwarden experiment run plan.yml -i inventory.yml --dry-run --allow-partial --json
+    tpwarden experiment run plan.yml -i inventory.yml
+    tpwarden experiment run plan.yml -i inventory.yml --resume
+    tpwarden experiment status plan.yml -i inventory.yml --json
 """
 
 from __future__ import annotations
@@ -14,11 +20,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tpwarden.cluster.cli.common import console, emit_json, handle_errors, plain, refuse_with
+from tpwarden.cluster.cli.common import (
+    console,
+    emit_json,
+    err_console,
+    handle_errors,
+    plain,
+    refuse_with,
+)
+from tpwarden.cluster.cli.experiment_view import night_lines, status_lines
 from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+from tpwarden.cluster.cli.rollout_view import progress
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.experiment.policy import Step, minutes
 from tpwarden.cluster.operations import experiment as operation
+from tpwarden.cluster.operations import experiment_run as night
 from tpwarden.cluster.report_settings import zone
 
 app = typer.Typer(
@@ -30,10 +46,13 @@ _KINDS = {"production-start": "measure", "production-end": "restore", "request":
           "restart": "restart"}  # fmt: skip
 
 
+PlanArgument = Annotated[Path, typer.Argument(help="The plan file (docs/experiments.md).")]
+
+
 @app.command("run")
 @handle_errors
 def run(
-    plan: Annotated[Path, typer.Argument(help="The plan file (docs/experiments.md).")],
+    plan: PlanArgument,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate and estimate the queue; change nothing.")
@@ -42,18 +61,48 @@ def run(
         bool,
         typer.Option("--allow-partial", help="Accept a queue whose variants do not all fit."),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue a stopped night: production back first, "
+            "no finished or failed variant repeated.",
+        ),
+    ] = False,  # fmt: skip
     as_json: JsonOption = False,
 ) -> None:
-    """Validate the plan (exit 2 at its file:line, no node contacted), check every variant
-    against the inventory as `rollout` would apply it, and print the queue: each variant's
-    estimate from the worst recorded boot and canary, what fits before restore_by and what is
-    skipped and why. A queue that passes its deadline exits 2 unless --allow-partial.
-    Only --dry-run is built so far."""
-    if not dry_run:
-        raise ConfigError(
-            "the unattended run is not built yet", key="--dry-run",
-            hint="run with --dry-run to validate and estimate the plan (docs/experiments.md)",
-        )  # fmt: skip
+    """Validate the plan (exit 2 at its file:line, no node contacted) and check every variant
+    against the inventory as `rollout` would apply it. --dry-run prints the queue: each
+    variant's estimate from the worst recorded boot and canary, what fits before restore_by and
+    what is skipped and why (a queue past its deadline exits 2 unless --allow-partial).
+    Without it, the night runs unattended under the rollout's locks: production measured, each
+    variant a guarded rollout measured by a canary, production restored by its revision and
+    verified by its config hash, measured again. Exit 0 restored and measured, 1 not."""
+    if dry_run:
+        if resume:
+            raise ConfigError("--dry-run estimates what is left already", key="--resume",
+                              hint="drop --resume")  # fmt: skip
+        return _dry_run(plan, inventory, allow_partial, as_json)
+
+    def say(line: str) -> None:
+        err_console.print(plain(f"experiment: {line}"), highlight=False, soft_wrap=True)
+
+    out = night.run_experiment(plan, inventory, resume=resume, allow_partial=allow_partial,
+                               say=say, on_event=progress(True))  # fmt: skip
+    if as_json:
+        doc = {"ok": out.ok, "dry_run": False, **out.to_json()}
+        if not out.ok:
+            doc["error"] = {"kind": "failed", "message": out.stopped or "production not restored",
+                            "hint": "tpwarden experiment status; then run --resume",
+                            "exit_code": 1}  # fmt: skip
+        emit_json("experiment run", doc)
+    else:
+        for line in night_lines(out, night.experiment_status(plan, inventory)):
+            console.print(plain(line), highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if out.ok else 1)
+
+
+def _dry_run(plan: Path, inventory: Path, allow_partial: bool, as_json: bool) -> None:
     got = operation.dry_run(plan, inventory, allow_partial=allow_partial)
     if as_json:
         if got.refused:
@@ -65,6 +114,22 @@ def run(
         console.print(plain(line), highlight=False, soft_wrap=True)
     if got.refused:
         raise operation.refusal(got)
+
+
+@app.command("status")
+@handle_errors
+def status(
+    plan: PlanArgument, inventory: InventoryOption = DEFAULT_INVENTORY, as_json: JsonOption = False
+) -> None:
+    """Where the plan's night stands: each variant done, failed, skipped or left with its
+    figures, production's two canaries and their drift, the deadline, and who holds the
+    rollout lock (a night running). Reads local files only; exit 0."""
+    got = night.experiment_status(plan, inventory)
+    if as_json:
+        emit_json("experiment status", {"ok": True, "dry_run": False, **got.to_json()})
+        return
+    for line in status_lines(got):
+        console.print(plain(line), highlight=False, soft_wrap=True)
 
 
 def queue_lines(got: operation.DryRun) -> list[str]:

@@ -5,7 +5,8 @@ Each variant writes `<name>.result.json` when it ends, or `<name>.failed.json` w
 not tried again. A result wins over a failure of the same name (a retry that succeeded). Names
 the plan does not hold are reported, never guessed at; anything else in the directory (a
 durable writer's temporary file) is ignored. `production-start.result.json` is production's
-opening canary: a resumed queue does not take it again.
+opening canary: a resumed queue does not take it again; `production-end.result.json` its
+closing one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tpwarden.cluster.durable import JSONObject
 RESULT = ".result.json"
 FAILED = ".failed.json"
 PRODUCTION_START = "production-start"  # production's opening canary (a name no variant takes)
+PRODUCTION_END = "production-end"  # its closing canary, after the restore
 
 
 def result_name(variant: str) -> str:
@@ -51,7 +53,7 @@ def resume_state(order: Sequence[str], files: Iterable[str]) -> ResumeState:
             results.add(name.removesuffix(RESULT))
         elif name.endswith(FAILED):
             failures.add(name.removesuffix(FAILED))
-    known = {*order, PRODUCTION_START}
+    known = {*order, PRODUCTION_START, PRODUCTION_END}
     return ResumeState(
         done=tuple(v for v in order if v in results),
         failed=tuple(v for v in order if v in failures and v not in results),

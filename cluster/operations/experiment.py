@@ -79,8 +79,10 @@ def dry_run(
     allow_partial: bool = False,
     now: float | None = None,
     state_dir: Path | None = None,
+    deadline: float | None = None,
 ) -> DryRun:
-    """Everything `experiment run` would do, estimated; nothing changed, no node contacted."""
+    """Everything `experiment run` would do, estimated; nothing changed, no node contacted.
+    ``deadline`` (epoch seconds): a resumed night's own, kept from its run record."""
     # the image's flag table is required, as `plan` requires it: a variant's extra_args are
     # checked against it (`check`), never left unchecked
     spec = load_inventory(inventory, flag_table=True)
@@ -94,14 +96,17 @@ def dry_run(
     plan = loaded.plan
     tz = plan.tz or spec.report.tz
     at = time.time() if now is None else now
-    deadline = deadline_of(plan.restore_by, zone(tz), datetime.fromtimestamp(at, UTC))
+    if deadline is None:
+        deadline = deadline_of(
+            plan.restore_by, zone(tz), datetime.fromtimestamp(at, UTC)
+        ).timestamp()
     costs = costs_from(
         _boots(spec, state_dir), _canaries(spec), boot_deadline_s=spec.watchdog.boot_deadline_s,
         bench=plan.bench, eval_preset=plan.eval.preset if plan.eval else None,
         eval_limit=plan.eval.limit if plan.eval else None, margin_s=60.0 * plan.margin_min,
     )  # fmt: skip
     measured = result_name(PRODUCTION_START) in files  # a resumed queue: opened already
-    queue = plan_queue(left, costs, at, deadline.timestamp(), measured=measured)
+    queue = plan_queue(left, costs, at, deadline, measured=measured)
     refused = None
     if not queue.fits and not allow_partial:
         time_left = max(queue.deadline - at, 0.0)

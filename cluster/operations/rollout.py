@@ -102,11 +102,16 @@ def rollout_store(inventory: Path) -> RolloutStore:
     return RolloutStore(default_state_dir() / "rollout" / load_inventory(inventory).name)
 
 
+def rollout_lock_path(inventory: Path) -> str:
+    """The rollout lock: one rollout, rollback or experiment at a time on the cluster."""
+    return os.path.join(str(rollout_store(inventory).root), "rollout.lock")
+
+
 @contextlib.contextmanager
 def rollout_locks(inventory: Path, what: str, via: str = "direct") -> Iterator[None]:
     """The rollout lock and, unless ``via`` is "watchdog", the cluster lock (module doc)."""
     spec, who = load_inventory(inventory), operator_identity()
-    lock = os.path.join(str(rollout_store(inventory).root), "rollout.lock")
+    lock = rollout_lock_path(inventory)
     os.makedirs(os.path.dirname(lock), mode=0o700, exist_ok=True)
     with one_actor(lock, f"{what} by {who}"):
         if via == "watchdog":
@@ -142,7 +147,8 @@ class Preview:
 
 class RolloutOperation:
     """One `tpwarden rollout`: entered, it holds the rollout's locks (none for a dry run,
-    which changes nothing); `prepare`, `preview`, `run`, `resume` and `abort` act under them."""
+    which changes nothing; none either with ``locks_held``: its caller, an experiment, holds
+    them for its whole night); `prepare`, `preview`, `run`, `resume` and `abort` act under them."""
 
     def __init__(
         self,
@@ -152,15 +158,17 @@ class RolloutOperation:
         via: str = "direct",
         on_event: OnEvent | None = None,
         dry_run: bool = False,
+        locks_held: bool = False,
     ) -> None:
         self.inventory = inventory
         self.measure, self.via, self.on_event, self.dry_run = measure, via, on_event, dry_run
+        self.locks_held = locks_held
         self._locks = contextlib.ExitStack()
         self._rollouts: dict[str, Rollout] = {}  # by `via`: a resumed rollout keeps its own
         self.store = RolloutStore("")  # set when entered: the locks come first
 
     def __enter__(self) -> RolloutOperation:
-        if not self.dry_run:
+        if not self.dry_run and not self.locks_held:
             self._locks.enter_context(rollout_locks(self.inventory, "tpwarden rollout", self.via))
         self.store = rollout_store(self.inventory)
         return self
@@ -208,14 +216,18 @@ class RolloutOperation:
 
 
 def rollback(
-    inventory: Path, revision: str | None, on_event: OnEvent | None = None
+    inventory: Path,
+    revision: str | None,
+    on_event: OnEvent | None = None,
+    *,
+    locks_held: bool = False,
 ) -> RolloutRecord:
     """`tpwarden rollback [REVISION]` under the rollout's locks (an unknown revision is refused
-    before any lock)."""
+    before any lock); ``locks_held``: under those its caller (an experiment) holds already."""
     if revision is not None:
         rollout_store(inventory).revision_files(revision, str(inventory))
     ports = ports_for(inventory, None, on_event=on_event)
-    with rollout_locks(inventory, "tpwarden rollback"):
+    with contextlib.nullcontext() if locks_held else rollout_locks(inventory, "tpwarden rollback"):
         return rollback_to(rollout_store(inventory), ports, str(inventory), revision)
 
 

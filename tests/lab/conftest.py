@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from tpwarden.cluster.provision.wheelhouse import source_items
 from tpwarden.lab import lab as lablib
 from tpwarden.lab import sshc
+from tpwarden.lab.images import ensure_images
 from tpwarden.lab.paths import NODE_NAMES, LabPaths
 
 from tests.lab.provisioning import listing, provision, stop_head_watchdog
@@ -161,6 +163,23 @@ def provisioned_lab(lab, source):
 
 # The installed CLI, as an operator runs it: a child process of this Python
 CLI = (sys.executable, "-m", "tpwarden.cluster.cli")
+
+
+def canary_inventory(
+    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, canary: dict
+) -> Path:
+    """A private copy of the lab inventory with the ledger's canary set to `canary`, serving
+    this checkout's simulator by its content tag: `:latest` is one tag on a Docker engine other
+    worktrees share, and one retagged it mid-test once (the ledger named "serving image").
+    The state and the runs go to `tmp_path` (the environment the CLI it runs inherits)."""
+    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
+    path = tmp_path / "inventory.yml"
+    doc = yaml.safe_load(Path(lab.inventory).read_text())
+    doc["all"]["vars"]["tpwarden"]["ledger"] = {"canary": canary}
+    doc["all"]["vars"]["tpwarden"]["image"] = ensure_images(lab.paths.cache).sim
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def tpwarden(*args: str, timeout_s: float = 600, env: dict[str, str] | None = None):

@@ -18,17 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.labels import LABEL_CLUSTER
 from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.vllm.metrics import sum_by_sample
-from tpwarden.lab.images import ensure_images
 from tpwarden.watchdog.ledger_jobs import CanarySchedule, ControllerLedger, LedgerJobs
 
-from tests.lab.conftest import tpwarden
+from tests.lab.conftest import canary_inventory, tpwarden
 
 pytestmark = pytest.mark.lab
 
@@ -41,15 +39,7 @@ COTENANT = "ledger-cotenant"
 @pytest.fixture
 def inv(lab, tmp_path, monkeypatch):
     """A private copy of the lab inventory with small canaries, the state and runs in tmp."""
-    path = tmp_path / "inventory.yml"
-    doc = yaml.safe_load(Path(lab.inventory).read_text())
-    doc["all"]["vars"]["tpwarden"]["ledger"] = {"canary": CANARY}
-    # this checkout's simulator by its content tag: `:latest` is one tag on a Docker engine other
-    # worktrees share, and one retagged it mid-test once (the ledger named "serving image")
-    doc["all"]["vars"]["tpwarden"]["image"] = ensure_images(lab.paths.cache).sim
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    monkeypatch.setenv("TPWARDEN_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("TPWARDEN_RUNS_DIR", str(tmp_path / "runs"))
+    path = canary_inventory(lab, tmp_path, monkeypatch, CANARY)
     yield path
     spec = load_inventory(path)
     with Controller(spec, state_dir=tmp_path / "state") as ctl:

@@ -191,11 +191,14 @@ def test_the_dry_run_estimates_only_what_is_left(
     assert kinds == ["restart", "production-end"] and doc["resume"]["foreign"] == []
 
 
-def test_the_run_itself_is_not_built_and_says_so(tmp_path: Path) -> None:
+def test_the_run_refuses_what_it_does_not_measure_yet_and_says_so(tmp_path: Path) -> None:
+    # the unattended run is built (tests/unit/test_experiment_night.py); request variants not yet
     plan = tmp_path / "p.yml"
-    plan.write_text('restore_by: "06:30"\nvariants:\n  - name: a\n    set: [drafter=null]\n')
+    plan.write_text('restore_by: "06:30"\nvariants:\n  - name: a\n    set: [drafter=null]\n'
+                    "  - name: b\n    request: {sampling: {temperature: 0.6}}\n")  # fmt: skip
     res = runner.invoke(app, ["experiment", "run", str(plan), "-i", str(GOOD)])
-    assert res.exit_code == 2 and "not built yet" in res.output
+    assert res.exit_code == 2 and "not measured by `experiment run` yet" in res.output
+    assert f"{plan}:6:" in res.output
 
 
 def test_a_bad_plan_exits_2_at_its_line_with_nothing_contacted(tmp_path: Path) -> None:
