@@ -60,6 +60,9 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     "experiment": {
         "run": "Validate the plan (exit 2 at its...",
         "status": "Where the plan's night stands: each...",
+        "show": "The night's full results: for each variant...",
+        "abort": "Stop the plan's night and restore production.",
+        "guard": "The night's deadline guard, in the...",
     },
     "ledger": {
         "list": "Records, newest first: when the server...",

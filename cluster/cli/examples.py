@@ -9,6 +9,11 @@ EXAMPLES: dict[str, str] = {
     "experiment run": f"tpwarden experiment run plan.yml {INV} --dry-run   (then without "
     "--dry-run: the night; a stopped night: --resume)",
     "experiment status": f"tpwarden experiment status plan.yml {INV}   (for scripts: --json)",
+    "experiment show": f"tpwarden experiment show plan.yml k5 {INV}   (every variant: leave out "
+    "k5; for scripts: --json)",
+    "experiment abort": f"tpwarden experiment abort plan.yml {INV}",
+    "experiment guard": f"tpwarden experiment guard plan.yml {INV}   (started by `experiment "
+    "run`; by hand: after a reboot of the control machine, nohup ... &)",
     "ledger": f"tpwarden ledger why {INV}",
     "ledger list": f"tpwarden ledger list {INV} --limit 10 --tz Asia/Seoul",
     "ledger show": f"tpwarden ledger show 42 {INV} --json",

@@ -1,13 +1,17 @@
-"""How a night looks on the terminal: `experiment status` and the end of `experiment run`."""
+"""How a night looks on the terminal: `experiment status`, `show`, `abort`, the end of
+`experiment run` and of its guard."""
 
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
 
 from tpwarden.cluster.durable import JSONObject, JSONValue
+from tpwarden.cluster.experiment.guard_loop import GuardOutcome
 from tpwarden.cluster.experiment.night import tok_s
 from tpwarden.cluster.experiment.queue import NightOutcome
+from tpwarden.cluster.operations.experiment_abort import AbortOutcome
 from tpwarden.cluster.operations.experiment_run import NightStatus
+from tpwarden.cluster.operations.experiment_show import NightShow
 from tpwarden.cluster.report_settings import zone
 
 
@@ -22,7 +26,10 @@ def status_lines(got: NightStatus) -> list[str]:
         end = f"finished {_at(run.finished, tz)}" if run.finished else "unfinished"
         head = (f"plan {got.plan}: night started {_at(run.started, tz)}, deadline "
                 f"{_at(run.deadline, tz)} ({got.tz}), {end}")  # fmt: skip
-    out = [head, f"lock: {'held by ' + got.lock_holder if got.lock_holder else 'free'}"]
+    if run is not None and run.aborted_at is not None:
+        head += f"; aborted {_at(run.aborted_at, tz)} by {run.aborted_by}"
+    out = [head, f"lock: {'held by ' + got.lock_holder if got.lock_holder else 'free'}",
+           guard_line(got.guard, tz)]  # fmt: skip
     start, end_doc = got.production.get("production-start"), got.production.get("production-end")
     base = tok_s((start or {}).get("canary"))
     out.append(_production("production-start", start))
@@ -90,3 +97,115 @@ def _at(ts: float | None, tz: tzinfo) -> str:
     if ts is None:
         return "-"
     return datetime.fromtimestamp(ts, tz).strftime("%a %d %b %H:%M")
+
+
+def guard_line(doc: JSONObject | None, tz: tzinfo) -> str:
+    """ "guard: armed (pid 4242), fires Tue 05:48" / what it did / not running."""
+    if doc is None:
+        return "guard: none armed"
+    state, pid = str(doc.get("state") or "unknown"), doc.get("pid")
+    fire_at, updated = _num(doc.get("fire_at")), _num(doc.get("updated"))
+    if doc.get("alive"):
+        if state == "waiting":
+            return f"guard: waiting (pid {pid}): {doc.get('detail', '')}"
+        return f"guard: armed (pid {pid}), fires {_at(fire_at, tz)} ({doc.get('restore_from', '')})"
+    if state in ("restored", "verified", "failed"):
+        what = {"restored": "restored production", "verified": "verified production in place",
+                "failed": "FAILED to restore production"}[state]  # fmt: skip
+        return f"guard: fired {_at(updated, tz)}: {what}: {doc.get('detail', '')}"
+    return f"guard: not running (last: {state} {_at(updated, tz)}: {doc.get('detail', '')})"
+
+
+def guard_end_line(out: GuardOutcome) -> str:
+    return f"guard {out.state.value}: {out.detail}"
+
+
+def abort_lines(out: AbortOutcome) -> list[str]:
+    if not out.aborted:
+        return [out.detail]
+    stopped = (f"night process {out.night_pid} stopped by {out.signal}" if out.night_pid
+               else "no night process was running")  # fmt: skip
+    restored = out.restored
+    how = ("production restored" if restored and restored.restarted
+           else "production verified in place" if restored and restored.ok
+           else "production NOT restored" if restored else "production not restored")  # fmt: skip
+    return [f"aborted: {stopped}; {how}: {out.detail}"]
+
+
+def show_lines(got: NightShow) -> list[str]:
+    """`experiment show`: the night's head, each variant whole, then its events."""
+    tz = zone(got.status.tz)
+    out = status_lines(got.status)[:3]
+    out.append(_production("production-start", got.status.production.get("production-start")))
+    for row in got.variants:
+        out += _variant_whole(row, tz)
+    if got.variant is None:
+        out.append(_production("production-end", got.status.production.get("production-end")))
+        out += _compared(got.production_end)
+    out.append(f"events ({len(got.events)}{', ' + got.variant if got.variant else ''}):")
+    out += [f"  {_event(e, tz)}" for e in got.events]
+    return out
+
+
+def _variant_whole(row: JSONObject, tz: tzinfo) -> list[str]:
+    name, status = str(row["name"]), str(row["status"])
+    lines = [f"{name}: {status}"]
+    summary = row.get("summary")
+    if isinstance(summary, list) and summary:
+        lines.append(f"  changes: {'; '.join(str(s) for s in summary)}")
+    if row.get("config_hash") or row.get("rollout_id"):
+        lines.append(f"  config {row.get('config_hash') or '-'}; rollout "
+                     f"{row.get('rollout_id') or '-'} ({row.get('rollout_step') or 'done'})")  # fmt: skip
+    started, finished = _num(row.get("started")), _num(row.get("finished"))
+    if started is not None and finished is not None:
+        lines.append(f"  {_at(started, tz)} -> {_at(finished, tz)} "
+                     f"({(finished - started) / 60:.1f} min)")  # fmt: skip
+    if status == "failed":
+        lines.append(f"  failed at {row.get('stage', '?')}: {row.get('error', '')}")
+    elif status == "skipped":
+        lines.append(f"  skipped: {row.get('reason', '')}")
+    compared = row.get("compared")
+    return lines + _compared(compared if isinstance(compared, list) else [])
+
+
+_SHOWN = (("output_tok_s", "tok/s", "{:.1f}"), ("per_stream_tok_s", "stream", "{:.1f}"),
+          ("ttft_p50_ms", "TTFT ms", "{:.0f}"), ("itl_p50_ms", "ITL ms", "{:.1f}"),
+          ("acceptance_pct", "accept %", "{:.1f}"))  # fmt: skip
+
+
+def _compared(rows: list[JSONValue]) -> list[str]:
+    """Each level's figures, production's beside them and the ratio."""
+    if not rows:
+        return []
+    out = ["  level  " + "  ".join(f"{label:>22}" for _, label, _ in _SHOWN)]
+    for row in rows:
+        figures = row.get("figures") if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not isinstance(figures, dict):
+            continue
+        cells = [_cell(figures.get(key), fmt) for key, _, fmt in _SHOWN]
+        out.append(f"  c{row.get('level')!s:<5} " + "  ".join(f"{c:>22}" for c in cells))
+    out.append("  (each: the variant, production's opening canary, their ratio)")
+    return out
+
+
+def _cell(fig: JSONValue, fmt: str) -> str:
+    if not isinstance(fig, dict) or _num(fig.get("value")) is None:
+        return "-"
+    value, prod, ratio = _num(fig.get("value")), _num(fig.get("production")), _num(fig.get("ratio"))
+    text = fmt.format(value)
+    if prod is not None:
+        text += f" / {fmt.format(prod)}"
+    if ratio is not None:
+        text += f" x{ratio:.3f}"
+    return text
+
+
+def _event(e: JSONObject, tz: tzinfo) -> str:
+    ts = _num(e.get("ts"))
+    when = datetime.fromtimestamp(ts, tz).strftime("%H:%M:%S") if ts is not None else "--:--:--"
+    rest = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("ts", "kind") and v is not None)
+    return f"{when} {e.get('kind')} {rest}".rstrip()
+
+
+def _num(value: JSONValue) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

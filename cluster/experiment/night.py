@@ -5,7 +5,8 @@
   is unfinished), written atomically at the start, on each resume and at the end;
 * `production-start.result.json`, `<variant>.result.json`, `production-end.result.json`: each
   written atomically when its step ends; `<name>.failed.json` for one that failed;
-* `events.jsonl`: one line per step (`cluster.event_log.EventLog`).
+* `events.jsonl`: one line per step (`cluster.event_log.EventLog`), the night's and its
+  guard's (`experiment.guard`: `guard.json`, `guard.lock`, `guard.log` beside them).
 
 What is left is `resume.resume_state` of the file names; a variant skipped for lack of time is
 an event, never a file, so a later `--resume` may still run it. The figures and the drift of
@@ -47,6 +48,8 @@ class RunRecord:
     deadline: float
     finished: float | None = None  # None: unfinished (a run was killed, or its restore failed)
     resumed: list[float] = field(default_factory=list)
+    aborted_at: float | None = None  # `experiment abort`: when, and by whom
+    aborted_by: str | None = None
 
     def to_json(self) -> JSONObject:
         return asdict(self)

@@ -14,8 +14,10 @@
    drift of production's tok/s between its two canaries; then `run.json` is finished.
 
 `bring_back` (a resumed night, before anything else): production restored when the rollout
-store says the cluster was left on anything else. The ports restart, restore, measure and tell
-the time (`NightPorts`); the queue itself decides, writes the files and the events.
+store says the cluster was left on anything else; `restore` (the guard, `experiment abort`):
+production restored, or verified in place when the store says it is there. The ports restart,
+restore, measure and tell the time (`NightPorts`); the queue itself decides, writes the files
+and the events.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ class NotOnProduction(TpwardenError):
     """The cluster does not run the inventory's configuration: no night starts on it."""
 
 
+class NightStopped(BaseException):  # a stop, as KeyboardInterrupt is, not an error
+    """The night process was told to stop (SIGTERM, as `experiment abort` sends): it unwinds at
+    once, releasing its locks, and restores nothing itself. Not a TpwardenError, so no step
+    records it as a variant's failure; whoever stopped it restores production (the abort, the
+    guard at its time, or `--resume`)."""
+
+
 @dataclass(frozen=True)
 class QueuedVariant:
     name: str
@@ -97,6 +106,7 @@ class NightOutcome:
     drift: dict[str, float] = field(default_factory=dict)
     stopped: str | None = None  # why the night stopped short of its closing canary
     nothing_left: bool = False
+    guard: JSONObject | None = None  # the guard armed for it (`experiment.guard`)
 
     @property
     def ok(self) -> bool:
@@ -109,7 +119,7 @@ class NightOutcome:
             "run": self.run.to_json(), "done": self.done, "failed": self.failed,
             "skipped": self.skipped, "drift": self.drift, "stopped": self.stopped,
             "restored": self.restored.to_json() if self.restored else None,
-            "nothing_left": self.nothing_left,
+            "nothing_left": self.nothing_left, "guard": self.guard,
         }  # fmt: skip
 
 
@@ -167,6 +177,11 @@ class NightQueue:
             raise TpwardenError(f"production not restored: {restored.detail} (see `tpwarden "
                                 "rollout history`; then --resume again)")  # fmt: skip
         return restored
+
+    def restore(self, why: str) -> Restored:
+        """Production restored, or verified in place when the store says the cluster is on it;
+        `restore_begin` and `restore_end` in the events."""
+        return self._restore(why, force=False)
 
     def run(self, variants: Sequence[QueuedVariant], costs: Costs) -> NightOutcome:
         """The night's variants, in queue order; `costs` as the dry run estimated them."""
@@ -310,6 +325,10 @@ def refused_resume(run: RunRecord | None, resume: bool, where: str) -> ConfigErr
     if resume and run is None:
         return ConfigError(f"no night to resume in {where}",
                            hint="start it without --resume")  # fmt: skip
+    if run is not None and run.aborted_at is not None:
+        return ConfigError(f"this plan's night in {where} was aborted by {run.aborted_by}",
+                           hint="read it with `tpwarden experiment show`; remove that directory "
+                           "for a fresh night")  # fmt: skip
     if not resume and run is not None:
         state = "finished" if run.finished else "unfinished"
         return ConfigError(f"this plan's night in {where} is {state}",

@@ -8,8 +8,8 @@
 * `write_revert_plan`: `why`'s report -> the plan that reverts its differences, written
   atomically.
 
-The unattended run (the restarts, the deadline guard, the morning report's night) is not built
-yet: docs/experiments.md.
+The night itself is `experiment_run`; its guard `experiment_guard`; `experiment show` and
+`abort` are `experiment_show` and `experiment_abort`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.ledger.why import WhyReport
-from tpwarden.cluster.report_settings import zone
+from tpwarden.cluster.report_settings import clock_time, zone
 from tpwarden.cluster.spec import ClusterSpec
 
 RECENT_CANARIES = 20
@@ -101,8 +101,9 @@ def dry_run(
             plan.restore_by, zone(tz), datetime.fromtimestamp(at, UTC)
         ).timestamp()
     costs = costs_from(
-        _boots(spec, state_dir), _canaries(spec), boot_deadline_s=spec.watchdog.boot_deadline_s,
-        bench=plan.bench, eval_preset=plan.eval.preset if plan.eval else None,
+        recorded_boots(spec, state_dir), _canaries(spec),
+        boot_deadline_s=spec.watchdog.boot_deadline_s, bench=plan.bench,
+        eval_preset=plan.eval.preset if plan.eval else None,
         eval_limit=plan.eval.limit if plan.eval else None, margin_s=60.0 * plan.margin_min,
     )  # fmt: skip
     measured = result_name(PRODUCTION_START) in files  # a resumed queue: opened already
@@ -116,6 +117,21 @@ def dry_run(
     return DryRun(loaded, checks, state, queue, tz, results, refused)
 
 
+def new_deadline(plan_path: Path, spec: ClusterSpec, restore_by: str, now: float) -> float:
+    """A resumed night's new deadline (`--restore-by`, read as the plan's `restore_by` is, in
+    the plan's zone); bad input exits 2 naming the option."""
+    plan = load_plan(plan_path).plan
+    try:
+        clock_time(restore_by.removeprefix("+").zfill(5))
+        at = deadline_of(
+            restore_by, zone(plan.tz or spec.report.tz), datetime.fromtimestamp(now, UTC)
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--restore-by",
+                          hint='a local time "06:30" or a duration from now "+02:00"') from None  # fmt: skip
+    return at.timestamp()
+
+
 def refusal(run: DryRun) -> ConfigError:
     """The refusal of a plan whose estimate passes its deadline (exit 2)."""
     return ConfigError(
@@ -124,7 +140,7 @@ def refusal(run: DryRun) -> ConfigError:
     )  # fmt: skip
 
 
-def _boots(spec: ClusterSpec, state_dir: Path | None) -> list[float]:
+def recorded_boots(spec: ClusterSpec, state_dir: Path | None = None) -> list[float]:
     """The cluster's recorded boots (seconds), as cluster control writes them."""
     history = BootHistory((state_dir or default_state_dir()) / "boots.jsonl")
     out = []

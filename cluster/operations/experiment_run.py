@@ -13,9 +13,15 @@
   sequence), and its reason (the boot reader's root cause) is the variant's failure. The
   restore is `rollback` to production's revision; the verification, every node on
   production's config hash and healthy (`ControllerCluster.wait_running`); the canary, the
-  ledger's (`CanaryRunner`, the watchdog's lease, trigger "experiment").
+  ledger's (`CanaryRunner`, the watchdog's lease, trigger "experiment"). Each variant's
+  rollout is named in the night's events (`variant_rollout`) before it changes anything, so
+  the guard tells the night's rollouts from anyone else's.
+* The deadline guard is armed once the run record is written, on a fresh night and on a
+  resumed one without a live guard (`experiment_arm.arm_guard`; the guard itself:
+  `experiment_guard`). A night told to stop (`queue.NightStopped`, SIGTERM from `experiment
+  abort`) writes `run_stopped` and unwinds, its locks released; it restores nothing itself.
 * `experiment_status`: each variant done, failed, skipped or left with its figures, the
-  deadline, and who holds the rollout lock; reads local files only.
+  deadline, who holds the rollout lock, and the guard; reads local files only.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from tpwarden.cluster.bench.canary import CanaryRunner, CanaryStatus, WatchdogLe
 from tpwarden.cluster.control.controller import Controller
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError, TpwardenError
+from tpwarden.cluster.experiment.guard import NIGHT_ROLLOUT
 from tpwarden.cluster.experiment.night import NightFiles, RunRecord, left_on, skipped_by_time
 from tpwarden.cluster.experiment.plan_file import load_plan
 from tpwarden.cluster.experiment.policy import queue_order
@@ -36,6 +43,7 @@ from tpwarden.cluster.experiment.queue import (
     Measured,
     NightOutcome,
     NightQueue,
+    NightStopped,
     QueuedVariant,
     Restored,
     VariantRestart,
@@ -44,7 +52,14 @@ from tpwarden.cluster.experiment.queue import (
 )
 from tpwarden.cluster.experiment.resume import PRODUCTION_END, PRODUCTION_START
 from tpwarden.cluster.inventory.load import load_inventory
-from tpwarden.cluster.operations.experiment import DryRun, dry_run, refusal, results_dir
+from tpwarden.cluster.operations.experiment import (
+    DryRun,
+    dry_run,
+    new_deadline,
+    refusal,
+    results_dir,
+)
+from tpwarden.cluster.operations.experiment_arm import GuardArming, arm_guard, guard_status
 from tpwarden.cluster.operations.rollout import (
     ControllerCluster,
     OnEvent,
@@ -62,6 +77,8 @@ from tpwarden.cluster.spec import ClusterSpec
 
 VERIFY_S = 120.0  # every node on production's hash and healthy, after a restart that said so
 Say = Callable[[str], None]
+OnRollout = Callable[[str, str], None]  # (variant, rollout id): before the rollout changes anything
+Arm = Callable[[Path, Path, NightFiles], GuardArming]
 
 
 def _quiet(line: str) -> None:
@@ -72,9 +89,16 @@ class ClusterNight:
     """The real ports of `NightQueue` (module docstring)."""
 
     def __init__(
-        self, inventory: Path, run: RunRecord, on_event: OnEvent | None = None, say: Say = _quiet
+        self,
+        inventory: Path,
+        run: RunRecord,
+        on_event: OnEvent | None = None,
+        say: Say = _quiet,
+        *,
+        on_rollout: OnRollout | None = None,
     ) -> None:
         self.inventory, self.night, self.on_event, self.say = inventory, run, on_event, say
+        self.on_rollout = on_rollout
         self.store = rollout_store(inventory)
 
     def clock(self) -> float:
@@ -103,6 +127,8 @@ class ClusterNight:
         write_files(str(self.inventory), self.production()[0])  # production plus its changes
         with RolloutOperation(self.inventory, on_event=self.on_event, locks_held=True) as ops:
             record = ops.prepare(list(changes), [])
+            if self.on_rollout is not None:  # before current.json names it
+                self.on_rollout(name, record.id)
             try:
                 done = ops.run(record, [])
             except TpwardenError as exc:  # pre-flight unreachable, SSH: never left midway
@@ -150,16 +176,24 @@ def run_experiment(
     *,
     resume: bool = False,
     allow_partial: bool = False,
+    restore_by: str | None = None,
     say: Say = _quiet,
     on_event: OnEvent | None = None,
+    arm: Arm | None = None,
 ) -> NightOutcome:
-    """The night (module docstring). Bad input exits 2 before any lock or node."""
+    """The night (module docstring). Bad input exits 2 before any lock or node. `restore_by`:
+    a resumed night's new deadline (else its own). `arm` starts the guard (default:
+    `arm_guard`, a detached process)."""
     spec = load_inventory(inventory)
     files = NightFiles(results_dir(spec.name, plan))
     prior = files.read_run()
     refused = refused_resume(prior, resume, str(files.root))
     if refused is not None:
         raise refused
+    if restore_by is not None and not resume:
+        raise ConfigError("--restore-by sets a resumed night's deadline", key="--restore-by",
+                          hint="a fresh night's deadline is the plan's restore_by")  # fmt: skip
+    deadline = None if restore_by is None else new_deadline(plan, spec, restore_by, time.time())
     if prior is None:
         got = _checked(dry_run(plan, inventory, allow_partial=allow_partial), allow_partial)
     with rollout_locks(inventory, f"tpwarden experiment run {plan.name}"):
@@ -169,17 +203,39 @@ def run_experiment(
             else:
                 if prior.finished is not None and _nothing_left(plan, inventory, prior, files):
                     return NightOutcome(prior, nothing_left=True)
-                queue = NightQueue(ClusterNight(inventory, prior, on_event, say), files, prior, say)
+                queue = NightQueue(_ports(inventory, prior, files, say, on_event), files, prior,
+                                   say)  # fmt: skip
                 queue.bring_back()  # before anything: never left on a variant
+                if deadline is not None:
+                    files.event("deadline_moved", deadline=deadline, was=prior.deadline)
+                    prior.deadline = deadline
                 got = _checked(
                     dry_run(plan, inventory, allow_partial=True, deadline=prior.deadline)
                 )
                 prior.resumed.append(time.time())
                 prior.finished = None
                 files.write_run(prior)
-            return queue.run(_variants(got), got.queue.costs)
+            armed = (arm or arm_guard)(plan, inventory, files)
+            say(f"guard: {'started' if armed.started else 'not started'}: {armed.detail}")
+            out = queue.run(_variants(got), got.queue.costs)
+            out.guard = armed.to_json()
+            return out
+        except NightStopped as exc:
+            files.event("run_stopped", why=str(exc))
+            raise
         finally:
             files.close()
+
+
+def _ports(
+    inventory: Path, run: RunRecord, files: NightFiles, say: Say, on_event: OnEvent | None
+) -> ClusterNight:
+    """The real ports, each variant's rollout named in the night's events first."""
+
+    def named(variant: str, rollout_id: str) -> None:
+        files.event(NIGHT_ROLLOUT, variant=variant, rollout_id=rollout_id)
+
+    return ClusterNight(inventory, run, on_event, say, on_rollout=named)
 
 
 def _nothing_left(plan: Path, inventory: Path, prior: RunRecord, files: NightFiles) -> bool:
@@ -222,7 +278,7 @@ def _fresh(
         production_hash=spec.config_hash(), started=time.time(),
         deadline=got.queue.deadline,
     )  # fmt: skip
-    queue = NightQueue(ClusterNight(inventory, run, on_event, say), files, run, say)
+    queue = NightQueue(_ports(inventory, run, files, say, on_event), files, run, say)
     queue.begin()
     return queue
 
@@ -242,11 +298,12 @@ class NightStatus:
     variants: list[JSONObject]  # name, status (done/failed/skipped/left), figures or why
     production: dict[str, JSONObject | None]  # start / end: their result (or failure) files
     lock_holder: str | None
+    guard: JSONObject | None  # `guard.json` and whether a guard lives (`guard_status`)
 
     def to_json(self) -> JSONObject:
         return {
             "plan": self.plan, "results_dir": str(self.results), "lock_holder": self.lock_holder,
-            "tz": self.tz,
+            "tz": self.tz, "guard": self.guard,
             "run": self.run.to_json() if self.run else None, "variants": self.variants,
             "deadline": self.run.deadline if self.run else None,
             "finished": self.run.finished if self.run else None, "production": self.production,
@@ -275,10 +332,11 @@ def experiment_status(plan: Path, inventory: Path) -> NightStatus:
     }
     tz = loaded.plan.tz or spec.report.tz
     return NightStatus(str(plan), files.root, tz, files.read_run(), rows, production,
-                       _holder(inventory))  # fmt: skip
+                       rollout_holder(inventory), guard_status(files.root))  # fmt: skip
 
 
-def _holder(inventory: Path) -> str | None:
+def rollout_holder(inventory: Path) -> str | None:
+    """The note of whoever holds the rollout lock now, or None when it is free."""
     path = rollout_lock_path(inventory)
     if lock_holder(path) is None:
         return None

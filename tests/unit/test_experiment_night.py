@@ -27,6 +27,7 @@ from tpwarden.cluster.experiment.queue import (
 from tpwarden.cluster.experiment.resume import failure_name, result_name
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.operations import experiment_run
+from tpwarden.cluster.operations.experiment_arm import GuardArming
 from tpwarden.cluster.operations.experiment_run import ClusterNight
 from tpwarden.cluster.operations.rollout import RolloutOperation, rollout_lock_path
 from tpwarden.cluster.operator_lock import ClusterBusy, one_actor
@@ -380,15 +381,29 @@ class FakeClusterNight(ClusterNight):
         return Measured(True, {"status": "ok", "levels": [{"level": 1, "output_tok_s": 10.0}]})
 
 
+class FakeArm:
+    """`arm_guard` without a process: each night it was asked to guard."""
+
+    armed: list[Path] = []
+
+    def __call__(self, plan: Path, inventory: Path, files: NightFiles) -> GuardArming:
+        assert files.read_run() is not None  # armed once the run record is written
+        self.armed.append(files.root)
+        return GuardArming(True, 4242, "pid 4242 (fake)")
+
+
 @pytest.fixture
 def operation(state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The night's operation on a copy of good.yml, its ports faked, its locks a no-op (the
-    lock itself: test_a_second_night_beside_a_running_one_is_refused_naming_it)."""
+    lock itself: test_a_second_night_beside_a_running_one_is_refused_naming_it), its guard
+    not started (the guard: test_experiment_guard*.py)."""
     inv = tmp_path / "inv.yml"
     inv.write_bytes(GOOD.read_bytes())
     FakeClusterNight.running, FakeClusterNight.calls = {}, []
+    FakeArm.armed = []
     monkeypatch.setattr(experiment_run, "ClusterNight", FakeClusterNight)
     monkeypatch.setattr(experiment_run, "rollout_locks", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(experiment_run, "arm_guard", FakeArm())
     plan = _plan(tmp_path, K5 + "  - name: no-drafter\n    set: [drafter=null]\n")
     return inv, plan
 
@@ -407,6 +422,8 @@ def test_a_night_killed_on_a_variant_resumes_with_production_back_first(operatio
                                       "restore", "canary production-end"]  # fmt: skip
     assert out.ok and out.done == ["no-drafter"] and inv.read_bytes() == before
     assert out.run.production_hash == production and out.run.resumed
+    assert len(FakeArm.armed) == 2 and out.guard == {"started": True, "pid": 4242,
+                                                     "detail": "pid 4242 (fake)"}  # fmt: skip
     again = experiment_run.run_experiment(plan, inv, resume=True)
     assert again.nothing_left and again.ok
     status = experiment_run.experiment_status(plan, inv)
