@@ -47,6 +47,7 @@ from tpwarden.cluster.cli.experiment_view import (
 )
 from tpwarden.cluster.cli.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 from tpwarden.cluster.cli.rollout_view import progress
+from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.errors import ConfigError
 from tpwarden.cluster.experiment.policy import Step, minutes
 from tpwarden.cluster.experiment.queue import NightStopped
@@ -153,11 +154,7 @@ def status(
     figures, production's two canaries and their drift, the deadline, and who holds the
     rollout lock (a night running). Reads local files only; exit 0."""
     got = night.experiment_status(plan, inventory)
-    if as_json:
-        emit_json("experiment status", {"ok": True, "dry_run": False, **got.to_json()})
-        return
-    for line in status_lines(got):
-        console.print(plain(line), highlight=False, soft_wrap=True)
+    _report("experiment status", got.to_json(), lambda: status_lines(got), as_json)
 
 
 @app.command("show")
@@ -177,10 +174,15 @@ def show(
     the guard; then the night's events in order (VARIANT: those naming it). Reads local files
     only; exit 0 (2: no such variant)."""
     got = experiment_show.experiment_show(plan, inventory, variant)
+    _report("experiment show", got.to_json(), lambda: show_lines(got), as_json)
+
+
+def _report(command: str, doc: JSONObject, lines: Callable[[], list[str]], as_json: bool) -> None:
+    """A report read from local files: one JSON document, or its lines."""
     if as_json:
-        emit_json("experiment show", {"ok": True, "dry_run": False, **got.to_json()})
+        emit_json(command, {"ok": True, "dry_run": False, **doc})
         return
-    for line in show_lines(got):
+    for line in lines():
         console.print(plain(line), highlight=False, soft_wrap=True)
 
 

@@ -174,17 +174,19 @@ _SHOWN = (("output_tok_s", "tok/s", "{:.1f}"), ("per_stream_tok_s", "stream", "{
 
 
 def _compared(rows: list[JSONValue]) -> list[str]:
-    """Each level's figures, production's beside them and the ratio."""
-    if not rows:
+    """A figure per line, a column per level: the variant / production's opening canary and
+    their ratio (narrow: three levels fit 80 columns)."""
+    levels = [r for r in rows if isinstance(r, dict) and isinstance(r.get("figures"), dict)]
+    if not levels:
         return []
-    out = ["  level  " + "  ".join(f"{label:>22}" for _, label, _ in _SHOWN)]
-    for row in rows:
-        figures = row.get("figures") if isinstance(row, dict) else None
-        if not isinstance(row, dict) or not isinstance(figures, dict):
-            continue
-        cells = [_cell(figures.get(key), fmt) for key, _, fmt in _SHOWN]
-        out.append(f"  c{row.get('level')!s:<5} " + "  ".join(f"{c:>22}" for c in cells))
-    out.append("  (each: the variant, production's opening canary, their ratio)")
+    out = [f"  {'':<9}" + "".join(f"{'c' + str(r.get('level')):<23}" for r in levels).rstrip()]
+    for key, label, fmt in _SHOWN:
+        cells = []
+        for r in levels:
+            figures = r.get("figures")
+            cells.append(_cell(figures.get(key) if isinstance(figures, dict) else None, fmt))
+        out.append(f"  {label:<9}" + "".join(f"{c:<23}" for c in cells).rstrip())
+    out.append("  (each: the variant / production's opening canary, and their ratio)")
     return out
 
 

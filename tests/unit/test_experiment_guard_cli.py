@@ -42,16 +42,9 @@ from tpwarden.cluster.rollout.edit import Change, parse_set
 from tpwarden.cluster.rollout.layout import plan_edit
 from typer.testing import CliRunner
 
-from .test_experiment_night import GOOD, FakeArm, FakeClusterNight, Killed
+from .test_experiment_night import GOOD, K5, FakeArm, FakeClusterNight, Killed, _plan
 
 runner = CliRunner()
-PLAN = """restore_by: "+06:00"
-variants:
-  - name: k5
-    set: [drafter.num_speculative_tokens=5]
-  - name: no-drafter
-    set: [drafter=null]
-"""
 
 
 @pytest.fixture
@@ -64,8 +57,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Pa
     )
     inv = tmp_path / "inv.yml"
     inv.write_text(text)
-    plan = tmp_path / "night.yml"
-    plan.write_text(PLAN)
+    plan = _plan(tmp_path, K5 + "  - name: no-drafter\n    set: [drafter=null]\n")
     FakeClusterNight.running, FakeClusterNight.calls, FakeClusterNight.kill_at = {}, [], None
     FakeArm.armed = []
     for module in (experiment_run, experiment_abort):
