@@ -106,7 +106,8 @@ class NightGuard:
                 done = self._fire()
                 if done is not None:
                     return done
-                continue  # the lock was taken meanwhile: look again
+                self.ports.sleep(self.poll_s)  # a lock taken meanwhile: look again later
+                continue
             if d.action in (Action.END, Action.STAND_DOWN):
                 return self._stop(d)
             if d.action is Action.BLOCKED:
@@ -118,6 +119,8 @@ class NightGuard:
                 elif self.record is not None and self.record.state is GuardState.ARMED:
                     self._update(GuardState.WAITING, d.why)
                     self.say(d.why)
+            elif self.record is not None and self.record.state is GuardState.WAITING:
+                self._update(GuardState.ARMED, d.why)  # a later deadline: its time again
             wait = self.poll_s if d.until is None else min(self.poll_s, d.until - seen.now)
             self.ports.sleep(max(wait, 0.05))
 

@@ -4,10 +4,10 @@
   own session (`start_new_session`: a kill -9 of the night, or of the night's process group,
   does not reach it), stdin from /dev/null, stdout and stderr appended to `guard.log` in the
   night's results directory, no descriptor of the night's (its locks stay the night's). None is
-  started when a live guard holds `guard.lock` already (a resumed night keeps its guard). The
-  guard writes its own record (`guard.json`); the night's events say it was started
-  (`guard_started`, `guard_alive`, or `guard_not_armed` with why: the night goes on, restoring
-  production itself at its end).
+  started when a live guard holds `guard.lock` already (a resumed night keeps its guard; one
+  that has acted and is only exiting is waited for, briefly). The guard writes its own record
+  (`guard.json`); the night's events say it was started (`guard_started`, `guard_alive`, or
+  `guard_not_armed` with why: the night goes on, restoring production itself at its end).
 * `guard_status`: `guard.json` and whether a guard holds the lock now; local files only.
 """
 
@@ -17,16 +17,18 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
 from tpwarden.cluster.durable import JSONObject
-from tpwarden.cluster.experiment.guard import GUARD_LOCK, GUARD_LOG, read_guard
+from tpwarden.cluster.experiment.guard import GUARD_LOCK, GUARD_LOG, GuardState, read_guard
 from tpwarden.cluster.experiment.night import NightFiles
 from tpwarden.cluster.operator_lock import lock_holder
 
 CLI_MODULE = "tpwarden.cluster.cli"  # `python -m tpwarden.cluster.cli` is `tpwarden`
+FINISHING_S = 10.0  # a guard that has acted, still exiting: waited for this long
 
 
 class Spawn(Protocol):
@@ -81,7 +83,7 @@ def arm_guard(
     plan: Path, inventory: Path, files: NightFiles, spawn: Spawn | None = None
 ) -> GuardArming:
     """The night's guard started, unless one is alive (module docstring)."""
-    alive = live_guard(files.root)
+    alive = _watching(files.root)
     if alive is not None:
         files.event("guard_alive", holder=alive)
         return GuardArming(False, pid_of(alive), f"a guard watches this night already ({alive})")
@@ -104,6 +106,21 @@ def arm_guard(
         return GuardArming(False, None, f"the guard could not start: {exc}")
     files.event("guard_started", pid=proc.pid, log=str(log))
     return GuardArming(True, proc.pid, f"pid {proc.pid}, its log {log}")
+
+
+def _watching(root: Path, grace_s: float = FINISHING_S) -> str | None:
+    """The live guard's note, unless it has acted or ended already and is only exiting: then
+    its lock is waited for (`grace_s`), so a resume right after a guard restored production
+    gets a guard of its own."""
+    end = time.monotonic() + grace_s
+    while (alive := live_guard(root)) is not None:
+        rec = read_guard(root)
+        if rec is None or rec.state in (GuardState.ARMED, GuardState.WAITING):
+            return alive
+        if time.monotonic() >= end:
+            return alive
+        time.sleep(0.2)
+    return None
 
 
 def guard_status(root: Path) -> JSONObject | None:

@@ -199,6 +199,7 @@ def test_a_night_killed_on_its_second_variant_is_restored_by_its_guard_then_resu
         _on_production(spec, production)
         guard = _read(results / "guard.json")
         assert guard["state"] == "restored" and guard["pid"] == guard_pid
+        _until(lambda: not _ours(guard_pid), 60, lambda: "the guard did not exit once it acted")
         assert _read(results / "run.json")["finished"] is None  # --resume runs what is left
         kinds = [e["kind"] for e in _events(results)]
         assert kinds.index("guard_started") < kinds.index("run_begin") and "guard_armed" in kinds

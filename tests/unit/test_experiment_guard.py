@@ -130,6 +130,7 @@ class FakeGuardPorts:
         self.sleeps: list[float] = []
         self.busy_once = False
         self.locked = 0
+        self.tries: list[float] = []  # when it tried to take the locks
 
     def clock(self) -> float:
         return self.fake.now
@@ -153,6 +154,7 @@ class FakeGuardPorts:
 
     @contextlib.contextmanager
     def locks(self) -> Iterator[None]:
+        self.tries.append(self.fake.now)
         if self.busy_once:
             self.busy_once = False
             raise ClusterBusy("another action holds the cluster lock: watchdog restart")
@@ -324,6 +326,7 @@ def test_locks_taken_meanwhile_are_waited_for_and_a_failed_restore_is_said(
     monkeypatch.setattr(fake, "restore", lambda: Restored(False, True, "rollback r9 ended failed"))
     out = _guard(ports, files).run()
     assert out.state is GuardState.FAILED and not out.ok and ports.locked == 1
+    assert ports.tries[1] - ports.tries[0] == 10.0  # after the busy lock, a poll: no spinning
     failed = [e for e in files.events() if e["kind"] == "guard_restore_failed"]
     assert failed and failed[0]["detail"] == "rollback r9 ended failed"
     run = files.read_run()
@@ -365,3 +368,30 @@ def test_a_fresh_night_in_the_same_directory_is_not_the_old_guard_s(tmp_path: Pa
     assert out.state is GuardState.ENDED and fake.calls == []
     rec = read_guard(files.root)
     assert rec is not None and rec.pid == 999  # the other guard's record is left alone
+
+
+def test_a_resume_with_a_later_deadline_moves_a_waiting_guard_back_to_its_time(
+    tmp_path: Path,
+) -> None:
+    fake, files = _killed_night(tmp_path, KILLED_ON_K7)
+    ports = FakeGuardPorts(fake)
+    run = files.read_run()
+    assert run is not None
+    ports.held_by = "pid=78 tpwarden experiment run plan.yml (a resumed night)"
+    states: list[GuardState] = []
+
+    def later() -> None:  # the resumed night gave itself 6 more hours, then died
+        states.append(read_guard(files.root).state)  # type: ignore[union-attr]
+        files.write_run(replace(run, deadline=DEADLINE + 6 * H, resumed=[fake.now]))
+        ports.held_by = None
+
+    def looked() -> None:
+        states.append(read_guard(files.root).state)  # type: ignore[union-attr]
+
+    ports.at += [(FIRE + 60, later), (FIRE + 120, looked)]
+    out = _guard(ports, files).run()
+    assert states == [GuardState.WAITING, GuardState.ARMED]
+    fired = [e for e in files.events() if e["kind"] == "guard_fired"][0]
+    assert fired["ts"] >= DEADLINE + 6 * H - TIMING.restore_s and out.state is GuardState.RESTORED
+    rec = read_guard(files.root)
+    assert rec is not None and rec.deadline == DEADLINE + 6 * H

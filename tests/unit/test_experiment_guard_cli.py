@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ from tpwarden.cluster.experiment.night import NightFiles, RunRecord
 from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.operations import experiment_abort, experiment_run
 from tpwarden.cluster.operations.experiment import results_dir
-from tpwarden.cluster.operations.experiment_arm import arm_guard, live_guard, pid_of
+from tpwarden.cluster.operations.experiment_arm import _watching, arm_guard, live_guard, pid_of
 from tpwarden.cluster.operations.experiment_run import ClusterNight as RealClusterNight
 from tpwarden.cluster.operations.rollout import rollout_lock_path, rollout_store
 from tpwarden.cluster.operator_lock import ClusterBusy, FileLock, one_actor
@@ -114,6 +115,19 @@ def test_the_guard_is_started_detached_unless_one_is_alive(env, tmp_path: Path) 
     assert not again.started and again.pid == os.getpid() and len(spawn.calls) == 1
     assert _kinds(root)[-1] == "guard_alive"
     files.close()
+
+
+def test_a_guard_that_has_acted_and_is_exiting_does_not_keep_a_resume_from_its_own(
+    tmp_path: Path,
+) -> None:
+    lock = FileLock(str(tmp_path / "guard.lock"))
+    lock.acquire("tpwarden experiment guard night.yml")
+    write_guard(tmp_path, GuardRecord(7, 1.0, 2.0, 3.0, 1.0, "x", GuardState.ARMED))
+    assert _watching(tmp_path, grace_s=5.0) is not None  # armed: it watches; at once
+    write_guard(tmp_path, GuardRecord(7, 1.0, 2.0, 3.0, 1.0, "x", GuardState.RESTORED))
+    assert _watching(tmp_path, grace_s=0.3) is not None  # still holding it past the grace
+    threading.Timer(0.3, lock.release).start()
+    assert _watching(tmp_path, grace_s=10.0) is None  # it exits: a new guard may start
 
 
 def test_the_night_arms_its_guard_once_its_run_record_is_written(env) -> None:
