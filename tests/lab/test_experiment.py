@@ -13,6 +13,7 @@ with a later deadline then runs only the second variant."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -120,13 +121,24 @@ def test_a_night_of_two_variants_restores_production_and_resume_has_nothing_left
     print(f"the night on the lab took {time.monotonic() - t0:.0f} s (up included)")
 
 
-# The guard fires at the deadline less the worst recorded boot (the lab's: about 20 s), the
-# verification (2 min) and the margin (none here): about 3.6 minutes into a 6-minute night,
-# while the night itself (one canary, then two variants of a boot and a canary each, ~25 s
-# apiece: its estimate from the ledger's canary measured first) reaches its second variant
-# within 1.5 to 3 minutes. Killed there, production is the guard's to restore.
-GUARDED = 'restore_by: "+00:06"\nmargin_min: 0\n' + VARIANTS
 FIRED = ("guard_restored", "guard_verified", "guard_restore_failed")
+
+
+def _guarded_plan(plan: Path, inv: Path) -> float:
+    """The plan with a deadline just long enough (in whole minutes, no margin): the night's
+    whole estimate (boot b, canary c, from the lab's own records: c + 2 (b + c) + (b + c)) and
+    90 s, and at least the time to its second variant (about 2c + b and the night's own
+    overhead) plus the guard's restore estimate (b + 2 min) and a minute, so the guard's time
+    comes just after the kill there. Returns the night's length in seconds."""
+    plan.write_text('restore_by: "+02:00"\nmargin_min: 0\n' + VARIANTS)
+    est = tpwarden("experiment", "run", str(plan), "-i", str(inv), "--dry-run", "--json")
+    assert est.returncode == 0, est.stdout[-2000:] + est.stderr[-2000:]
+    queue = json.loads(est.stdout)["queue"]
+    b, c = queue["costs"]["boot_s"], queue["costs"]["canary_s"]
+    minutes = math.ceil(max(queue["whole_s"] + 90, 2 * c + 2 * b + 180) / 60)
+    assert minutes < 60, queue
+    plan.write_text(f'restore_by: "+00:{minutes:02d}"\nmargin_min: 0\n' + VARIANTS)
+    return minutes * 60.0
 
 
 def _events(results: Path) -> list[dict]:
@@ -167,7 +179,7 @@ def test_a_night_killed_on_its_second_variant_is_restored_by_its_guard_then_resu
     canary = tpwarden("ledger", "canary", "-i", str(inv), "--json", timeout_s=300)
     assert canary.returncode == 0, canary.stdout[-2000:] + canary.stderr[-2000:]
     plan = tmp_path / "guarded.yml"
-    plan.write_text(GUARDED)
+    length_s = _guarded_plan(plan, inv)
     results = tmp_path / "state" / "experiment" / spec.name / "guarded"
     out = tmp_path / "night.out"
     with out.open("w") as sink:
@@ -209,7 +221,7 @@ def test_a_night_killed_on_its_second_variant_is_restored_by_its_guard_then_resu
         assert [v["status"] for v in status["variants"]] == ["done", "left"]
         assert status["guard"]["state"] == "restored" and status["lock_holder"] is None
         print(
-            f"killed {killed - run['started']:.0f} s into the night; the guard restored "
+            f"killed {killed - run['started']:.0f} s into a {length_s:.0f} s night; the guard restored "
             f"production {fired[0]['at'] - killed:.0f} s later, "
             f"{run['deadline'] - fired[0]['at']:.0f} s before the deadline"
         )
