@@ -65,8 +65,8 @@ if [ "$#" -gt 0 ]; then
 else
   # The whole suite, in three pytest processes side by side (issue 50), balanced across the
   # lab's two lanes: on lane 2 the real engine's tiers (engine, fidelity: CPU-bound), then the
-  # lm-eval and bench lab tests (CPU-bound too) and the ledger's ten canaries (lane 1 is the
-  # longer); on lane 1 the rest of the
+  # lm-eval and bench lab tests (CPU-bound too), the ledger's ten canaries and the night's
+  # deadline guard (mostly waiting; lane 1 is the longer); on lane 1 the rest of the
   # lab's tiers (gateways, lab: provisioning, the watchdog's scenarios, mostly waiting on boots,
   # probes and windows); and the pure tiers (unit, vllm_parser, packaging, sim: no lab, no fixed
   # ports) at a lower CPU priority, so they fill what the other two leave. Each has its own
@@ -74,7 +74,7 @@ else
   # and printed when lane 1 ends.
   rc=0
   LANE2_LAB=(tests/lab/test_eval.py tests/lab/test_eval_field.py tests/lab/test_bench.py
-             tests/lab/test_ledger_noise.py)
+             tests/lab/test_ledger_noise.py tests/lab/test_experiment_guard.py)
   LANE1_SKIP=()
   for t in "${LANE2_LAB[@]}"; do LANE1_SKIP+=(--ignore="$t"); done
   echo "==> pytest: on lab lane 2 the real engine's tiers (tests/engine, tests/fidelity), then" \
