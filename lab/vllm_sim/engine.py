@@ -106,6 +106,8 @@ class Engine:
         self.dead: EngineDeadError | None = None
         self.dead_event = asyncio.Event()
         self._wake = asyncio.Event()
+        # when the step before ended on the scripted clock (None after an idle wait): see _pace
+        self._due: float | None = None
 
     # ---- requests -------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -138,6 +140,7 @@ class Engine:
         try:
             while not self.dead:
                 if not self.waiting and not self.running:
+                    self._due = None
                     self._wake.clear()
                     await self._wake.wait()
                     continue
@@ -223,13 +226,32 @@ class Engine:
         self.running = [r for r in self.running if not r.finish_reason]
         self._sync_gauges()
 
+    def _pace(self, seconds: float, now: float) -> float:
+        """How long this step still sleeps so that it ends ``seconds`` after the step before.
+
+        In vLLM the API server is its own process: streaming a step's tokens to the clients
+        overlaps the next step on the GPUs, and the step's length is the model's alone. Here both
+        share one event loop, so the host's own work (emitting the tokens, writing the chunks,
+        a busy machine's scheduling delay) counts against the step's scripted time, up to one
+        whole step: a host slower than the step slows the engine, with no burst to catch up.
+        """
+        start = now if self._due is None else max(self._due, now - seconds)
+        self._due = start + seconds
+        return max(0.0, self._due - now)
+
     async def _execute(self, seconds: float) -> None:
         """Run one step on every rank; hangs while any rank (or this one) is hung."""
         warn = asyncio.ensure_future(self._ring_warnings())
         try:
-            await asyncio.gather(asyncio.sleep(seconds), self.collective("execute_model", seconds))
+            # a remote rank is told the step's whole scripted length (a slow rank answers late
+            # by a share of it); only this rank's own wait is paced
+            await asyncio.gather(
+                asyncio.sleep(self._pace(seconds, time.monotonic())),
+                self.collective("execute_model", seconds),
+            )
             while self.faults.current.hang:
                 await asyncio.sleep(0.05)
+                self._due = time.monotonic()  # a hung step earns the next one no credit
         finally:
             warn.cancel()
 
