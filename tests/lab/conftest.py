@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tpwarden.cluster.control.controller import Controller
+from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.provision.wheelhouse import source_items
 from tpwarden.lab import lab as lablib
 from tpwarden.lab import sshc
@@ -180,6 +182,22 @@ def canary_inventory(
     doc["all"]["vars"]["tpwarden"]["image"] = ensure_images(lab.paths.cache).sim
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+# the nights' small canaries (tests/lab/test_experiment*.py): the lab's client loads vLLM once per
+# repeat
+NIGHT_CANARY = {"levels": [1], "repeats": 2, "warmups": 1, "num_prompts": 4, "output_len": 32,
+                "idle_window_s": 2.0, "quiet_hours": []}  # fmt: skip
+
+
+@pytest.fixture
+def night_inv(lab, tmp_path, monkeypatch):
+    """A private copy of the lab inventory with the nights' small canaries, the state and runs
+    in tmp; the server it brought up is taken down at the end."""
+    path = canary_inventory(lab, tmp_path, monkeypatch, NIGHT_CANARY)
+    yield path
+    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
+        ctl.down()
 
 
 def tpwarden(*args: str, timeout_s: float = 600, env: dict[str, str] | None = None):

@@ -19,13 +19,10 @@ from tpwarden.cluster.ledger.record import ledger_file
 from tpwarden.cluster.ledger.store import Ledger
 from tpwarden.cluster.spec import ClusterSpec
 
-from tests.lab.conftest import canary_inventory, tpwarden
+from tests.lab.conftest import tpwarden
 
 pytestmark = pytest.mark.lab
 
-# small canaries: the lab's client loads vLLM once per repeat
-CANARY = {"levels": [1], "repeats": 2, "warmups": 1, "num_prompts": 4, "output_len": 32,
-          "idle_window_s": 2.0, "quiet_hours": []}  # fmt: skip
 VARIANTS = """\
 variants:
   - name: k5
@@ -34,15 +31,6 @@ variants:
     set: [drafter=null]
 """
 PLAN = 'restore_by: "+02:00"\n' + VARIANTS
-
-
-@pytest.fixture
-def inv(lab, tmp_path, monkeypatch):
-    """A private copy of the lab inventory with small canaries, the state and runs in tmp."""
-    path = canary_inventory(lab, tmp_path, monkeypatch, CANARY)
-    yield path
-    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
-        ctl.down()
 
 
 def _read(path: Path) -> dict:
@@ -59,8 +47,9 @@ def _up(inv: Path) -> tuple[ClusterSpec, str, bytes]:
 
 @pytest.mark.timeout(1800, func_only=True)  # 4 canaries, 3 restarts and an up; not the lock wait
 def test_a_night_of_two_variants_restores_production_and_resume_has_nothing_left(
-    inv: Path, tmp_path: Path
+    night_inv: Path, tmp_path: Path
 ) -> None:
+    inv = night_inv
     t0 = time.monotonic()
     spec, production, before = _up(inv)
     assert spec.serving.drafter is not None  # the lab's drafter: "off" is a real variant
@@ -88,7 +77,10 @@ def test_a_night_of_two_variants_restores_production_and_resume_has_nothing_left
     assert end["drift"]["1"] > 0 and end["restore"]["ok"]
     assert _read(results / "run.json")["finished"] is not None
     kinds = [json.loads(x)["kind"] for x in (results / "events.jsonl").read_text().splitlines()]
-    assert kinds[0] == "run_begin" and kinds[-1] == "run_end"
+    # the deadline guard is started first (and writes its own `guard_*` lines as it goes)
+    assert kinds[0] == "guard_started" and "guard_armed" in kinds
+    night_kinds = [k for k in kinds if not k.startswith("guard_")]
+    assert night_kinds[0] == "run_begin" and night_kinds[-1] == "run_end"
     assert kinds.count("variant_end") == 2 and "restore_end" in kinds
 
     # production restored: the inventory byte for byte, every node on its config hash

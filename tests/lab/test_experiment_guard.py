@@ -17,22 +17,12 @@ from pathlib import Path
 
 import pytest
 from tpwarden.cluster.control.controller import Controller
-from tpwarden.cluster.inventory.load import load_inventory
 from tpwarden.cluster.spec import ClusterSpec
 
-from tests.lab.conftest import CLI, canary_inventory, tpwarden
-from tests.lab.test_experiment import CANARY, VARIANTS, _read, _up
+from tests.lab.conftest import CLI, tpwarden
+from tests.lab.test_experiment import VARIANTS, _read, _up
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture
-def inv(lab, tmp_path, monkeypatch):
-    """A private copy of the lab inventory with small canaries, the state and runs in tmp."""
-    path = canary_inventory(lab, tmp_path, monkeypatch, CANARY)
-    yield path
-    with Controller(load_inventory(path), state_dir=tmp_path / "state") as ctl:
-        ctl.down()
 
 
 FIRED = ("guard_restored", "guard_verified", "guard_restore_failed")
@@ -85,8 +75,9 @@ def _ours(pid: int) -> bool:
 
 @pytest.mark.timeout(1800, func_only=True)  # an up, 6 canaries, 5 restarts, the guard's wait
 def test_a_night_killed_on_its_second_variant_is_restored_by_its_guard_then_resumed(
-    inv: Path, tmp_path: Path
+    night_inv: Path, tmp_path: Path
 ) -> None:
+    inv = night_inv
     t0 = time.monotonic()
     spec, production, before = _up(inv)
     # one canary first: the night's estimate takes its time from the ledger (else 5 min assumed)
