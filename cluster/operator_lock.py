@@ -220,3 +220,15 @@ def lock_holder(path: str) -> str | None:
         return str(exc)
     lock.release()
     return None
+
+
+def holder_note(path: str) -> str | None:
+    """The note the holder of `path` wrote ("pid=123 ..."; "unknown" when unreadable), or None
+    when nobody holds it. Never blocks."""
+    if lock_holder(path) is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip() or "unknown"
+    except OSError:
+        return "unknown"

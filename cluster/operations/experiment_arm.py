@@ -25,7 +25,7 @@ from typing import IO, Protocol
 from tpwarden.cluster.durable import JSONObject
 from tpwarden.cluster.experiment.guard import GUARD_LOCK, GUARD_LOG, GuardState, read_guard
 from tpwarden.cluster.experiment.night import NightFiles
-from tpwarden.cluster.operator_lock import lock_holder
+from tpwarden.cluster.operator_lock import holder_note
 
 CLI_MODULE = "tpwarden.cluster.cli"  # `python -m tpwarden.cluster.cli` is `tpwarden`
 FINISHING_S = 10.0  # a guard that has acted, still exiting: waited for this long
@@ -64,13 +64,7 @@ def guard_argv(plan: Path, inventory: Path) -> list[str]:
 
 def live_guard(root: Path) -> str | None:
     """The note of the guard that holds `guard.lock` now ("pid=123 ..."), or None."""
-    path = root / GUARD_LOCK
-    if lock_holder(str(path)) is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-    except OSError:
-        return "unknown"
+    return holder_note(str(root / GUARD_LOCK))
 
 
 def pid_of(note: str | None) -> int | None:

@@ -69,7 +69,7 @@ from tpwarden.cluster.operations.rollout import (
     rollout_locks,
     rollout_store,
 )
-from tpwarden.cluster.operator_lock import lock_holder
+from tpwarden.cluster.operator_lock import holder_note
 from tpwarden.cluster.rollout.edit import Change
 from tpwarden.cluster.rollout.layout import Files, plan_edit, spec_with, write_files
 from tpwarden.cluster.rollout.sequence import TERMINAL, RolloutRecord
@@ -337,10 +337,4 @@ def experiment_status(plan: Path, inventory: Path) -> NightStatus:
 
 def rollout_holder(inventory: Path) -> str | None:
     """The note of whoever holds the rollout lock now, or None when it is free."""
-    path = rollout_lock_path(inventory)
-    if lock_holder(path) is None:
-        return None
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-    except OSError:
-        return "unknown"
+    return holder_note(rollout_lock_path(inventory))
